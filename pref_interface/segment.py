@@ -1,0 +1,62 @@
+"""The paper's unit of comparison: a short clip of agent behaviour, and a label on a pair of them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+SEGMENT_LENGTH = 25  # App. A.2: clips of 25 agent steps (1.7 s at 15 fps)
+FRAME_SHAPE = (84, 84)
+STACK = 4
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A clip of `T` agent steps.
+
+    Observations are 4-frame stacks whose consecutive members share three frames, so only the
+    `T + 3` distinct frames are kept: the stack the agent saw at step `t` is `frames[t:t + 4]`.
+    """
+
+    frames: np.ndarray  # uint8 (T + 3, 84, 84)
+    actions: np.ndarray  # int64 (T,)
+    true_rewards: np.ndarray  # float32 (T,): the env's own (unclipped) reward, for synthetic labels
+
+    def __post_init__(self) -> None:
+        t = len(self.actions)
+        assert self.frames.dtype == np.uint8 and self.frames.shape == (t + STACK - 1, *FRAME_SHAPE), (
+            self.frames.shape)
+        assert self.true_rewards.shape == (t,), self.true_rewards.shape
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    def stacks(self) -> np.ndarray:
+        """The observations as the agent saw them: uint8 (T, 4, 84, 84), a view, not a copy."""
+        windows = np.lib.stride_tricks.sliding_window_view(self.frames, STACK, axis=0)
+        return np.moveaxis(windows, -1, 1)  # (T, 84, 84, 4) -> (T, 4, 84, 84)
+
+    @property
+    def true_return(self) -> float:
+        return float(self.true_rewards.sum())
+
+    @staticmethod
+    def from_stacks(stacks: np.ndarray, actions: np.ndarray, true_rewards: np.ndarray) -> "Segment":
+        """Build a segment from consecutive uint8 (T, 4, 84, 84) observations."""
+        assert stacks.ndim == 4 and stacks.shape[1] == STACK, stacks.shape
+        frames = np.concatenate([stacks[0, :-1], stacks[:, -1]], axis=0)
+        return Segment(np.ascontiguousarray(frames, dtype=np.uint8),
+                       np.asarray(actions, dtype=np.int64),
+                       np.asarray(true_rewards, dtype=np.float32))
+
+
+@dataclass(frozen=True)
+class Preference:
+    """A label on a pair of segments: `mu` is the probability that `left` is preferred
+    (1.0 left better, 0.0 right better, 0.5 equally good; "incomparable" pairs are never stored)."""
+
+    left: Segment
+    right: Segment
+    mu: float
+    source: str = "synthetic"  # "synthetic" or "human"
+    is_validation: bool = False
