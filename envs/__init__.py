@@ -1,0 +1,46 @@
+"""Environments: MovingDot and any ALE game, all as uint8 (N, 4, 84, 84) vector envs."""
+from __future__ import annotations
+
+from envs.vec_env import EpisodeRecord, StepResult, VecEnv
+
+MOVING_DOT_IDS = ("MovingDotNoFrameskip-v0", "MovingDot-v0")
+
+
+class UnknownEnvError(ValueError):
+    """The env id is neither MovingDot nor an ALE game; the message lists the supported ids."""
+
+
+def env_kind(env_id: str) -> str:
+    """'moving_dot' or 'atari'; raises UnknownEnvError for anything else."""
+    if env_id in MOVING_DOT_IDS:
+        return "moving_dot"
+    from envs.atari import all_env_ids, game_from_env_id
+    if game_from_env_id(env_id) is None:
+        raise UnknownEnvError(
+            f"unknown env {env_id!r}; supported: {', '.join(MOVING_DOT_IDS)}, "
+            f"{', '.join(all_env_ids())}")
+    return "atari"
+
+
+def make_vec_env(env_id: str, num_envs: int, seed: int = 0, num_threads: int = 0) -> VecEnv:
+    """The paper's preprocessed env: frameskip 4, 84x84 grey, 4-frame stack, score blanked.
+
+    MovingDot-v0 and MovingDotNoFrameskip-v0 give the same preprocessed env (frameskip 4 is part
+    of the preprocessing, as for the Atari NoFrameskip ids).
+    """
+    if env_kind(env_id) == "moving_dot":
+        from envs.moving_dot import MovingDotVecEnv
+        return MovingDotVecEnv(num_envs, seed=seed)
+    from envs.atari import AtariVecEnv, game_from_env_id
+    return AtariVecEnv(game_from_env_id(env_id), num_envs, seed=seed, num_threads=num_threads)
+
+
+def register_envs() -> None:
+    """Register the MovingDot ids with gymnasium (the Atari ids come with `import ale_py`)."""
+    from envs.moving_dot import register
+    register()
+
+
+__all__ = ["EpisodeRecord", "StepResult", "VecEnv", "UnknownEnvError", "env_kind", "make_vec_env",
+           "register_envs", "MOVING_DOT_IDS"]
+register_envs()

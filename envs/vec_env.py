@@ -1,0 +1,53 @@
+"""The small vector-env interface the A2C rollout loop consumes."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class EpisodeRecord:
+    """A finished episode: which env, its true (unclipped) game score and its agent steps."""
+
+    env_index: int
+    true_return: float
+    length: int
+
+
+@dataclass
+class StepResult:
+    obs: np.ndarray  # uint8 (N, 4, 84, 84): on an episode end, the new episode's first observation
+    rewards: np.ndarray  # float32 (N,): the game's own reward, unclipped
+    dones: np.ndarray  # bool (N,): the episode ended on this step (game over or time limit)
+    finished: list[EpisodeRecord] = field(default_factory=list)
+
+
+class VecEnv:
+    """N environments stepped together; subclasses set num_envs/num_actions and call `_account`."""
+
+    num_envs: int
+    num_actions: int
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        raise NotImplementedError
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def _init_episode_stats(self) -> None:
+        self._returns = np.zeros(self.num_envs, dtype=np.float64)
+        self._lengths = np.zeros(self.num_envs, dtype=np.int64)
+
+    def _account(self, rewards: np.ndarray, dones: np.ndarray) -> list[EpisodeRecord]:
+        """Track the true score per env and report episodes that ended on this step."""
+        self._returns += rewards
+        self._lengths += 1
+        finished = [EpisodeRecord(int(i), float(self._returns[i]), int(self._lengths[i]))
+                    for i in np.flatnonzero(dones)]
+        self._returns[dones] = 0.0
+        self._lengths[dones] = 0
+        return finished
