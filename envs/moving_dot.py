@@ -127,7 +127,8 @@ class MovingDotVecEnv(VecEnv):
             self.rng = np.random.default_rng(seed)
         self.xy = self._random_xy(self.num_envs)
         self.frame_count[:] = 0
-        self.obs[:] = render_84(self.xy)[:, None]
+        self.obs[:] = 0  # like ale-py: a new episode's stack is zeros and its first frame
+        self.obs[:, -1] = render_84(self.xy)
         self._init_episode_stats()
         return self.obs.copy()
 
@@ -151,7 +152,8 @@ class MovingDotVecEnv(VecEnv):
             n = int(dones.sum())
             self.xy[dones] = self._random_xy(n)
             self.frame_count[dones] = 0
-            self.obs[dones] = render_84(self.xy[dones])[:, None]
+            self.obs[dones] = 0
+            self.obs[dones, -1] = render_84(self.xy[dones])
         finished = self._account(rewards, dones)
         return StepResult(self.obs.copy(), rewards, dones, finished)
 

@@ -13,6 +13,7 @@ class EpisodeRecord:
     env_index: int
     true_return: float
     length: int
+    train_return: float | None = None  # the summed reward the agent trained on (set by A2C)
 
 
 @dataclass

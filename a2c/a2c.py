@@ -1,0 +1,85 @@
+"""The A2C update rule (Mnih et al. 2016, synchronous), with the paper's hyperparameters (App. A.2)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.distributions import Categorical
+
+
+@dataclass
+class A2CConfig:
+    """A2C hyperparameters; defaults are the paper's Atari settings (App. A.2)."""
+
+    n_envs: int = 16
+    n_steps: int = 5  # steps per env per update
+    gamma: float = 0.99
+    lr: float = 7e-4
+    rms_alpha: float = 0.99
+    rms_eps: float = 1e-5
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    lr_zero_timesteps: float | None = None  # lr decays linearly to 0 here (paper: 80M); None: constant
+
+
+def discounted_returns(rewards: torch.Tensor, dones: torch.Tensor, last_value: torch.Tensor,
+                       gamma: float) -> torch.Tensor:
+    """n-step returns, (T, N): R_t = r_t + gamma * (1 - done_t) * R_{t+1}, R_T = V(s_T).
+
+    dones[t] means the episode ended on step t, so nothing after it is bootstrapped into R_t.
+    """
+    returns = torch.empty_like(rewards)
+    running = last_value
+    for t in reversed(range(rewards.shape[0])):
+        running = rewards[t] + gamma * (1.0 - dones[t].float()) * running
+        returns[t] = running
+    return returns
+
+
+def a2c_loss(logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor,
+             returns: torch.Tensor, ent_coef: float, vf_coef: float
+             ) -> tuple[torch.Tensor, dict[str, float]]:
+    """Policy-gradient loss with the value baseline, value MSE and entropy bonus; any leading shape."""
+    dist = Categorical(logits=logits)
+    advantages = (returns - values).detach()
+    policy_loss = -(dist.log_prob(actions) * advantages).mean()
+    value_loss = (returns - values).pow(2).mean()
+    entropy = dist.entropy().mean()
+    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
+    return loss, {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
+                  "entropy": entropy.item()}
+
+
+class A2C:
+    """Consumes one rollout's forward pass and applies one RMSProp step."""
+
+    def __init__(self, policy: nn.Module, config: A2CConfig):
+        self.policy = policy
+        self.config = config
+        self.optimizer = torch.optim.RMSprop(policy.parameters(), lr=config.lr,
+                                             alpha=config.rms_alpha, eps=config.rms_eps)
+
+    def learning_rate(self, timesteps: int) -> float:
+        c = self.config
+        if not c.lr_zero_timesteps:
+            return c.lr
+        return c.lr * max(0.0, 1.0 - timesteps / c.lr_zero_timesteps)
+
+    def update(self, logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor,
+               rewards: torch.Tensor, dones: torch.Tensor, last_value: torch.Tensor,
+               timesteps: int) -> dict[str, float]:
+        """One gradient step from a rollout whose logits/values (T, N, ...) still hold their graph."""
+        c = self.config
+        returns = discounted_returns(rewards, dones, last_value, c.gamma)
+        loss, stats = a2c_loss(logits, values, actions, returns, c.ent_coef, c.vf_coef)
+        lr = self.learning_rate(timesteps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm)
+        self.optimizer.step()
+        stats["learning_rate"] = lr
+        return stats

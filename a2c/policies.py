@@ -1,0 +1,52 @@
+"""Actor-critic networks: the Nature-DQN torso for Atari (App. A.2) and a small one for MovingDot."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def _init(layer: nn.Module, gain: float = 2 ** 0.5) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class ActorCritic(nn.Module):
+    """A conv torso shared by a softmax policy head and a value head.
+
+    Takes uint8 (B, 4, 84, 84) observations; returns (logits (B, A), value (B,)).
+    """
+
+    def __init__(self, torso: nn.Sequential, n_features: int, n_actions: int):
+        super().__init__()
+        self.torso = torso
+        self.policy = _init(nn.Linear(n_features, n_actions), gain=0.01)
+        self.value = _init(nn.Linear(n_features, 1), gain=1.0)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.torso(obs.float() * (1.0 / 255.0))
+        return self.policy(h), self.value(h).squeeze(-1)
+
+
+def nature_cnn(n_actions: int) -> ActorCritic:
+    """Mnih et al. 2015's network, the paper's policy for Atari (App. A.2)."""
+    torso = nn.Sequential(
+        _init(nn.Conv2d(4, 32, 8, stride=4)), nn.ReLU(),
+        _init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+        _init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+        nn.Flatten(), _init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU())
+    return ActorCritic(torso, 512, n_actions)
+
+
+def small_cnn(n_actions: int) -> ActorCritic:
+    """A lighter pixel network for MovingDot: two convs and a 128-unit layer."""
+    torso = nn.Sequential(
+        _init(nn.Conv2d(4, 16, 8, stride=4)), nn.ReLU(),
+        _init(nn.Conv2d(16, 32, 4, stride=2)), nn.ReLU(),
+        nn.Flatten(), _init(nn.Linear(32 * 9 * 9, 128)), nn.ReLU())
+    return ActorCritic(torso, 128, n_actions)
+
+
+def make_policy(env_kind: str, n_actions: int) -> ActorCritic:
+    """The policy network for an env kind ('atari' or 'moving_dot')."""
+    return small_cnn(n_actions) if env_kind == "moving_dot" else nature_cnn(n_actions)

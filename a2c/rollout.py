@@ -1,0 +1,109 @@
+"""The rollout loop: step N envs for T steps, keeping the forward pass for the update.
+
+The policy's parameters do not change during a rollout, so the forward pass that picks the actions
+is the same one the A2C loss needs: keeping its graph saves running the network twice per step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import numpy as np
+import torch
+from torch.distributions import Categorical
+
+from envs.vec_env import EpisodeRecord, VecEnv
+
+# A reward function replaces the env's reward: uint8 obs (B, 4, 84, 84) and int64 actions (B,)
+# -> float32 rewards (B,). It is called once per rollout on all T * N steps at once.
+RewardFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+class RolloutObserver(Protocol):
+    """Sees every rollout (e.g. to cut clips for labelling); must return quickly, never block."""
+
+    def __call__(self, rollout: "Rollout") -> None: ...
+
+
+@dataclass
+class Rollout:
+    obs: np.ndarray  # uint8 (T + 1, N, 4, 84, 84); obs[t] is the observation actions[t] was taken on
+    actions: np.ndarray  # int64 (T, N)
+    true_rewards: np.ndarray  # float32 (T, N): the game's own reward
+    rewards: np.ndarray  # float32 (T, N): the reward A2C trains on
+    dones: np.ndarray  # bool (T, N): the episode ended on step t; obs[t + 1] starts a new one
+    finished: list[EpisodeRecord] = field(default_factory=list)
+    logits: torch.Tensor | None = None  # (T, N, A), with graph
+    values: torch.Tensor | None = None  # (T, N), with graph
+    last_value: torch.Tensor | None = None  # (N,), V(obs[T]), no graph
+
+
+class RolloutCollector:
+    """Steps a VecEnv with a policy; rewards come from the env (sign-clipped) or from `reward_fn`."""
+
+    def __init__(self, env: VecEnv, policy: torch.nn.Module, n_steps: int,
+                 reward_fn: RewardFn | None = None, observers: list[RolloutObserver] = (),
+                 seed: int = 0):
+        self.env = env
+        self.policy = policy
+        self.n_steps = n_steps
+        self.reward_fn = reward_fn
+        self.observers = list(observers)
+        n = env.num_envs
+        self.obs = np.empty((n_steps + 1, n, 4, 84, 84), dtype=np.uint8)
+        self.obs[0] = env.reset(seed=seed)
+        self.generator = torch.Generator().manual_seed(seed)
+        # Per-env sum of the reward A2C trains on, for the "predicted return" of each episode.
+        self.train_return = np.zeros(n, dtype=np.float64)
+
+    def collect(self) -> Rollout:
+        T, n = self.n_steps, self.env.num_envs
+        actions = np.empty((T, n), dtype=np.int64)
+        true_rewards = np.empty((T, n), dtype=np.float32)
+        dones = np.empty((T, n), dtype=bool)
+        logits, values, finished = [], [], []
+        for t in range(T):
+            step_logits, step_value = self.policy(torch.from_numpy(self.obs[t]))
+            probs = torch.softmax(step_logits.detach(), dim=-1)
+            action = torch.multinomial(probs, 1, generator=self.generator).squeeze(1).numpy()
+            result = self.env.step(action)
+            self.obs[t + 1] = result.obs
+            actions[t], true_rewards[t], dones[t] = action, result.rewards, result.dones
+            logits.append(step_logits)
+            values.append(step_value)
+            finished.extend(result.finished)
+        with torch.no_grad():
+            _, last_value = self.policy(torch.from_numpy(self.obs[T]))
+        if self.reward_fn is None:
+            rewards = np.sign(true_rewards)  # DeepMind reward clipping for true-reward training
+        else:
+            rewards = self.reward_fn(self.obs[:T].reshape(T * n, 4, 84, 84),
+                                     actions.reshape(T * n)).reshape(T, n).astype(np.float32)
+        rollout = Rollout(self.obs, actions, true_rewards, rewards, dones, finished,
+                          torch.stack(logits), torch.stack(values), last_value)
+        self._track_train_return(rollout)
+        for observer in self.observers:
+            observer(rollout)
+        self.obs[0] = self.obs[T]
+        return rollout
+
+    def _track_train_return(self, rollout: Rollout) -> None:
+        """Attach the summed training reward to each finished episode record."""
+        ends = {}
+        for t in range(rollout.rewards.shape[0]):
+            self.train_return += rollout.rewards[t]
+            for i in np.flatnonzero(rollout.dones[t]):
+                ends[(t, int(i))] = float(self.train_return[i])
+                self.train_return[i] = 0.0
+        # Records arrive in step order, so pair them with the ends in the same order.
+        for record, (_, value) in zip(rollout.finished, sorted(ends.items())):
+            record.train_return = value
+
+
+def sample_actions(policy: torch.nn.Module, obs: np.ndarray, greedy: bool = False) -> np.ndarray:
+    """Actions for a batch of observations without building a graph (evaluation, watching)."""
+    with torch.no_grad():
+        logits, _ = policy(torch.from_numpy(obs))
+    if greedy:
+        return logits.argmax(-1).numpy()
+    return Categorical(logits=logits).sample().numpy()

@@ -1,0 +1,113 @@
+"""The A2C process: collect rollouts, update, log, checkpoint, until enough timesteps or stop."""
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from a2c.a2c import A2C, A2CConfig
+from a2c.checkpoint import load_policy, save_policy
+from a2c.policies import make_policy
+from a2c.rollout import RewardFn, RolloutCollector, RolloutObserver
+
+
+@dataclass
+class A2CRunConfig:
+    """Everything the A2C process needs besides its queues."""
+
+    env_id: str
+    total_timesteps: int
+    a2c: A2CConfig = field(default_factory=A2CConfig)
+    seed: int = 0
+    ckpt_dir: str = "policy"
+    ckpt_interval: int = 1000  # updates between policy checkpoints
+    load_ckpt_dir: str | None = None
+    torch_threads: int = 2
+    env_threads: int = 0  # ale-py threads; 0: one per core
+
+
+class A2CStats:
+    """Shared counters the run's supervisor reads for the live status line."""
+
+    def __init__(self, ctx):
+        self.timesteps = ctx.Value("q", 0, lock=False)
+        self.steps_per_sec = ctx.Value("d", 0.0, lock=False)
+        self.episodes = ctx.Value("q", 0, lock=False)
+        self.recent_return = ctx.Value("d", float("nan"), lock=False)
+
+
+def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
+              make_reward_fn: Callable[[], RewardFn] | None = None,
+              make_observers: Callable[[int], list[RolloutObserver]] | None = None,
+              stop_event=None) -> int:
+    """Train until `total_timesteps` agent steps (summed over envs); returns the steps reached.
+
+    `make_reward_fn` builds, inside this process, the reward that replaces the env's;
+    `make_observers(n_envs)` builds the rollout observers (e.g. the clip cutter).
+    On KeyboardInterrupt or `stop_event` a final checkpoint is written before returning.
+    """
+    from torch.utils.tensorboard import SummaryWriter
+
+    from envs import env_kind, make_vec_env
+
+    torch.set_num_threads(config.torch_threads)
+    torch.manual_seed(config.seed)
+    c = config.a2c
+    env = make_vec_env(config.env_id, c.n_envs, seed=config.seed, num_threads=config.env_threads)
+    policy = make_policy(env_kind(config.env_id), env.num_actions)
+    algo = A2C(policy, c)
+    timesteps = updates = 0
+    if config.load_ckpt_dir:
+        state = load_policy(config.load_ckpt_dir)
+        policy.load_state_dict(state["policy"])
+        algo.optimizer.load_state_dict(state["optimizer"])
+        timesteps, updates = state["timesteps"], state["updates"]
+    reward_fn = make_reward_fn() if make_reward_fn else None
+    observers = make_observers(c.n_envs) if make_observers else []
+    collector = RolloutCollector(env, policy, c.n_steps, reward_fn, observers, seed=config.seed)
+    writer = SummaryWriter(log_dir)
+    recent = collections.deque(maxlen=100)
+    t_last, steps_last = time.perf_counter(), timesteps
+    try:
+        while timesteps < config.total_timesteps and not (stop_event and stop_event.is_set()):
+            r = collector.collect()
+            loss_stats = algo.update(r.logits, r.values, torch.from_numpy(r.actions),
+                                     torch.from_numpy(r.rewards), torch.from_numpy(r.dones),
+                                     r.last_value, timesteps)
+            timesteps += c.n_steps * c.n_envs
+            updates += 1
+            for ep in r.finished:
+                recent.append(ep.true_return)
+                writer.add_scalar("charts/episodic_return", ep.true_return, timesteps)
+                writer.add_scalar("charts/episodic_length", ep.length, timesteps)
+                if reward_fn is not None:
+                    writer.add_scalar("charts/predicted_return", ep.train_return, timesteps)
+            now = time.perf_counter()
+            if now - t_last >= 1.0:
+                sps = (timesteps - steps_last) / (now - t_last)
+                t_last, steps_last = now, timesteps
+                writer.add_scalar("charts/SPS", sps, timesteps)
+                for k, v in loss_stats.items():
+                    writer.add_scalar(f"losses/{k}" if k != "learning_rate" else
+                                      "charts/learning_rate", v, timesteps)
+                if stats is not None:
+                    stats.steps_per_sec.value = sps
+            if stats is not None:
+                stats.timesteps.value = timesteps
+                if r.finished:
+                    stats.episodes.value += len(r.finished)
+                    stats.recent_return.value = float(np.mean(recent))
+            if updates % config.ckpt_interval == 0:
+                save_policy(config.ckpt_dir, policy, algo.optimizer, timesteps, updates)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        save_policy(config.ckpt_dir, policy, algo.optimizer, timesteps, updates)
+        writer.close()
+        env.close()
+    return timesteps

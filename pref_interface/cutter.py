@@ -1,0 +1,87 @@
+"""Cut the agent's experience into the clips that are shown for comparison (App. A.2: 25 steps)."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from pref_interface.segment import FRAME_SHAPE, SEGMENT_LENGTH, STACK, Segment
+
+
+class SegmentCutter:
+    """Builds one segment at a time from the A2C rollouts, rotating over the environments.
+
+    The clip under construction belongs to one env; when it is complete the next clip starts in
+    the next env (i, i+1 mod N, ...), so every worker contributes while the rate stays at one
+    segment per `segment_length` agent steps in total. Each step copies only the new frame of that
+    one env (consecutive 4-frame stacks share three frames). A clip cut short by an episode end is
+    discarded, and the next clip starts in the next env.
+
+    Attributes `n_emitted` and `n_discarded` count segments made and abandoned.
+    """
+
+    def __init__(self, n_envs: int, segment_length: int = SEGMENT_LENGTH) -> None:
+        assert n_envs >= 1 and segment_length >= 1
+        self.n_envs = n_envs
+        self.segment_length = segment_length
+        self.n_emitted = 0
+        self.n_discarded = 0
+        self._env = 0  # the env the current clip comes from
+        self._n = 0  # steps in the current clip so far
+        self._new_buffers()
+
+    def _new_buffers(self) -> None:
+        self._frames = np.empty((self.segment_length + STACK - 1, *FRAME_SHAPE), np.uint8)
+        self._actions = np.empty(self.segment_length, np.int64)
+        self._rewards = np.empty(self.segment_length, np.float32)
+
+    def observe(self, obs: np.ndarray, actions: np.ndarray, true_rewards: np.ndarray,
+                dones: np.ndarray) -> list[Segment]:
+        """Take one rollout of `T` steps of `N` envs; returns the segments completed in it.
+
+        Args:
+            obs: uint8 (T + 1, N, 4, 84, 84); `obs[t]` is what `actions[t]` was taken on and
+                `obs[T]` (the next rollout's `obs[0]`) is not used.
+            actions: int (T, N).
+            true_rewards: float (T, N), the env's own reward (for synthetic labels).
+            dones: bool (T, N); `dones[t, i]` means env i was reset after step t, so `obs[t + 1, i]`
+                is a new episode's first observation. Pass every real reset here, even when the
+                agent itself is not told about episode ends (App. A: one continuous episode).
+        """
+        obs = np.asarray(obs)
+        n_steps = len(actions)
+        assert obs.dtype == np.uint8 and obs.shape[1:] == (self.n_envs, STACK, *FRAME_SHAPE), (
+            obs.dtype, obs.shape)
+        assert len(obs) == n_steps + 1 and np.shape(actions) == np.shape(true_rewards) == np.shape(dones) == (
+            n_steps, self.n_envs), (obs.shape, np.shape(actions), np.shape(true_rewards), np.shape(dones))
+
+        done_segments = []
+        for t in range(n_steps):
+            i, n = self._env, self._n
+            if n == 0:
+                self._frames[:STACK] = obs[t, i]
+            elif np.array_equal(obs[t, i, :-1], self._frames[n:n + STACK - 1]):
+                self._frames[n + STACK - 1] = obs[t, i, -1]
+            else:
+                # The stacks stopped overlapping without a reset in `dones` (e.g. an env whose
+                # autoreset returns the reset observation one step late): the clip would be
+                # garbage, so restart it from this observation.
+                warnings.warn("SegmentCutter: consecutive observations do not share frames; "
+                              "check that `dones` marks every reset", RuntimeWarning, stacklevel=2)
+                self.n_discarded += 1
+                n = 0
+                self._frames[:STACK] = obs[t, i]
+            self._actions[n] = actions[t, i]
+            self._rewards[n] = true_rewards[t, i]
+            self._n = n + 1
+            if self._n == self.segment_length:  # complete; may end exactly on an episode's last step
+                done_segments.append(Segment(self._frames, self._actions, self._rewards))
+                self._new_buffers()
+                self.n_emitted += 1
+            elif dones[t, i]:  # broken by an episode end: the frames would jump to a new episode
+                self.n_discarded += 1
+            else:
+                continue
+            self._n = 0
+            self._env = (i + 1) % self.n_envs
+        return done_segments

@@ -1,0 +1,109 @@
+"""Which clips to compare: a buffer of recent segments and the choice of pairs to show."""
+from __future__ import annotations
+
+from collections import OrderedDict
+from itertools import combinations
+from typing import Callable, Sequence
+
+import numpy as np
+
+from pref_interface.segment import Segment
+
+Candidate = tuple[int, Segment, int, Segment]  # (id_a, seg_a, id_b, seg_b)
+# Scores candidate pairs, higher = more worth asking about (e.g. the ensemble's disagreement).
+PairScorer = Callable[[Sequence[Candidate]], np.ndarray]
+
+
+def select_pairs(candidates: Sequence[Candidate], k: int, rng: np.random.Generator,
+                 score: PairScorer | None = None) -> list[Candidate]:
+    """Choose up to `k` of the candidate pairs to show.
+
+    Without `score`, uniformly at random. With `score`, the `k` highest-scoring ones (§2.2.4: draw
+    more candidate pairs than are shown and query those where the predictors disagree most).
+    """
+    k = min(k, len(candidates))
+    if k <= 0:
+        return []
+    if score is None:
+        chosen = rng.choice(len(candidates), size=k, replace=False)
+    else:
+        scores = np.asarray(score(candidates), dtype=np.float64)
+        assert scores.shape == (len(candidates),), scores.shape
+        chosen = np.argsort(-scores, kind="stable")[:k]
+    return [candidates[j] for j in chosen]
+
+
+class SegmentBuffer:
+    """The most recent `max_segs` segments, each with an increasing id, and the pairs of them
+    already offered for labelling (never offered twice)."""
+
+    def __init__(self, max_segs: int = 1000) -> None:
+        assert max_segs >= 2
+        self.max_segs = max_segs
+        self._segs: OrderedDict[int, Segment] = OrderedDict()
+        self._next_id = 0
+        self._offered: set[tuple[int, int]] = set()  # (smaller id, larger id)
+        self._partners: dict[int, set[int]] = {}  # id -> ids it was offered with, for eviction
+
+    def add(self, seg: Segment) -> int:
+        """Keep a segment, evicting the oldest beyond `max_segs`; returns its id."""
+        seg_id = self._next_id
+        self._next_id += 1
+        self._segs[seg_id] = seg
+        while len(self._segs) > self.max_segs:
+            old, _ = self._segs.popitem(last=False)
+            for other in self._partners.pop(old, ()):
+                self._offered.discard((min(old, other), max(old, other)))
+                self._partners[other].discard(old)
+        return seg_id
+
+    def __len__(self) -> int:
+        return len(self._segs)
+
+    @property
+    def n_unoffered_pairs(self) -> int:
+        n = len(self._segs)
+        return n * (n - 1) // 2 - len(self._offered)
+
+    def sample_new_pairs(self, k: int, rng: np.random.Generator, score: PairScorer | None = None,
+                         oversample: int = 10) -> list[Candidate]:
+        """Up to `k` pairs of distinct segments never offered before, marked as offered now.
+
+        With `score`, `oversample * k` candidates are drawn and the best `k` kept (§2.2.4 / App.
+        A: 10x more candidates than queries); without it, `k` random pairs. Which segment is left
+        is random, so neither side is favoured. Fewer than `k` when the buffer runs out of pairs.
+        """
+        n_candidates = k if score is None else k * oversample
+        candidates = [(a, self._segs[a], b, self._segs[b]) for a, b in self._draw_unoffered(n_candidates, rng)]
+        chosen = select_pairs(candidates, k, rng, score)
+        for a, _, b, _ in chosen:
+            self._offered.add((min(a, b), max(a, b)))
+            self._partners.setdefault(a, set()).add(b)
+            self._partners.setdefault(b, set()).add(a)
+        return chosen
+
+    def _draw_unoffered(self, m: int, rng: np.random.Generator) -> list[tuple[int, int]]:
+        """`m` distinct unoffered id pairs (fewer if there are not that many), random order."""
+        m = min(m, self.n_unoffered_pairs)
+        if m <= 0:
+            return []
+        ids = np.fromiter(self._segs.keys(), dtype=np.int64, count=len(self._segs))
+        found: dict[tuple[int, int], None] = {}  # insertion-ordered set
+        # Rejection sampling is cheap while most pairs are unoffered (the usual case: the buffer
+        # turns over long before its ~500k pairs are used up); enumerate when it stops working.
+        for _ in range(20):
+            a, b = rng.integers(len(ids), size=(2, 2 * (m - len(found)) + 8))
+            for x, y in zip(ids[a[a != b]], ids[b[a != b]]):
+                pair = (int(min(x, y)), int(max(x, y)))
+                if pair not in self._offered:
+                    found[pair] = None
+                    if len(found) == m:
+                        break
+            if len(found) == m:
+                break
+        else:
+            pool = [p for p in combinations(ids.tolist(), 2) if p not in self._offered and p not in found]
+            extra = rng.choice(len(pool), size=m - len(found), replace=False)
+            found.update((pool[j], None) for j in extra)
+        flip = rng.random(m) < 0.5
+        return [(b, a) if f else (a, b) for (a, b), f in zip(found, flip)]

@@ -1,0 +1,168 @@
+"""The preference-interface process: segments in, labels out (stored first, then sent on).
+
+    A2C --SegmentSender--> seg_queue --> run_pref_interface --> PreferenceStore
+                                                            \\-> pref_queue --> reward-predictor trainer
+"""
+from __future__ import annotations
+
+import math
+import queue
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from pref_interface.pairs import SegmentBuffer
+from pref_interface.segment import Preference, Segment
+from pref_interface.store import PreferenceStore
+from pref_interface.teachers import Labeller, OracleTeacher
+
+SEGMENT_QUEUE_MAXSIZE = 4  # A2C drops segments rather than wait for the interface
+IDLE_SLEEP_S = 0.02
+
+
+@dataclass
+class InterfaceConfig:
+    """Settings of the preference-interface process."""
+
+    max_segs: int = 1000
+    """Most recent segments kept to draw pairs from."""
+    synthetic: bool = True
+    """Label with the true-reward oracle (§3.1); False means a human labels (not implemented yet)."""
+    val_fraction: float = 1 / math.e
+    """Probability that a new label goes to the validation set. App. A holds out 1/e of the data
+    as validation for the adaptive L2 (validation loss kept at 1.1-1.5x training loss); we follow
+    the paper's figure, and decide it per label at labelling time so the split is stored with the
+    label and survives restarts. A trainer that validates on bootstrap out-of-bag labels instead
+    can set 0."""
+    max_in_flight: int | None = 16
+    """Labels sent on pref_queue but not yet taken by the trainer; synthetic labelling pauses at
+    this many so labels are made as fast as the trainer uses them and no faster. None: no trainer
+    consumes labels (gather mode): no limit, and nothing is put on pref_queue."""
+    stop_after_labels: int | None = None
+    """Return once the store holds this many labels (gather_initial_prefs: App. A, 500)."""
+    seed: int | None = None
+    """Seeds pair choice and the validation split."""
+
+
+@dataclass
+class InterfaceStats:
+    """Counters shared between processes (each a `multiprocessing.Value('i')`)."""
+
+    labels_total: Any  # labels made and stored by the interface in this run
+    labels_received: Any  # labels taken off pref_queue, incremented by the trainer
+    segments_received: Any  # segments the interface took off seg_queue
+    segments_dropped: Any  # segments A2C dropped because seg_queue was full
+
+    @classmethod
+    def create(cls, ctx: Any, labels_received: Any | None = None) -> "InterfaceStats":
+        """Make the counters with a multiprocessing context (e.g. `get_context("spawn")`);
+        pass the trainer's own `labels_received` Value to share it rather than make a new one."""
+        return cls(ctx.Value("i", 0), labels_received if labels_received is not None else ctx.Value("i", 0),
+                   ctx.Value("i", 0), ctx.Value("i", 0))
+
+    @property
+    def labels_in_flight(self) -> int:
+        return self.labels_total.value - self.labels_received.value
+
+
+def increment(counter: Any, by: int = 1) -> None:
+    """Add to a shared `multiprocessing.Value` under its lock."""
+    with counter.get_lock():
+        counter.value += by
+
+
+class SegmentSender:
+    """A2C's end of seg_queue: never blocks; counts the segments dropped when the queue is full
+    (as in the reference implementation: clips are plentiful, the agent's time is not)."""
+
+    def __init__(self, seg_queue: Any, dropped_counter: Any | None = None) -> None:
+        self.queue = seg_queue
+        self.dropped_counter = dropped_counter
+        self.sent = 0
+        self.dropped = 0
+        # Segments still buffered when A2C exits may be lost rather than hold up its exit.
+        if hasattr(seg_queue, "cancel_join_thread"):
+            seg_queue.cancel_join_thread()
+
+    def __call__(self, segments: Sequence[Segment]) -> None:
+        for seg in segments:
+            try:
+                self.queue.put_nowait(seg)
+                self.sent += 1
+            except queue.Full:
+                self.dropped += 1
+                if self.dropped_counter is not None:
+                    increment(self.dropped_counter)
+
+
+def make_labeller(config: InterfaceConfig) -> Labeller:
+    """The labeller the config asks for."""
+    if config.synthetic:
+        return OracleTeacher()
+    raise NotImplementedError("human labelling is not implemented yet; run with synthetic labels")
+
+
+def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any | None, stop_event: Any,
+                       stats: InterfaceStats, store_path: str, labeller: Labeller | None = None) -> None:
+    """Body of the preference-interface process.
+
+    Until `stop_event` is set: take the segments A2C sent, pick pairs never shown before, label
+    them, commit each label to the store at `store_path`, then put it on `pref_queue` (never
+    dropped). Synthetic labels are made as fast as the trainer takes them (`max_in_flight`).
+    Returns when `stop_event` is set, on Ctrl-C, or once the store holds `stop_after_labels`.
+
+    Args:
+        labeller: overrides the one the config chooses (scripted teachers, tests).
+    """
+    labeller = labeller if labeller is not None else make_labeller(config)
+    if config.max_in_flight is None:
+        pref_queue = None  # nobody reads it: putting would only pile labels up in memory
+    pair_seq, val_seq = np.random.SeedSequence(config.seed).spawn(2)
+    pair_rng, val_rng = np.random.default_rng(pair_seq), np.random.default_rng(val_seq)
+    buffer = SegmentBuffer(config.max_segs)
+    store = PreferenceStore(store_path)
+    n_stored = len(store)
+    done = False  # reached stop_after_labels: the reader of pref_queue is expected to drain it
+    try:
+        while not stop_event.is_set():
+            if config.stop_after_labels is not None and n_stored >= config.stop_after_labels:
+                done = True
+                return
+            _drain_segments(seg_queue, buffer, stats)
+            in_flight_ok = (config.max_in_flight is None
+                            or stats.labels_in_flight < config.max_in_flight)
+            pairs = buffer.sample_new_pairs(1, pair_rng) if in_flight_ok else []
+            if not pairs:
+                time.sleep(IDLE_SLEEP_S)
+                continue
+            _, left, _, right = pairs[0]
+            mu = labeller.label(left, right)
+            if mu is None:  # incomparable: not stored (§2.2.2)
+                continue
+            pref = Preference(left, right, mu, labeller.source,
+                              is_validation=bool(val_rng.random() < config.val_fraction))
+            store.add(pref)  # committed before anyone hears of it
+            n_stored += 1
+            if pref_queue is not None:
+                pref_queue.put(pref)
+            increment(stats.labels_total)
+    except KeyboardInterrupt:
+        pass  # every label made so far is already committed
+    finally:
+        store.close()
+        if not done and pref_queue is not None and hasattr(pref_queue, "cancel_join_thread"):
+            # Shutting down: the trainer may have stopped reading, and a label still buffered in
+            # the queue would hold up this process's exit. Every label is in the store anyway.
+            pref_queue.cancel_join_thread()
+
+
+def _drain_segments(seg_queue: Any, buffer: SegmentBuffer, stats: InterfaceStats) -> None:
+    while True:
+        try:
+            seg = seg_queue.get_nowait()
+        except queue.Empty:
+            return
+        buffer.add(seg)
+        increment(stats.segments_received)

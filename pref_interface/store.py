@@ -1,0 +1,347 @@
+"""Durable storage of preference labels: one SQLite file, every label committed as it is made.
+
+Human labels are the expensive resource of the method, so none may be lost to a crash: the store
+runs SQLite in WAL mode with `synchronous=FULL` and commits each label in its own transaction, so a
+process killed at any instant (SIGKILL included) leaves a file that opens with every label whose
+`add()` had returned. Segments are kept as compressed `.npz` blobs, read back with
+`allow_pickle=False`; nothing in this module unpickles.
+"""
+from __future__ import annotations
+
+import io
+import os
+import sqlite3
+import time
+import zipfile
+from contextlib import contextmanager
+from functools import wraps
+from pathlib import Path
+from typing import Callable, Iterator, TypeVar
+
+import numpy as np
+
+from pref_interface.segment import FRAME_SHAPE, STACK, Preference, Segment
+
+SCHEMA_VERSION = 1  # PRAGMA user_version of stores written by this code
+EXPORT_FORMAT_VERSION = 1
+SOURCES = ("synthetic", "human")
+
+_SCHEMA = """
+CREATE TABLE labels (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    created       REAL    NOT NULL,  -- Unix time the label was made
+    source        TEXT    NOT NULL CHECK (source IN ('synthetic', 'human')),
+    is_validation INTEGER NOT NULL CHECK (is_validation IN (0, 1)),
+    mu            REAL    NOT NULL CHECK (mu >= 0.0 AND mu <= 1.0),  -- P(left preferred)
+    left_steps    INTEGER NOT NULL,  -- segment lengths, so exports can be sized without decoding
+    right_steps   INTEGER NOT NULL,
+    left_seg      BLOB    NOT NULL,  -- np.savez_compressed(frames, actions, true_rewards)
+    right_seg     BLOB    NOT NULL
+);
+"""
+_COLUMNS = "source, is_validation, mu, left_seg, right_seg"
+
+
+class StoreError(Exception):
+    """The store file is missing, corrupt or not a preference store."""
+
+
+_F = TypeVar("_F", bound=Callable)
+
+
+def _db_errors_as_store_errors(method: _F) -> _F:
+    """A damaged file can open fine and fail only when its pages are read: report that as a
+    StoreError that names the file."""
+    @wraps(method)
+    def wrapper(self: "PreferenceStore", *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"preference store {self.path}: {e}") from None
+    return wrapper  # type: ignore[return-value]
+
+
+def encode_segment(seg: Segment) -> bytes:
+    """Compress a segment into a self-describing `.npz` blob."""
+    buf = io.BytesIO()
+    np.savez_compressed(buf, frames=seg.frames, actions=seg.actions, true_rewards=seg.true_rewards)
+    return buf.getvalue()
+
+
+def decode_segment(blob: bytes) -> Segment:
+    """Inverse of `encode_segment`; never unpickles."""
+    with np.load(io.BytesIO(blob), allow_pickle=False) as z:
+        return Segment(z["frames"], z["actions"], z["true_rewards"])
+
+
+class PreferenceStore:
+    """All preference labels of a run, in one SQLite file.
+
+    Args:
+        path: the database file (its `-wal` / `-shm` companions live beside it).
+        create: make the file (and its folder) if missing; with False a missing file is an error.
+    """
+
+    def __init__(self, path: str | os.PathLike, create: bool = True) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            if not create:
+                raise StoreError(f"preference store {self.path} does not exist")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        elif not self.path.is_file():
+            raise StoreError(f"preference store {self.path} is not a file")
+        try:
+            # isolation_level=None: no implicit transactions; each statement commits on its own
+            # unless wrapped in `_transaction()`.
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open preference store {self.path}: {e}") from None
+        try:
+            self._open(create)
+        except StoreError:
+            self._db.close()
+            raise
+        except sqlite3.Error as e:
+            self._db.close()
+            raise StoreError(f"{self.path} is not a readable preference store: {e}") from None
+
+    def _open(self, create: bool) -> None:
+        mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            raise StoreError(f"preference store {self.path}: cannot use WAL journal (got {mode})")
+        self._db.execute("PRAGMA synchronous=FULL")  # fsync the WAL at every commit
+        with self._transaction(immediate=True):
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if version == 0 and not tables - {"sqlite_sequence"}:
+                if not create:
+                    raise StoreError(f"{self.path} is an empty database, not a preference store")
+                self._db.execute(_SCHEMA)
+                self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            elif version > SCHEMA_VERSION:
+                raise StoreError(f"preference store {self.path} has schema version {version}; "
+                                 f"this code reads up to {SCHEMA_VERSION}")
+            elif version != SCHEMA_VERSION or "labels" not in tables:
+                raise StoreError(f"{self.path} is an SQLite database but not a preference store")
+
+    @contextmanager
+    def _transaction(self, immediate: bool = False) -> Iterator[None]:
+        self._db.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # ---- labels -------------------------------------------------------------------------------
+
+    @_db_errors_as_store_errors
+    def add(self, pref: Preference, created: float | None = None) -> int:
+        """Store a label and commit it before returning; returns its id."""
+        return self._insert(pref, time.time() if created is None else created)
+
+    def _insert(self, pref: Preference, created: float) -> int:
+        _check_label(pref.mu, pref.source)
+        cur = self._db.execute(
+            "INSERT INTO labels (created, source, is_validation, mu, left_steps, right_steps,"
+            " left_seg, right_seg) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (created, pref.source, int(pref.is_validation), float(pref.mu), len(pref.left),
+             len(pref.right), encode_segment(pref.left), encode_segment(pref.right)))
+        return int(cur.lastrowid)
+
+    @_db_errors_as_store_errors
+    def __len__(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM labels").fetchone()[0])
+
+    @_db_errors_as_store_errors
+    def all_ids(self) -> list[int]:
+        """Ids of every stored label, oldest first."""
+        return [r[0] for r in self._db.execute("SELECT id FROM labels ORDER BY id")]
+
+    @_db_errors_as_store_errors
+    def get(self, label_id: int) -> Preference:
+        """The label with this id; KeyError if there is none."""
+        row = self._db.execute(f"SELECT {_COLUMNS} FROM labels WHERE id = ?", (label_id,)).fetchone()
+        if row is None:
+            raise KeyError(label_id)
+        return self._to_pref(row)
+
+    @_db_errors_as_store_errors
+    def latest(self, n: int) -> list[Preference]:
+        """The newest `n` labels, oldest first (App. A: the trainer keeps only the last 3,000)."""
+        if n <= 0:
+            return []
+        rows = self._db.execute(f"SELECT {_COLUMNS} FROM labels ORDER BY id DESC LIMIT ?", (n,)).fetchall()
+        return [self._to_pref(r) for r in reversed(rows)]
+
+    @_db_errors_as_store_errors
+    def set_mu(self, label_id: int, mu: float) -> None:
+        """Change a label's answer (label editing); KeyError if there is none."""
+        _check_mu(mu)
+        if self._db.execute("UPDATE labels SET mu = ? WHERE id = ?", (float(mu), label_id)).rowcount == 0:
+            raise KeyError(label_id)
+
+    @_db_errors_as_store_errors
+    def delete(self, label_id: int) -> None:
+        """Remove a label (label editing); KeyError if there is none."""
+        if self._db.execute("DELETE FROM labels WHERE id = ?", (label_id,)).rowcount == 0:
+            raise KeyError(label_id)
+
+    @_db_errors_as_store_errors
+    def integrity_check(self) -> str:
+        """SQLite's `PRAGMA integrity_check` verdict: "ok" for a healthy file (StoreError when the
+        file is too damaged to check)."""
+        return "; ".join(r[0] for r in self._db.execute("PRAGMA integrity_check"))
+
+    def _to_pref(self, row: tuple) -> Preference:
+        source, is_val, mu, left, right = row
+        try:
+            return Preference(decode_segment(left), decode_segment(right), float(mu), source, bool(is_val))
+        except (ValueError, OSError, KeyError, AssertionError, zipfile.BadZipFile) as e:
+            raise StoreError(f"preference store {self.path}: undecodable segment ({e})") from None
+
+    # ---- sharing label sets -------------------------------------------------------------------
+
+    @_db_errors_as_store_errors
+    def export_npz(self, path: str | os.PathLike) -> int:
+        """Write every label to a plain `.npz` (no pickled objects); returns the number written.
+
+        Arrays: `mu` (N,), `is_validation` (N,), `source` (N,) str, `created` (N,), `ids` (N,),
+        `seg_steps` (N, 2) int, and the segments left0, right0, left1, ... concatenated:
+        `frames` uint8 (sum(T + 3), 84, 84), `actions` int64 (sum T), `true_rewards` float32 (sum T).
+        Frames are streamed into the archive one segment at a time, so memory stays small.
+        """
+        partial = Path(f"{path}.partial")  # a failed export leaves no half-written file at `path`
+        try:
+            with self._transaction():  # one consistent snapshot even if a writer is busy meanwhile
+                n = self._export(partial)
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
+        return n
+
+    def _export(self, path: Path) -> int:
+        meta = self._db.execute(
+            "SELECT id, created, source, is_validation, mu, left_steps, right_steps FROM labels ORDER BY id"
+        ).fetchall()
+        n = len(meta)
+        ids = np.array([m[0] for m in meta], dtype=np.int64)
+        steps = np.array([m[5:7] for m in meta], dtype=np.int64).reshape(n, 2)
+        small = {
+            "format_version": np.array(EXPORT_FORMAT_VERSION, dtype=np.int64),
+            "ids": ids,
+            "created": np.array([m[1] for m in meta], dtype=np.float64),
+            "source": np.array([m[2] for m in meta], dtype="<U9"),
+            "is_validation": np.array([m[3] for m in meta], dtype=bool),
+            "mu": np.array([m[4] for m in meta], dtype=np.float64),
+            "seg_steps": steps,
+        }
+        n_steps = int(steps.sum())
+        actions = np.empty(n_steps, np.int64)
+        rewards = np.empty(n_steps, np.float32)
+        frames_header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)), "fortran_order": False,
+                         "shape": (n_steps + 2 * n * (STACK - 1), *FRAME_SHAPE)}
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
+            with zf.open("frames.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array_header_1_0(f, frames_header)
+                pos = 0
+                for label_id in ids:
+                    left, right = self._db.execute(
+                        "SELECT left_seg, right_seg FROM labels WHERE id = ?", (int(label_id),)).fetchone()
+                    for blob in (left, right):
+                        seg = decode_segment(blob)
+                        f.write(seg.frames.tobytes())
+                        actions[pos:pos + len(seg)] = seg.actions
+                        rewards[pos:pos + len(seg)] = seg.true_rewards
+                        pos += len(seg)
+            small["actions"], small["true_rewards"] = actions, rewards
+            for name, arr in small.items():
+                with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
+                    np.lib.format.write_array(f, arr, allow_pickle=False)
+        return n
+
+    @_db_errors_as_store_errors
+    def import_npz(self, path: str | os.PathLike) -> int:
+        """Add every label of a file written by `export_npz` (new ids, original times); returns
+        the number added. All or nothing: a bad file raises StoreError and adds no label."""
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                version = int(z["format_version"])
+                if version != EXPORT_FORMAT_VERSION:
+                    raise StoreError(f"{path}: label export format {version}, expected {EXPORT_FORMAT_VERSION}")
+                small = {k: z[k] for k in ("created", "source", "is_validation", "mu", "seg_steps",
+                                           "actions", "true_rewards")}
+            n = len(small["mu"])
+            if small["seg_steps"].dtype.kind not in "iu":
+                raise ValueError("seg_steps must be integers")
+            steps = small["seg_steps"].astype(np.int64).reshape(n, 2)
+            if any(len(small[k]) != n for k in ("created", "source", "is_validation")):
+                raise ValueError("per-label arrays differ in length")
+            if (steps.size and steps.min() < 1) or len(small["actions"]) != steps.sum():
+                raise ValueError("segment lengths do not match the actions")
+            with zipfile.ZipFile(path) as zf, zf.open("frames.npy") as f, self._transaction(immediate=True):
+                shape = _read_npy_header(f)
+                if shape != (int(steps.sum()) + 2 * n * (STACK - 1), *FRAME_SHAPE):
+                    raise ValueError(f"frames have shape {shape}")
+                frame_bytes = FRAME_SHAPE[0] * FRAME_SHAPE[1]
+                pos = 0
+                for k in range(n):
+                    segs = []
+                    for t in steps[k]:
+                        frames = np.frombuffer(_read_exact(f, (t + STACK - 1) * frame_bytes), np.uint8)
+                        segs.append(Segment(frames.reshape(-1, *FRAME_SHAPE), small["actions"][pos:pos + t],
+                                            small["true_rewards"][pos:pos + t]))
+                        pos += t
+                    pref = Preference(segs[0], segs[1], float(small["mu"][k]), str(small["source"][k]),
+                                      bool(small["is_validation"][k]))
+                    self._insert(pref, float(small["created"][k]))
+        except StoreError:
+            raise
+        except (OSError, KeyError, IndexError, TypeError, ValueError, AssertionError, EOFError,
+                zipfile.BadZipFile) as e:
+            raise StoreError(f"{path} is not a readable label export: {e}") from None
+        return n
+
+    # ---- lifetime -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "PreferenceStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_mu(mu: float) -> None:
+    if not 0.0 <= float(mu) <= 1.0:
+        raise ValueError(f"mu must be a probability, got {mu}")
+
+
+def _check_label(mu: float, source: str) -> None:
+    _check_mu(mu)
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+
+
+def _read_npy_header(f: io.BufferedIOBase) -> tuple[int, ...]:
+    """Parse a uint8, C-ordered `.npy` header from a stream; returns the shape."""
+    major, _ = np.lib.format.read_magic(f)
+    read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = read(f)
+    if dtype != np.uint8 or fortran:
+        raise ValueError(f"frames must be C-ordered uint8, got {dtype} fortran={fortran}")
+    return tuple(shape)
+
+
+def _read_exact(f: io.BufferedIOBase, n: int) -> bytes:
+    chunks, left = [], n
+    while left:
+        chunk = f.read(left)
+        if not chunk:
+            raise EOFError(f"archive ended {left} bytes early")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)

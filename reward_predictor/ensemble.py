@@ -1,0 +1,193 @@
+"""An ensemble of reward predictors, each fit to its own bootstrap resample of the labels."""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from pref_interface.segment import STACK, Preference, Segment
+from reward_predictor.loss import LABEL_NOISE, preference_loss
+from reward_predictor.normaliser import REWARD_STD, RunningNormaliser
+
+LEARNING_RATE = 2e-4  # the earlier reproduction's --reward_predictor_learning_rate
+MAX_FRAMES_PER_FORWARD = 2000  # chunk size for evaluation passes over many segments
+
+
+def bootstrap_counts(n_labels: int, n_members: int, rng: np.random.Generator) -> np.ndarray:
+    """How often each member sees each new label: int (n_labels, n_members).
+
+    Online bootstrap (Sec. 2.2.3: "each trained on |D| triples sampled from D with replacement"):
+    Poisson(1) counts approximate a resample with replacement as labels keep arriving. A single
+    predictor uses every label once.
+    """
+    if n_members == 1:
+        return np.ones((n_labels, 1), dtype=np.int64)
+    return rng.poisson(1.0, size=(n_labels, n_members)).astype(np.int64)
+
+
+def segments_to_batch(segments: Sequence[Segment]) -> list[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
+    """Group segments by length into network inputs.
+
+    Returns a list of (indices into `segments`, obs uint8 (N, T, 4, 84, 84), actions int64 (N, T)).
+    `obs` is a strided view of the stacked (N, T + 3, 84, 84) frames: the overlapping windows are
+    never copied as uint8; the net's float conversion is the only full-size copy.
+    """
+    by_length: dict[int, list[int]] = defaultdict(list)
+    for i, seg in enumerate(segments):
+        by_length[len(seg)].append(i)
+    groups = []
+    for idx in by_length.values():
+        frames = torch.from_numpy(np.stack([segments[i].frames for i in idx]))  # (N, T+3, 84, 84)
+        obs = frames.unfold(1, STACK, 1).permute(0, 1, 4, 2, 3)  # (N, T, 4, 84, 84) view
+        actions = torch.from_numpy(np.stack([segments[i].actions for i in idx]))
+        groups.append((np.asarray(idx), obs, actions))
+    return groups
+
+
+def segment_returns(net: nn.Module, segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run `net` over every step of `segments` (one forward pass when all have the same length).
+
+    Returns (summed raw reward of each segment (N,), raw reward of every step (sum of T,)).
+    """
+    groups = segments_to_batch(segments)
+    if len(groups) == 1:
+        _, obs, actions = groups[0]
+        raw = net(obs, actions)  # (N, T)
+        return raw.sum(1), raw.reshape(-1)
+    returns = torch.zeros(len(segments))
+    raws = []
+    for idx, obs, actions in groups:
+        raw = net(obs, actions)
+        returns = returns.index_add(0, torch.from_numpy(idx), raw.sum(1))
+        raws.append(raw.reshape(-1))
+    return returns, torch.cat(raws)
+
+
+class RewardPredictorEnsemble(nn.Module):
+    """`n_members` reward nets, each with its own running normaliser, Adam optimiser and L2
+    coefficient. The reward given to the agent is the mean of the members' normalised outputs
+    (App. A.2: "each member normalized independently, then averaged")."""
+
+    def __init__(self, make_net: Callable[[], nn.Module], n_members: int = 3,
+                 lr: float = LEARNING_RATE, l2: float = 0.0, noise: float = LABEL_NOISE,
+                 reward_std: float = REWARD_STD) -> None:
+        super().__init__()
+        assert n_members >= 1, n_members
+        self.members = nn.ModuleList(make_net() for _ in range(n_members))
+        self.normalisers = nn.ModuleList(RunningNormaliser(reward_std) for _ in range(n_members))
+        self.optimizers = [torch.optim.Adam(m.parameters(), lr=lr) for m in self.members]
+        self.l2 = [float(l2)] * n_members  # per member: adaptive L2 adjusts each one separately
+        self.noise = noise
+
+    @property
+    def n_members(self) -> int:
+        return len(self.members)
+
+    @torch.no_grad()
+    def reward(self, obs: np.ndarray | torch.Tensor, actions: np.ndarray | torch.Tensor) -> np.ndarray:
+        """Predicted reward for obs uint8 (B, 4, 84, 84) and actions int64 (B,): float32 (B,)."""
+        obs = torch.as_tensor(obs)
+        actions = torch.as_tensor(actions)
+        assert obs.dtype == torch.uint8 and obs.shape[-3:] == (STACK, 84, 84), (obs.dtype, obs.shape)
+        was_training = self.training
+        self.eval()
+        total = torch.zeros(obs.shape[0])
+        for net, norm in zip(self.members, self.normalisers):
+            raw = torch.cat([net(o, a) for o, a in zip(obs.split(MAX_FRAMES_PER_FORWARD),
+                                                       actions.split(MAX_FRAMES_PER_FORWARD))])
+            total += norm(raw)
+        self.train(was_training)
+        return (total / self.n_members).numpy().astype(np.float32)
+
+    def _weight_penalty(self, net: nn.Module) -> torch.Tensor:
+        """Sum of squared weights of conv and linear layers (biases and batch-norm gains excluded)."""
+        return sum(p.pow(2).sum() for p in net.parameters() if p.ndim > 1)
+
+    def train_step(self, batch_per_member: Sequence[Sequence[Preference]]) -> dict:
+        """One Adam step per member on its own batch of labels.
+
+        Loss = preference cross-entropy on the members' raw summed rewards + l2 * sum of squared
+        weights. Each member's normaliser is then updated with the raw predictions of its batch.
+        Returns mean `loss` (preference term only, comparable with validation), `accuracy`,
+        `l2_penalty`, and the per-member lists `member_loss`, `member_accuracy`.
+        """
+        assert len(batch_per_member) == self.n_members, (len(batch_per_member), self.n_members)
+        self.train()
+        losses, accs, penalties = [], [], []
+        for m, prefs in enumerate(batch_per_member):
+            net, norm, opt = self.members[m], self.normalisers[m], self.optimizers[m]
+            b = len(prefs)
+            segments = [p.left for p in prefs] + [p.right for p in prefs]
+            mu = torch.tensor([p.mu for p in prefs], dtype=torch.float32)
+            returns, raw = segment_returns(net, segments)  # one pass over all 2B segments
+            loss, acc = preference_loss(returns[:b], returns[b:], mu, self.noise)
+            total = loss
+            penalty = self._weight_penalty(net)
+            if self.l2[m] > 0.0:
+                total = total + self.l2[m] * penalty
+            opt.zero_grad(set_to_none=True)
+            total.backward()
+            opt.step()
+            norm.update(raw.detach())
+            losses.append(float(loss.detach()))
+            accs.append(acc)
+            penalties.append(float(penalty.detach()))
+        return {"loss": float(np.mean(losses)), "accuracy": _nanmean(accs),
+                "l2_penalty": float(np.mean(penalties)),
+                "member_loss": losses, "member_accuracy": accs}
+
+    @torch.no_grad()
+    def member_returns(self, segments: Sequence[Segment]) -> torch.Tensor:
+        """Raw summed reward of each segment under each member, eval mode: (n_members, N)."""
+        was_training = self.training
+        self.eval()
+        out = torch.empty(self.n_members, len(segments))
+        longest = max((len(s) for s in segments), default=1)
+        per_chunk = max(1, MAX_FRAMES_PER_FORWARD // max(1, longest))
+        for start in range(0, len(segments), per_chunk):
+            chunk = segments[start:start + per_chunk]
+            for m, net in enumerate(self.members):
+                out[m, start:start + len(chunk)] = segment_returns(net, chunk)[0]
+        self.train(was_training)
+        return out
+
+    @torch.no_grad()
+    def evaluate(self, prefs: Sequence[Preference]) -> dict:
+        """Loss and accuracy of each member on `prefs` in eval mode, averaged over members.
+
+        Each member is scored as it is trained (its raw returns under the noisy Bradley-Terry
+        model), so `loss` is comparable with the training loss, as adaptive L2 requires; the
+        per-member figures are in `member_loss` and `member_accuracy`.
+        """
+        if not prefs:
+            nan = float("nan")
+            return {"loss": nan, "accuracy": nan, "member_loss": [nan] * self.n_members,
+                    "member_accuracy": [nan] * self.n_members}
+        b = len(prefs)
+        returns = self.member_returns([p.left for p in prefs] + [p.right for p in prefs])
+        mu = torch.tensor([p.mu for p in prefs], dtype=torch.float32)
+        losses, accs = [], []
+        for m in range(self.n_members):
+            loss, acc = preference_loss(returns[m, :b], returns[m, b:], mu, self.noise)
+            losses.append(float(loss.detach()))
+            accs.append(acc)
+        return {"loss": float(np.mean(losses)), "accuracy": _nanmean(accs),
+                "member_loss": losses, "member_accuracy": accs}
+
+    @torch.no_grad()
+    def predict_preference(self, left_segs: Sequence[Segment], right_segs: Sequence[Segment]
+                           ) -> np.ndarray:
+        """P[left preferred] under each member's plain Bradley-Terry model: float32 (n_members, B).
+        Its variance across members is the disagreement used to pick queries (Sec. 2.2.4)."""
+        assert len(left_segs) == len(right_segs), (len(left_segs), len(right_segs))
+        b = len(left_segs)
+        returns = self.member_returns(list(left_segs) + list(right_segs))
+        return torch.sigmoid(returns[:, :b] - returns[:, b:]).numpy().astype(np.float32)
+
+
+def _nanmean(values: Sequence[float]) -> float:
+    arr = np.asarray(values, dtype=np.float64)
+    return float(arr[~np.isnan(arr)].mean()) if (~np.isnan(arr)).any() else float("nan")

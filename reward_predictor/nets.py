@@ -1,0 +1,93 @@
+"""Reward networks r̂(o, a): one scalar per observation.
+
+Both nets accept observations with any leading batch dimensions, uint8 (..., 4, 84, 84), and
+return float32 (...). A strided (non-contiguous) view is fine: the ensemble passes the
+overlapping 4-frame windows of a segment without materialising them as uint8 first.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+STACK = 4
+FRAME = 84
+N_MOVING_DOT_ACTIONS = 5  # 0 noop, 1 down, 2 right, 3 up, 4 left
+
+
+class AtariRewardNet(nn.Module):
+    """The paper's Atari reward predictor (App. A.2).
+
+    4 conv layers 7x7/3, 5x5/2, 3x3/1, 3x3/1 with 16 filters each and leaky ReLU (alpha 0.01),
+    then FC 64 and a scalar output. Batch norm and dropout are applied to the conv layers
+    ("all convolutional layers use batch norm and dropout with alpha = 0.5"). The action is not an
+    input (App. A.2; Ibarz et al. 2018 likewise).
+    """
+
+    def __init__(self, dropout: float = 0.0, batchnorm: bool = False) -> None:
+        super().__init__()
+        assert 0.0 <= dropout < 1.0, dropout
+        self.dropout = float(dropout)
+        specs = [(STACK, 7, 3), (16, 5, 2), (16, 3, 1), (16, 3, 1)]  # (in channels, kernel, stride)
+        # With batch norm right after a conv the conv bias is redundant (BN subtracts the mean).
+        self.convs = nn.ModuleList(
+            nn.Conv2d(c_in, 16, k, s, bias=not batchnorm) for c_in, k, s in specs)
+        self.norms = nn.ModuleList(
+            nn.BatchNorm2d(16) if batchnorm else nn.Identity() for _ in specs)
+        self.fc = nn.Linear(16 * 7 * 7, 64)  # 84 -> 26 -> 11 -> 9 -> 7
+        self.out = nn.Linear(64, 1)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor | None = None) -> torch.Tensor:
+        """obs uint8 (..., 4, 84, 84) -> rewards float32 (...). `actions` is ignored."""
+        lead = obs.shape[:-3]
+        x = obs.float().reshape(-1, STACK, FRAME, FRAME) * (1.0 / 255.0)
+        for conv, norm in zip(self.convs, self.norms):
+            x = F.leaky_relu(norm(conv(x)), 0.01)  # App. A.2: leaky ReLU, alpha 0.01
+            if self.dropout > 0.0:
+                x = F.dropout(x, self.dropout, self.training)
+        x = F.leaky_relu(self.fc(x.flatten(1)), 0.01)
+        return self.out(x).reshape(lead)
+
+
+class MovingDotRewardNet(nn.Module):
+    """Reward net for the MovingDot toy env, on hand features as in the reference reproduction.
+
+    Features: the dot's (x, y) in the newest frame of the stack, found from the pixels as an
+    intensity-weighted centroid and scaled to [-1, 1]. An MLP (two hidden layers of 64) maps them to
+    one reward per action and the one-hot action picks the taken one. The true reward ("+1 when the
+    move brings the dot closer to the centre") is, per action, a step function of one coordinate;
+    this head learns it with fewer labels than feeding the one-hot action in beside (x, y).
+    """
+
+    def __init__(self, hidden: int = 64) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(
+            nn.Linear(2, hidden), nn.ReLU(),
+            nn.Linear(hidden, hidden), nn.ReLU(),
+            nn.Linear(hidden, N_MOVING_DOT_ACTIONS))
+        self.register_buffer("coords", torch.arange(FRAME, dtype=torch.float32), persistent=False)
+
+    def dot_position(self, obs: torch.Tensor) -> torch.Tensor:
+        """obs uint8 (..., 4, 84, 84) -> (x, y) of the dot in the newest frame, in [-1, 1]."""
+        frame = obs[..., -1, :, :].float()  # (..., 84 rows = y, 84 columns = x)
+        mass = frame.sum(-1)  # (..., 84): pixel mass of each row
+        x_moment = torch.mv(frame.reshape(-1, FRAME), self.coords).reshape(mass.shape)
+        total = mass.sum(-1).clamp_min(1e-6)  # an empty frame maps to the corner (-1, -1)
+        x = x_moment.sum(-1) / total
+        y = (mass @ self.coords) / total
+        return torch.stack([x, y], -1) * (2.0 / (FRAME - 1)) - 1.0
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """obs uint8 (..., 4, 84, 84), actions int64 (...) -> rewards float32 (...)."""
+        per_action = self.mlp(self.dot_position(obs))  # (..., 5)
+        return per_action.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+
+def make_reward_net(kind: str, dropout: float = 0.0, batchnorm: bool = False) -> nn.Module:
+    """The reward net for an env kind: "atari" or "moving_dot" (the latter has no dropout or
+    batch norm: its hand features leave nothing to regularise)."""
+    if kind == "atari":
+        return AtariRewardNet(dropout=dropout, batchnorm=batchnorm)
+    if kind == "moving_dot":
+        return MovingDotRewardNet()
+    raise ValueError(f"unknown reward net kind {kind!r} (expected 'atari' or 'moving_dot')")

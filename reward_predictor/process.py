@@ -1,0 +1,147 @@
+"""The reward-predictor trainer process: labels in from a queue, weights out to shared memory."""
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from dataclasses import dataclass
+from multiprocessing.context import BaseContext
+from typing import Any
+
+import numpy as np
+import torch
+
+from pref_interface.segment import Preference
+from reward_predictor.ensemble import LEARNING_RATE, RewardPredictorEnsemble
+from reward_predictor.nets import make_reward_net
+from reward_predictor.shared import SharedWeights
+from reward_predictor.trainer import BATCH_SIZE, MAX_PREFS, VAL_MAX_PAIRS, RewardPredictorTrainer
+
+log = logging.getLogger(__name__)
+
+IDLE_SLEEP_S = 0.05  # wait between queue polls while there is nothing to train on
+
+
+@dataclass
+class TrainerConfig:
+    """Settings of the reward-predictor trainer process."""
+
+    env_kind: str = "atari"  # reward net: "atari" or "moving_dot"
+    n_members: int = 3  # App. A: an ensemble of 3 predictors
+    dropout: float = 0.0  # dropout on the conv layers (App. A.2 uses 0.5)
+    batchnorm: bool = False  # batch norm on the conv layers (App. A.2)
+    lr: float = LEARNING_RATE  # Adam learning rate
+    l2: float = 0.0  # initial L2 coefficient of every member
+    max_prefs: int = MAX_PREFS  # labels kept, oldest dropped first (App. A: 3,000)
+    batch_size: int = BATCH_SIZE  # segment pairs per member per step
+    ckpt_interval: int = 1000  # train steps between checkpoints (0: only on exit)
+    ckpt_path: str | None = None  # where checkpoints are written (None: never)
+    load_ckpt_path: str | None = None  # checkpoint to start from (None: fresh weights)
+    torch_threads: int = 1  # torch intra-op threads of this process
+    seed: int = 0  # seeds weight init, bootstrap counts and minibatch sampling
+    publish_every_steps: int = 10  # publish weights after this many steps ...
+    publish_every_s: float = 1.0  # ... or this many seconds, whichever comes first
+    validate_every_steps: int = 50  # steps between validation passes and TensorBoard points
+    val_max_pairs: int = VAL_MAX_PAIRS  # labels scored per validation pass
+
+
+@dataclass
+class TrainerStats:
+    """Counters the trainer process shares with the rest of the run."""
+
+    labels_received: Any  # mp.Value('i')
+    val_accuracy: Any  # mp.Value('d'), NaN until the first validation
+
+    @staticmethod
+    def create(ctx: BaseContext) -> "TrainerStats":
+        return TrainerStats(ctx.Value("i", 0), ctx.Value("d", float("nan")))
+
+
+def build_ensemble(config: TrainerConfig) -> RewardPredictorEnsemble:
+    """The ensemble the config describes (also the template for SharedWeights)."""
+    return RewardPredictorEnsemble(
+        lambda: make_reward_net(config.env_kind, config.dropout, config.batchnorm),
+        n_members=config.n_members, lr=config.lr, l2=config.l2)
+
+
+def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWeights,
+                stop_event: Any, stats: Any, log_dir: str) -> None:
+    """Body of the trainer process; returns when `stop_event` is set (or on KeyboardInterrupt),
+    after a final publish and checkpoint.
+
+    Every label on `pref_queue` is kept (the queue is drained, never dropped from). While at least
+    one training label is held the ensemble trains continuously (App. A: the predictor keeps
+    training on the label buffer); weights are published to `shared_weights` every few steps.
+    """
+    from torch.utils.tensorboard import SummaryWriter  # only the trainer process needs it
+
+    torch.set_num_threads(config.torch_threads)
+    torch.manual_seed(config.seed)
+    ensemble = build_ensemble(config)
+    trainer = RewardPredictorTrainer(ensemble, config.max_prefs, config.batch_size, config.seed)
+    if config.load_ckpt_path:
+        trainer.load(config.load_ckpt_path)  # CheckpointError ends the process with its message
+        log.info("reward predictor loaded from %s (step %d)", config.load_ckpt_path, trainer.steps)
+    shared_weights.publish(ensemble)
+    writer = SummaryWriter(log_dir)
+    last_publish_step, last_publish_t = trainer.steps, time.monotonic()
+    last_ckpt_step = trainer.steps
+    rate_step, rate_t = trainer.steps, time.monotonic()
+    metrics: dict = {}
+    try:
+        while not stop_event.is_set():
+            for pref in _drain(pref_queue):
+                trainer.add(pref)
+                with stats.labels_received.get_lock():
+                    stats.labels_received.value += 1
+            if trainer.n_train == 0:
+                time.sleep(IDLE_SLEEP_S)
+                continue
+            metrics = trainer.train_steps(1)
+            step = trainer.steps
+            now = time.monotonic()
+            if (step - last_publish_step >= config.publish_every_steps
+                    or now - last_publish_t >= config.publish_every_s):
+                shared_weights.publish(ensemble)
+                last_publish_step, last_publish_t = step, now
+            if step % config.validate_every_steps == 0:
+                steps_per_sec = (step - rate_step) / max(now - rate_t, 1e-9)
+                rate_step, rate_t = step, now
+                _log_progress(trainer, metrics, steps_per_sec, stats, writer, config.val_max_pairs)
+            if config.ckpt_path and config.ckpt_interval > 0 and \
+                    step - last_ckpt_step >= config.ckpt_interval:
+                trainer.save(config.ckpt_path)
+                last_ckpt_step = step
+    except KeyboardInterrupt:
+        log.info("reward predictor trainer interrupted at step %d", trainer.steps)
+    finally:
+        shared_weights.publish(ensemble)
+        if config.ckpt_path and trainer.steps > 0:
+            trainer.save(config.ckpt_path)
+        writer.close()
+
+
+def _drain(pref_queue: Any) -> list[Preference]:
+    prefs = []
+    while True:
+        try:
+            prefs.append(pref_queue.get_nowait())
+        except queue.Empty:
+            return prefs
+
+
+def _log_progress(trainer: RewardPredictorTrainer, metrics: dict, steps_per_sec: float,
+                  stats: Any, writer: Any, val_max_pairs: int) -> None:
+    step = trainer.steps
+    writer.add_scalar("reward_predictor/train_loss", metrics["loss"], step)
+    if not np.isnan(metrics["accuracy"]):
+        writer.add_scalar("reward_predictor/train_accuracy", metrics["accuracy"], step)
+    writer.add_scalar("reward_predictor/steps_per_sec", steps_per_sec, step)
+    writer.add_scalar("labels/received", stats.labels_received.value, step)
+    if trainer.n_val > 0:
+        val = trainer.validate(val_max_pairs)
+        writer.add_scalar("reward_predictor/val_loss", val["val_loss"], step)
+        if not np.isnan(val["val_accuracy"]):
+            writer.add_scalar("reward_predictor/val_accuracy", val["val_accuracy"], step)
+            stats.val_accuracy.value = val["val_accuracy"]
+    writer.flush()

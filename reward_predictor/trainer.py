@@ -1,0 +1,178 @@
+"""Fits the reward-predictor ensemble to the most recent labels."""
+from __future__ import annotations
+
+import math
+import os
+from collections import deque
+from typing import Callable
+
+import numpy as np
+import torch
+
+from pref_interface.segment import Preference
+from reward_predictor.ensemble import RewardPredictorEnsemble, bootstrap_counts
+
+MAX_PREFS = 3000  # App. A: "only the last 3,000 labels" are kept
+BATCH_SIZE = 16  # Ibarz et al. 2018: batches of 16 segment pairs
+VAL_MAX_PAIRS = 256  # labels scored per validation pass (a random subset beyond this)
+CHECKPOINT_FORMAT = 1
+
+
+class CheckpointError(Exception):
+    """A reward-predictor checkpoint is missing, unreadable or does not fit the ensemble."""
+
+
+class RewardPredictorTrainer:
+    """Holds the latest `max_prefs` labels and trains the ensemble on them.
+
+    Validation labels (`Preference.is_validation`, App. A: 1/e of the data held out) are kept apart
+    and never trained on. The label budget counts both kinds; the oldest label goes first. Each
+    training label carries one bootstrap count per member, drawn when it arrives, and a member's
+    minibatch is drawn with probability proportional to its counts.
+    """
+
+    def __init__(self, ensemble: RewardPredictorEnsemble, max_prefs: int = MAX_PREFS,
+                 batch_size: int = BATCH_SIZE, seed: int = 0) -> None:
+        assert max_prefs >= 1 and batch_size >= 1, (max_prefs, batch_size)
+        self.ensemble = ensemble
+        self.max_prefs = max_prefs
+        self.batch_size = batch_size
+        self.rng = np.random.default_rng(seed)
+        self.steps = 0
+        self._seq = 0
+        self._train: deque[tuple[int, Preference]] = deque()
+        self._train_counts: deque[np.ndarray] = deque()
+        self._counts_cache: np.ndarray | None = None
+        self._val: deque[tuple[int, Preference]] = deque()
+
+    # ---- labels -------------------------------------------------------------------------------
+    def add(self, pref: Preference) -> None:
+        """Store a label, dropping the oldest one once `max_prefs` are held."""
+        if pref.is_validation:
+            self._val.append((self._seq, pref))
+        else:
+            self._train.append((self._seq, pref))
+            self._train_counts.append(bootstrap_counts(1, self.ensemble.n_members, self.rng)[0])
+            self._counts_cache = None
+        self._seq += 1
+        while self.n_labels > self.max_prefs:
+            if self._val and (not self._train or self._val[0][0] < self._train[0][0]):
+                self._val.popleft()
+            else:
+                self._train.popleft()
+                self._train_counts.popleft()
+                self._counts_cache = None
+
+    @property
+    def n_labels(self) -> int:
+        return len(self._train) + len(self._val)
+
+    @property
+    def n_train(self) -> int:
+        return len(self._train)
+
+    @property
+    def n_val(self) -> int:
+        return len(self._val)
+
+    def bootstrap_counts(self) -> np.ndarray:
+        """int (n_train, n_members): how often each member's resample holds each training label."""
+        if self._counts_cache is None:
+            self._counts_cache = (np.stack(self._train_counts) if self._train_counts else
+                                  np.zeros((0, self.ensemble.n_members), dtype=np.int64))
+        return self._counts_cache
+
+    def sample_batches(self) -> list[list[Preference]]:
+        """One minibatch of `batch_size` training labels per member, drawn with replacement with
+        probability proportional to the member's bootstrap counts."""
+        assert self._train, "no training labels yet"
+        counts = self.bootstrap_counts()
+        batches = []
+        for m in range(self.ensemble.n_members):
+            weights = counts[:, m].astype(np.float64)
+            total = weights.sum()
+            # A member whose resample is still empty (few labels) trains on all of them.
+            p = weights / total if total > 0 else None
+            idx = self.rng.choice(len(self._train), size=self.batch_size, p=p)
+            batches.append([self._train[i][1] for i in idx])
+        return batches
+
+    # ---- training -----------------------------------------------------------------------------
+    def train_steps(self, n: int = 1) -> dict:
+        """`n` optimiser steps per member; returns the metrics of the last one."""
+        metrics: dict = {}
+        for _ in range(n):
+            metrics = self.ensemble.train_step(self.sample_batches())
+            self.steps += 1
+        return metrics
+
+    def pretrain(self, n_epochs: int, progress_cb: Callable[[int, dict], None] | None = None) -> dict:
+        """Train for `n_epochs` passes over the training labels (App. A: 200 epochs on the initial
+        500 labels before RL starts). An epoch is ceil(n_train / batch_size) steps; `progress_cb`
+        gets (epoch number from 1, metrics of the epoch's last step)."""
+        assert self._train, "no training labels to pretrain on"
+        metrics: dict = {}
+        steps_per_epoch = math.ceil(self.n_train / self.batch_size)
+        for epoch in range(1, n_epochs + 1):
+            metrics = self.train_steps(steps_per_epoch)
+            if progress_cb is not None:
+                progress_cb(epoch, metrics)
+        return metrics
+
+    def validate(self, max_pairs: int | None = VAL_MAX_PAIRS) -> dict:
+        """Eval-mode loss and accuracy on the validation labels and on a training sample of the
+        same size (so the two losses can be compared, as adaptive L2 does). At most `max_pairs`
+        random labels of each kind are scored; None scores them all. NaN where a set is empty."""
+        val = self._subset([p for _, p in self._val], max_pairs)
+        train = self._subset([p for _, p in self._train], max_pairs)
+        v = self.ensemble.evaluate(val)
+        t = self.ensemble.evaluate(train)
+        return {"val_loss": v["loss"], "val_accuracy": v["accuracy"],
+                "train_loss": t["loss"], "train_accuracy": t["accuracy"],
+                "member_val_loss": v["member_loss"], "member_train_loss": t["member_loss"]}
+
+    def _subset(self, prefs: list[Preference], max_pairs: int | None) -> list[Preference]:
+        if max_pairs is None or len(prefs) <= max_pairs:
+            return prefs
+        return [prefs[i] for i in self.rng.choice(len(prefs), size=max_pairs, replace=False)]
+
+    # ---- checkpoints --------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Weights, normalisers, optimiser states, L2 coefficients and step count (no labels)."""
+        return {"format": CHECKPOINT_FORMAT,
+                "n_members": self.ensemble.n_members,
+                "model": self.ensemble.state_dict(),
+                "optimizers": [opt.state_dict() for opt in self.ensemble.optimizers],
+                "l2": list(self.ensemble.l2),
+                "steps": self.steps}
+
+    def save(self, path: str) -> None:
+        """Write a checkpoint atomically (a crash mid-write leaves the previous one intact)."""
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}"
+        torch.save(self.state_dict(), tmp)
+        os.replace(tmp, path)
+
+    def load(self, path: str) -> None:
+        """Restore a checkpoint written by `save`; raises CheckpointError with a one-line reason."""
+        if not os.path.isfile(path):
+            raise CheckpointError(f"reward predictor checkpoint not found: {path}")
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # torch raises several types for truncated or foreign files
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise CheckpointError(f"unreadable reward predictor checkpoint {path}: {reason}") from e
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+            raise CheckpointError(f"not a reward predictor checkpoint (format {CHECKPOINT_FORMAT}): {path}")
+        if state["n_members"] != self.ensemble.n_members:
+            raise CheckpointError(f"checkpoint {path} has {state['n_members']} ensemble members, "
+                                  f"expected {self.ensemble.n_members}")
+        try:
+            self.ensemble.load_state_dict(state["model"])
+            for opt, opt_state in zip(self.ensemble.optimizers, state["optimizers"]):
+                opt.load_state_dict(opt_state)
+        except (RuntimeError, KeyError, ValueError) as e:
+            reason = str(e).strip().splitlines()[0]
+            raise CheckpointError(f"checkpoint {path} does not fit this reward predictor: {reason}") from e
+        self.ensemble.l2 = [float(x) for x in state["l2"]]
+        self.steps = int(state["steps"])

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Watch a saved policy: play N episodes, print their true scores, optionally save one as a GIF."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="run_checkpoint.py", description=__doc__,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("env_id", help="the env the policy was trained on")
+    p.add_argument("policy_ckpt_dir", help="a run's policy/ directory (newest checkpoint is used)")
+    p.add_argument("--episodes", type=int, default=5, help="episodes to play")
+    p.add_argument("--seed", type=int, default=1, help="env seed")
+    p.add_argument("--greedy", action="store_true", help="take the most likely action")
+    p.add_argument("--video", help="write the first episode to this .gif file (84x84 frames, x3)")
+    p.add_argument("--max_steps", type=int, default=30_000, help="agent steps per episode at most")
+    return p
+
+
+def play(env_id: str, ckpt_dir: str, episodes: int, seed: int = 1, greedy: bool = False,
+         max_steps: int = 30_000, record_first: bool = False
+         ) -> tuple[list[float], list[np.ndarray]]:
+    """Play episodes one after another; returns their true returns and, if asked, the first
+    episode's frames (uint8 (84, 84) each)."""
+    import torch
+
+    from a2c.checkpoint import load_policy
+    from a2c.policies import make_policy
+    from a2c.rollout import sample_actions
+    from envs import env_kind, make_vec_env
+
+    torch.set_num_threads(1)
+    env = make_vec_env(env_id, 1, seed=seed, num_threads=1)
+    policy = make_policy(env_kind(env_id), env.num_actions)
+    policy.load_state_dict(load_policy(ckpt_dir)["policy"])
+    policy.eval()
+    obs = env.reset(seed=seed)
+    returns, frames, steps, ret = [], [], 0, 0.0
+    while len(returns) < episodes:
+        if record_first and not returns:
+            frames.append(obs[0, -1].copy())
+        result = env.step(sample_actions(policy, obs, greedy))
+        obs, steps, ret = result.obs, steps + 1, ret + float(result.rewards[0])
+        if result.finished or steps >= max_steps:
+            returns.append(ret)
+            print(f"episode {len(returns)}: return {ret:g} ({steps} steps)", flush=True)
+            if not result.finished:
+                obs = env.reset()
+            steps, ret = 0, 0.0
+    env.close()
+    return returns, frames
+
+
+def write_gif(frames: list[np.ndarray], path: str, zoom: int = 3, fps: int = 15) -> None:
+    from PIL import Image
+
+    images = [Image.fromarray(f).resize((84 * zoom, 84 * zoom), Image.NEAREST) for f in frames]
+    images[0].save(path, save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
+    args = p.parse_args(argv)
+    from a2c.checkpoint import CheckpointError, latest_checkpoint
+    from envs import UnknownEnvError, env_kind
+    try:
+        env_kind(args.env_id)
+        latest_checkpoint(args.policy_ckpt_dir)
+        if args.episodes <= 0 or args.max_steps <= 0:
+            raise ValueError("--episodes and --max_steps must be positive")
+        if args.video and Path(args.video).suffix.lower() != ".gif":
+            raise ValueError("--video must name a .gif file")
+    except (UnknownEnvError, CheckpointError, ValueError) as e:
+        print(f"run_checkpoint.py: error: {e}", file=sys.stderr)
+        return 2
+    returns, frames = play(args.env_id, args.policy_ckpt_dir, args.episodes, args.seed,
+                           args.greedy, args.max_steps, record_first=bool(args.video))
+    print(f"mean return {np.mean(returns):g} (std {np.std(returns):g}) over {len(returns)} episodes")
+    if args.video:
+        write_gif(frames, args.video)
+        print(f"wrote {args.video} ({len(frames)} frames)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,321 @@
+"""From the agent's rollouts to stored labels: clips, pairs, teachers and the interface process."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from pref_interface.cutter import SegmentCutter
+from pref_interface.pairs import SegmentBuffer, select_pairs
+from pref_interface.process import (SEGMENT_QUEUE_MAXSIZE, InterfaceConfig, InterfaceStats, SegmentSender,
+                                    increment, run_pref_interface)
+from pref_interface.segment import Preference, Segment
+from pref_interface.store import PreferenceStore
+from pref_interface.teachers import Labeller, OracleTeacher
+
+
+def tiny_segment(value: int, reward: float = 0.0, steps: int = 1) -> Segment:
+    return Segment(np.full((steps + 3, 84, 84), value % 256, np.uint8), np.zeros(steps, np.int64),
+                   np.full(steps, reward, np.float32))
+
+
+# ---- cutting rollouts into clips ---------------------------------------------------------------
+
+class FakeVecEnv:
+    """N envs whose every frame is distinct noise; episodes of random length. Each action is
+    tagged with (step, env) so a clip can be traced back to the observations the agent saw."""
+
+    def __init__(self, n_envs: int, n_steps: int, episode_len: tuple[int, int], seed: int = 0):
+        rng = np.random.default_rng(seed)
+        self.n_envs, self.n_steps = n_envs, n_steps
+        self.obs = np.empty((n_steps + 1, n_envs, 4, 84, 84), np.uint8)
+        self.episode = np.empty((n_steps + 1, n_envs), np.int64)  # episode number of each obs
+        self.dones = np.zeros((n_steps, n_envs), bool)
+        for i in range(n_envs):
+            stack, episode, left = None, 0, 0
+            for t in range(n_steps + 1):
+                frame = rng.integers(0, 256, (84, 84), dtype=np.uint8)
+                if left == 0:  # a new episode: the first frame repeated
+                    stack, left = np.stack([frame] * 4), int(rng.integers(*episode_len))
+                    if t > 0:
+                        self.dones[t - 1, i], episode = True, episode + 1
+                else:
+                    stack = np.concatenate([stack[1:], frame[None]])
+                self.obs[t, i], self.episode[t, i] = stack, episode
+                left -= 1
+        self.actions = np.arange(n_steps)[:, None] * n_envs + np.arange(n_envs)[None, :]
+        self.rewards = rng.normal(size=(n_steps, n_envs)).astype(np.float32)
+
+    def rollouts(self, lengths):
+        """Chop the stream into rollouts of the given lengths: (obs, actions, rewards, dones)."""
+        t = 0
+        for T in lengths:
+            if t + T > self.n_steps:
+                return
+            yield self.obs[t:t + T + 1], self.actions[t:t + T], self.rewards[t:t + T], self.dones[t:t + T]
+            t += T
+
+
+def cut(env: FakeVecEnv, lengths, segment_length: int = 25) -> tuple[list[Segment], SegmentCutter]:
+    cutter = SegmentCutter(env.n_envs, segment_length)
+    segments = []
+    for rollout in env.rollouts(lengths):
+        segments += cutter.observe(*rollout)
+    return segments, cutter
+
+
+def test_cutter_clips_are_exactly_what_the_agent_saw_from_every_env():
+    env = FakeVecEnv(n_envs=4, n_steps=600, episode_len=(20, 90))
+    segments, cutter = cut(env, [5] * 200)
+    assert len(segments) == cutter.n_emitted > 10 and cutter.n_discarded > 0  # some clips broke
+    envs_used, last_end = [], -1
+    for seg in segments:
+        steps, envs = seg.actions // env.n_envs, seg.actions % env.n_envs
+        i, start = int(envs[0]), int(steps[0])
+        assert len(seg) == 25 and (envs == i).all() and (steps == start + np.arange(25)).all()
+        assert np.array_equal(seg.stacks(), env.obs[steps, i])  # the frames rebuild every stack
+        assert np.array_equal(seg.true_rewards, env.rewards[steps, i])
+        # Never across an episode end; a clip may end on an episode's last step.
+        assert len(set(env.episode[steps, i])) == 1 and not env.dones[steps[:-1], i].any()
+        assert start > last_end  # one clip at a time
+        last_end = int(steps[-1])
+        envs_used.append(i)
+    assert set(envs_used) == set(range(env.n_envs))
+
+    long_episodes = FakeVecEnv(n_envs=3, n_steps=300, episode_len=(1000, 1001))
+    segments, _ = cut(long_episodes, [5] * 60)
+    assert [int(s.actions[0] % 3) for s in segments] == [0, 1, 2] * 4  # env i, then i + 1, ...
+
+
+def test_cutter_does_not_assume_the_rollout_length():
+    env = FakeVecEnv(n_envs=3, n_steps=400, episode_len=(30, 80), seed=1)
+    by_fives, _ = cut(env, [5] * 80)
+    uneven, _ = cut(env, list(np.random.default_rng(0).integers(1, 9, size=400)))
+    one_rollout, _ = cut(env, [400])
+    n = min(len(by_fives), len(uneven), len(one_rollout))
+    assert n > 5
+    for a, b, c in zip(by_fives[:n], uneven[:n], one_rollout[:n]):
+        assert np.array_equal(a.actions, b.actions) and np.array_equal(a.actions, c.actions)
+        assert np.array_equal(a.frames, b.frames) and np.array_equal(a.frames, c.frames)
+
+
+def test_cutter_keeps_a_clip_that_ends_with_its_episode():
+    env = FakeVecEnv(n_envs=1, n_steps=250, episode_len=(25, 26))  # every episode exactly 25 steps
+    segments, cutter = cut(env, [5] * 50)
+    assert cutter.n_discarded == 0 and len(segments) == 10
+
+
+def test_cutter_discards_a_clip_whose_stacks_stop_overlapping():
+    """An env that resets without saying so (e.g. gymnasium's next-step autoreset) must not
+    produce a clip that jumps between episodes."""
+    env = FakeVecEnv(n_envs=1, n_steps=100, episode_len=(30, 31))
+    env.dones[:] = False  # hide the resets
+    with pytest.warns(RuntimeWarning, match="do not share frames"):
+        segments, cutter = cut(env, [5] * 20)
+    assert cutter.n_discarded >= 2
+    for seg in segments:
+        assert len(set(env.episode[seg.actions, 0])) == 1
+
+
+# ---- choosing pairs ----------------------------------------------------------------------------
+
+def test_pairs_are_never_offered_twice():
+    rng = np.random.default_rng(0)
+    buf = SegmentBuffer(max_segs=6)
+    for v in range(6):
+        buf.add(tiny_segment(v))
+    offered, lefts = [], set()
+    while batch := buf.sample_new_pairs(4, rng):
+        offered += [frozenset((a, b)) for a, _, b, _ in batch]
+        lefts |= {a for a, _, _, _ in batch}
+    assert len(offered) == len(set(offered)) == 15 and all(len(p) == 2 for p in offered)
+    assert len(lefts) > 1  # which clip is shown left is random
+    new_id = buf.add(tiny_segment(6))  # evicts segment 0 and forgets its pairs
+    assert len(buf) == 6 and buf.n_unoffered_pairs == 5
+    fresh = buf.sample_new_pairs(10, rng)
+    assert len(fresh) == 5 and all(new_id in (a, b) and 0 not in (a, b) for a, _, b, _ in fresh)
+    assert buf._offered == {tuple(sorted(p)) for p in offered if 0 not in p} | {
+        (min(a, b), max(a, b)) for a, _, b, _ in fresh}
+
+
+def test_pairs_stay_new_in_a_full_buffer():
+    rng = np.random.default_rng(1)
+    seg, buf = tiny_segment(0), SegmentBuffer(max_segs=1000)
+    for _ in range(1000):
+        buf.add(seg)
+    seen = set()
+    for _ in range(300):
+        for a, _, b, _ in buf.sample_new_pairs(10, rng):
+            assert a != b and frozenset((a, b)) not in seen
+            seen.add(frozenset((a, b)))
+    assert len(seen) == 3000
+
+
+def test_select_pairs_queries_where_the_score_is_highest():
+    """§2.2.4: of the candidate pairs, ask about those the predictors disagree on most."""
+    rng = np.random.default_rng(2)
+    seg = tiny_segment(0)
+    candidates = [(a, seg, a + 100, seg) for a in range(30)]
+    chosen = select_pairs(candidates, 3, rng, score=lambda cs: np.array([a % 7 for a, *_ in cs]))
+    assert [a for a, *_ in chosen] == [6, 13, 20]
+    assert len(select_pairs(candidates, 50, rng)) == 30 and select_pairs([], 3, rng) == []
+
+    buf = SegmentBuffer(max_segs=50)
+    for v in range(50):
+        buf.add(seg)
+    seen_sizes = []
+    picked = buf.sample_new_pairs(2, rng, score=lambda cs: seen_sizes.append(len(cs)) or np.zeros(len(cs)))
+    assert seen_sizes == [20] and len(picked) == 2  # 10x more candidates than queries
+
+
+# ---- teachers ----------------------------------------------------------------------------------
+
+def test_oracle_prefers_the_clip_with_more_true_reward():
+    oracle = OracleTeacher()
+    assert isinstance(oracle, Labeller) and oracle.source == "synthetic"
+    good, bad = tiny_segment(0, reward=1.0, steps=3), tiny_segment(0, reward=-1.0, steps=3)
+    assert oracle.label(good, bad) == 1.0
+    assert oracle.label(bad, good) == 0.0
+    assert oracle.label(good, tiny_segment(9, reward=1.0, steps=3)) == 0.5
+
+
+# ---- the process -------------------------------------------------------------------------------
+
+def test_segment_sender_never_blocks_on_a_full_queue():
+    ctx = mp.get_context("spawn")
+    seg_queue, dropped = ctx.Queue(maxsize=2), ctx.Value("i", 0)
+    send = SegmentSender(seg_queue, dropped)
+    start = time.perf_counter()
+    send([tiny_segment(v) for v in range(5)])
+    send([tiny_segment(5)])
+    assert time.perf_counter() - start < 0.5
+    assert (send.sent, send.dropped, dropped.value) == (2, 4, 4)
+    assert seg_queue.get(timeout=5).frames[0, 0, 0] == 0
+
+
+def slow_consumer(pref_queue, stats: InterfaceStats, n: int, max_in_flight: int) -> list[Preference]:
+    """A trainer that takes a label every 20 ms."""
+    received = []
+    for _ in range(n):
+        received.append(pref_queue.get(timeout=30))
+        assert stats.labels_in_flight <= max_in_flight
+        time.sleep(0.02)
+        increment(stats.labels_received)
+    return received
+
+
+def test_no_preference_is_dropped_when_the_trainer_is_slow(tmp_path):
+    ctx = mp.get_context("spawn")
+    seg_queue, pref_queue = ctx.Queue(SEGMENT_QUEUE_MAXSIZE), ctx.Queue()
+    stop_event, stats = ctx.Event(), InterfaceStats.create(ctx)
+    config = InterfaceConfig(max_segs=8, max_in_flight=3, stop_after_labels=25, seed=0)
+    store_path = str(tmp_path / "prefs.sqlite")
+    proc = ctx.Process(target=run_pref_interface,
+                       args=(config, seg_queue, pref_queue, stop_event, stats, store_path))
+    proc.start()
+    try:
+        feeder = threading.Thread(target=lambda: [seg_queue.put(tiny_segment(v, reward=v % 3), timeout=30)
+                                                  for v in range(12)])
+        feeder.start()
+        received = slow_consumer(pref_queue, stats, 25, config.max_in_flight)
+        feeder.join()
+        proc.join(timeout=30)
+        assert proc.exitcode == 0
+    finally:
+        if proc.is_alive():
+            proc.kill()
+    assert stats.labels_total.value == 25 and stats.segments_received.value == 12
+    with PreferenceStore(store_path, create=False) as store:
+        stored = [store.get(i) for i in store.all_ids()]
+    assert len(stored) == 25
+    for got, want in zip(received, stored):  # every label, in order
+        assert np.array_equal(got.left.frames, want.left.frames)
+        assert np.array_equal(got.right.frames, want.right.frames)
+        assert (got.mu, got.is_validation, got.source) == (want.mu, want.is_validation, "synthetic")
+        assert got.mu == OracleTeacher().label(got.left, got.right)
+
+
+def test_gathering_initial_labels_stops_at_the_requested_number(tmp_path):
+    ctx = mp.get_context("spawn")
+    seg_queue, stop_event, stats = queue.Queue(), threading.Event(), InterfaceStats.create(ctx)
+    for v in range(7):
+        seg_queue.put(tiny_segment(v, reward=v % 2))
+    config = InterfaceConfig(max_segs=10, max_in_flight=None, stop_after_labels=12, seed=0)
+    path = str(tmp_path / "prefs.sqlite")
+    run_pref_interface(config, seg_queue, None, stop_event, stats, path)  # no trainer reads labels
+    with PreferenceStore(path) as store:
+        assert len(store) == 12 and stats.labels_total.value == 12
+        validation = [p.is_validation for p in store.latest(12)]
+        assert 0 < sum(validation) < 12
+    run_pref_interface(config, seg_queue, None, stop_event, stats, path)  # resuming: already done
+    assert stats.labels_total.value == 12 and not stop_event.is_set()
+
+
+def test_incomparable_pairs_are_not_stored_and_stop_event_ends_the_loop(tmp_path):
+    class Undecided:
+        source = "human"
+
+        def __init__(self):
+            self.asked = 0
+
+        def label(self, left, right):
+            self.asked += 1
+            return None if self.asked % 2 else 0.5
+
+    seg_queue, stop_event = queue.Queue(), threading.Event()
+    stats = InterfaceStats.create(mp.get_context("spawn"))
+    for v in range(4):
+        seg_queue.put(tiny_segment(v))
+    labeller, path = Undecided(), str(tmp_path / "prefs.sqlite")
+    worker = threading.Thread(target=run_pref_interface, args=(
+        InterfaceConfig(max_in_flight=None, seed=0), seg_queue, None, stop_event, stats, path, labeller))
+    worker.start()
+    time.sleep(0.5)
+    stop_event.set()
+    worker.join(timeout=5)
+    assert not worker.is_alive()
+    assert labeller.asked == 6  # all 6 pairs of 4 segments, each asked once
+    with PreferenceStore(path) as store:
+        assert len(store) == 3 == stats.labels_total.value
+        assert all(p.source == "human" and p.mu == 0.5 for p in store.latest(3))
+
+
+def test_human_labelling_is_refused_until_it_exists(tmp_path):
+    with pytest.raises(NotImplementedError, match="human"):
+        run_pref_interface(InterfaceConfig(synthetic=False), queue.Queue(), None, threading.Event(),
+                           InterfaceStats.create(mp.get_context("spawn")), str(tmp_path / "p.sqlite"))
+
+
+@pytest.mark.parametrize("how", ["stop_event", "ctrl_c"])
+def test_interface_exits_promptly_even_when_the_trainer_stopped_reading(tmp_path, how):
+    ctx = mp.get_context("spawn")
+    seg_queue, pref_queue = ctx.Queue(SEGMENT_QUEUE_MAXSIZE), ctx.Queue()
+    stop_event, stats = ctx.Event(), InterfaceStats.create(ctx)
+    store_path = str(tmp_path / "prefs.sqlite")
+    proc = ctx.Process(target=run_pref_interface, args=(
+        InterfaceConfig(max_in_flight=16, seed=0), seg_queue, pref_queue, stop_event, stats, store_path))
+    proc.start()
+    try:
+        for v in range(8):
+            seg_queue.put(tiny_segment(v), timeout=30)
+        deadline = time.monotonic() + 30
+        while stats.labels_total.value < 16 and time.monotonic() < deadline:  # a full, unread queue
+            time.sleep(0.02)
+        assert stats.labels_total.value == 16
+        if how == "stop_event":
+            stop_event.set()
+        else:
+            os.kill(proc.pid, signal.SIGINT)
+        proc.join(timeout=5)
+        assert proc.exitcode == 0
+    finally:
+        if proc.is_alive():
+            proc.kill()
+    with PreferenceStore(store_path, create=False) as store:
+        assert len(store) == 16

@@ -1,0 +1,199 @@
+"""The preference store: no label is lost, whatever happens to the process that made it."""
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pref_interface.segment import Preference, Segment
+from pref_interface.store import SCHEMA_VERSION, PreferenceStore, StoreError, decode_segment, encode_segment
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def random_segment(rng: np.random.Generator, steps: int = 3) -> Segment:
+    return Segment(rng.integers(0, 256, (steps + 3, 84, 84), dtype=np.uint8),
+                   rng.integers(0, 6, steps), rng.normal(size=steps).astype(np.float32))
+
+
+def random_pref(rng: np.random.Generator, steps: int = 3) -> Preference:
+    return Preference(random_segment(rng, steps), random_segment(rng, steps + 1),
+                      float(rng.choice([0.0, 0.5, 1.0])), str(rng.choice(["synthetic", "human"])),
+                      bool(rng.random() < 0.5))
+
+
+def assert_same_pref(a: Preference, b: Preference) -> None:
+    assert (a.mu, a.source, a.is_validation) == (b.mu, b.source, b.is_validation)
+    for x, y in ((a.left, b.left), (a.right, b.right)):
+        for field in ("frames", "actions", "true_rewards"):
+            got, want = getattr(x, field), getattr(y, field)
+            assert got.dtype == want.dtype and np.array_equal(got, want), field
+
+
+def test_store_round_trip_keeps_every_label_exactly(tmp_path):
+    rng = np.random.default_rng(0)
+    prefs = [random_pref(rng, steps) for steps in (1, 3, 25, 2)]
+    path = tmp_path / "run" / "prefs.sqlite"  # the folder is made too
+    with PreferenceStore(path) as store:
+        ids = [store.add(p) for p in prefs]
+        assert ids == sorted(ids) and store.all_ids() == ids and len(store) == 4
+        for i, p in zip(ids, prefs):
+            assert_same_pref(store.get(i), p)
+        for got, want in zip(store.latest(2), prefs[2:]):  # the newest two, oldest first
+            assert_same_pref(got, want)
+        assert len(store.latest(100)) == 4 and store.latest(0) == []
+
+        store.set_mu(ids[0], 0.5)
+        store.delete(ids[1])
+        with pytest.raises(KeyError):
+            store.get(ids[1])
+        with pytest.raises(KeyError):
+            store.delete(ids[1])
+        with pytest.raises(KeyError):
+            store.set_mu(12345, 1.0)
+        with pytest.raises(ValueError):
+            store.set_mu(ids[0], 1.5)
+        with pytest.raises(ValueError):
+            store.add(Preference(prefs[0].left, prefs[0].right, 0.0, source="crowd"))
+
+    with PreferenceStore(path, create=False) as store:  # persisted
+        assert store.all_ids() == [ids[0], ids[2], ids[3]]
+        assert store.get(ids[0]).mu == 0.5
+        assert store.integrity_check() == "ok"
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.close()
+
+
+# Runs in a child process: adds labels as fast as it can and reports each id once add() returned.
+_WRITER = """
+import sys
+import numpy as np
+from pref_interface.segment import Preference, Segment
+from pref_interface.store import PreferenceStore
+rng = np.random.default_rng(int(sys.argv[2]))
+store = PreferenceStore(sys.argv[1])
+while True:
+    steps = int(rng.integers(1, 26))
+    segs = [Segment(rng.integers(0, 256, (steps + 3, 84, 84), dtype=np.uint8), np.zeros(steps, np.int64),
+                    np.zeros(steps, np.float32)) for _ in range(2)]
+    print(store.add(Preference(segs[0], segs[1], 1.0)), flush=True)
+"""
+
+
+def test_store_keeps_every_label_committed_before_a_kill(tmp_path):
+    path = tmp_path / "prefs.sqlite"
+    rng = np.random.default_rng()
+    acknowledged: list[int] = []
+    for round_ in range(3):  # killed three times over, each time at a random instant
+        child = subprocess.Popen([sys.executable, "-c", _WRITER, str(path), str(round_)], cwd=REPO,
+                                 stdout=subprocess.PIPE, text=True)
+        first = child.stdout.readline()  # the store is open and writing
+        time.sleep(rng.uniform(0.0, 0.25))
+        child.send_signal(signal.SIGKILL)
+        rest = child.stdout.read()
+        child.wait()
+        assert child.returncode == -signal.SIGKILL
+        acknowledged += [int(line) for line in (first + rest).split()]
+        with PreferenceStore(path, create=False) as store:
+            assert store.integrity_check() == "ok"
+            stored = set(store.all_ids())
+            assert set(acknowledged) <= stored, sorted(set(acknowledged) - stored)
+            assert len(stored) <= len(acknowledged) + round_ + 1  # at most one unacknowledged per kill
+            last = store.get(acknowledged[-1])
+            assert last.mu == 1.0 and last.left.frames.shape[1:] == (84, 84)
+    assert len(acknowledged) > 3
+
+
+def test_exported_labels_import_into_another_store_unchanged(tmp_path):
+    rng = np.random.default_rng(1)
+    prefs = [random_pref(rng, steps) for steps in (1, 5, 25)]
+    with PreferenceStore(tmp_path / "a.sqlite") as a:
+        for p in prefs:
+            a.add(p)
+        assert a.export_npz(tmp_path / "labels.npz") == 3
+    with np.load(tmp_path / "labels.npz", allow_pickle=False) as z:  # a plain npz, no pickles
+        assert z["frames"].shape == (sum(len(s) + 3 for p in prefs for s in (p.left, p.right)), 84, 84)
+        assert list(z["mu"]) == [p.mu for p in prefs]
+    with PreferenceStore(tmp_path / "b.sqlite") as b:
+        b.add(prefs[0])
+        assert b.import_npz(tmp_path / "labels.npz") == 3
+        got = b.latest(3)
+        assert len(b) == 4
+    for g, p in zip(got, prefs):
+        assert_same_pref(g, p)
+    with PreferenceStore(tmp_path / "empty.sqlite") as e:  # an empty set round-trips too
+        assert e.export_npz(tmp_path / "none.npz") == 0
+        assert e.import_npz(tmp_path / "none.npz") == 0
+
+
+def test_bad_export_file_adds_no_label(tmp_path):
+    rng = np.random.default_rng(2)
+    with PreferenceStore(tmp_path / "a.sqlite") as a:
+        for _ in range(3):
+            a.add(random_pref(rng, 25))
+        a.export_npz(tmp_path / "labels.npz")
+    data = (tmp_path / "labels.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(data[: len(data) // 2])
+    np.savez(tmp_path / "pickled.npz", format_version=np.array(1), mu=np.array([print], dtype=object))
+    with PreferenceStore(tmp_path / "b.sqlite") as b:
+        for bad in ("cut.npz", "pickled.npz"):  # objects in an npz are never unpickled
+            with pytest.raises(StoreError, match=bad):
+                b.import_npz(tmp_path / bad)
+        assert len(b) == 0
+
+
+def test_missing_or_corrupt_store_raises_store_error_naming_the_file(tmp_path):
+    missing = tmp_path / "nope.sqlite"
+    with pytest.raises(StoreError, match="nope.sqlite") as err:
+        PreferenceStore(missing, create=False)
+    assert "\n" not in str(err.value) and not missing.exists()
+
+    garbage = tmp_path / "garbage.sqlite"
+    garbage.write_bytes(np.random.default_rng(0).integers(0, 256, 10_000, dtype=np.uint8).tobytes())
+    with pytest.raises(StoreError, match="garbage.sqlite") as err:
+        PreferenceStore(garbage)
+    assert "\n" not in str(err.value)
+
+    other = tmp_path / "other.sqlite"  # an SQLite file of something else
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE t (x)")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="other.sqlite"):
+        PreferenceStore(other)
+
+    with PreferenceStore(tmp_path / "cut.sqlite") as store:  # a store truncated mid-file
+        for _ in range(5):
+            store.add(random_pref(np.random.default_rng(3), 25))
+    data = (tmp_path / "cut.sqlite").read_bytes()
+    for size in (4096 * 3, len(data) // 2):
+        (tmp_path / "cut.sqlite").write_bytes(data[:size])
+        with pytest.raises(StoreError, match="cut.sqlite"):
+            store = PreferenceStore(tmp_path / "cut.sqlite", create=False)
+            store.latest(5)  # a truncated file may only show when its pages are read
+
+
+def test_atari_segments_compress_to_a_few_kilobytes():
+    """The earlier reproduction kept ~700 KB per segment in memory; a stored 25-step Pong clip
+    (28 distinct 84x84 frames, 197,568 bytes raw) takes a few KB."""
+    from ale_py.vector_env import AtariVectorEnv
+
+    env = AtariVectorEnv("pong", 1, num_threads=1, reward_clipping=False)
+    obs, _ = env.reset(seed=0)
+    stacks = []
+    for _ in range(125):
+        stacks.append(obs[0].copy())
+        obs, *_ = env.step(np.random.default_rng(0).integers(0, 6, size=1))
+    env.close()
+    seg = Segment.from_stacks(np.array(stacks[100:125]), np.zeros(25, np.int64), np.zeros(25, np.float32))
+    blob = encode_segment(seg)
+    assert np.array_equal(decode_segment(blob).stacks(), np.array(stacks[100:125]))
+    assert len(blob) < 10_000, len(blob)
