@@ -156,25 +156,32 @@ class RewardPredictorEnsemble(nn.Module):
 
     @torch.no_grad()
     def evaluate(self, prefs: Sequence[Preference]) -> dict:
-        """Loss and accuracy of each member on `prefs` in eval mode, averaged over members.
+        """Scores on `prefs` in eval mode.
 
-        Each member is scored as it is trained (its raw returns under the noisy Bradley-Terry
-        model), so `loss` is comparable with the training loss, as adaptive L2 requires; the
-        per-member figures are in `member_loss` and `member_accuracy`.
+        `loss` is the mean over members of each member's loss as it is trained (raw returns,
+        noisy Bradley-Terry), so it is comparable with the training loss as adaptive L2 requires.
+        `accuracy` is that of the reward the agent is given: the mean of the members' normalised
+        returns. Per-member figures are in `member_loss` and `member_accuracy`.
         """
+        nan = float("nan")
         if not prefs:
-            nan = float("nan")
             return {"loss": nan, "accuracy": nan, "member_loss": [nan] * self.n_members,
                     "member_accuracy": [nan] * self.n_members}
         b = len(prefs)
-        returns = self.member_returns([p.left for p in prefs] + [p.right for p in prefs])
+        segments = [p.left for p in prefs] + [p.right for p in prefs]
+        returns = self.member_returns(segments)  # (M, 2B) raw
         mu = torch.tensor([p.mu for p in prefs], dtype=torch.float32)
         losses, accs = [], []
         for m in range(self.n_members):
             loss, acc = preference_loss(returns[m, :b], returns[m, b:], mu, self.noise)
-            losses.append(float(loss.detach()))
+            losses.append(float(loss))
             accs.append(acc)
-        return {"loss": float(np.mean(losses)), "accuracy": _nanmean(accs),
+        # A normaliser is affine, so a segment's normalised return is T * normalise(R / T).
+        lengths = torch.tensor([float(len(seg)) for seg in segments])
+        normalised = torch.stack([norm(returns[m] / lengths) * lengths
+                                  for m, norm in enumerate(self.normalisers)]).mean(0)
+        _, ensemble_acc = preference_loss(normalised[:b], normalised[b:], mu, self.noise)
+        return {"loss": float(np.mean(losses)), "accuracy": ensemble_acc,
                 "member_loss": losses, "member_accuracy": accs}
 
     @torch.no_grad()

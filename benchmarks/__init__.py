@@ -1,0 +1,1 @@
+"""Throughput benchmarks (run as `python -m benchmarks.<name>`)."""

@@ -1,0 +1,363 @@
+"""A2C throughput on Atari: raw env stepping, our A2C, and stable-baselines3's A2C, in one run.
+
+Measures, for one Atari game (default Pong) with 16 envs and the paper's A2C settings (App. A.2:
+16 workers, 5 steps per update):
+
+  (a) raw env: random actions through our `envs.make_vec_env` (ale-py's C++ vector env with
+      DeepMind preprocessing and the score rows blanked);
+  (b) ours: `a2c.train.train_a2c` on the game's own (sign-clipped) reward;
+  (c) SB3: `stable_baselines3.A2C("CnnPolicy")` with the defaults SB3 ships (n_steps 5,
+      RMSprop alpha 0.99 eps 1e-5, lr 7e-4, NatureCNN), on the same ale-py vector env wrapped
+      as an SB3 `VecEnv` (`AleSB3VecEnv` below), so both agents see identical env settings.
+
+All rates are agent steps per second summed over envs. Each A2C measurement first runs a short
+warm-up call (imports, allocator, first env resets), then the timed call. Two figures are taken
+from the timed call: "loop" times the steady state between the first and the last rollout (read
+through our rollout-observer hook and SB3's `on_rollout_end` callback, the same point in both
+loops), "call" is the wall clock of the whole call (for ours that includes creating the env and
+writing the final checkpoint). The ratios use the loop figures.
+
+    .venv/bin/python -m benchmarks.bench_a2c                      # the README's figures
+    .venv/bin/python -m benchmarks.bench_a2c --steps 5000 --env_steps 20000   # smoke run
+    .venv/bin/python -m benchmarks.bench_a2c --sweep              # ours at 4 thread settings
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+# Runnable as `python benchmarks/bench_a2c.py` as well as `python -m benchmarks.bench_a2c`.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from a2c.a2c import A2CConfig  # noqa: E402
+from a2c.rollout import Rollout  # noqa: E402
+from a2c.train import A2CRunConfig, train_a2c  # noqa: E402
+from envs import make_vec_env  # noqa: E402
+from envs.atari import DEFAULT_MAX_FRAMES, MAX_AGENT_STEPS, game_from_env_id  # noqa: E402
+
+SWEEP_THREADS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 1), (2, 2))  # (torch, env)
+
+
+@dataclass
+class Rate:
+    """One A2C measurement: steady-state loop rate and whole-call rate, agent steps/s."""
+
+    loop_sps: float
+    call_sps: float
+    steps: int
+
+
+class RolloutTimer:
+    """Notes when each rollout ends; the rate between the first and last is the steady state."""
+
+    def __init__(self, steps_per_rollout: int):
+        self.steps_per_rollout = steps_per_rollout
+        self.first: float | None = None
+        self.last: float | None = None
+        self.count = 0
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        if self.first is None:
+            self.first = now
+        self.last = now
+        self.count += 1
+
+    def __call__(self, rollout: Rollout) -> None:  # our RolloutObserver protocol
+        self.tick()
+
+    def steps_per_sec(self) -> float:
+        if self.count < 2:
+            return float("nan")
+        return (self.count - 1) * self.steps_per_rollout / (self.last - self.first)
+
+
+# --------------------------------------------------------------------------------------------
+# (a) raw env stepping
+# --------------------------------------------------------------------------------------------
+
+def bench_raw_env(env_id: str, num_envs: int, steps: int, env_threads: int, seed: int) -> float:
+    """Agent steps/s of our vector env under uniformly random actions."""
+    env = make_vec_env(env_id, num_envs, seed=seed, num_threads=env_threads)
+    try:
+        env.reset()
+        rng = np.random.default_rng(seed)
+        iters = max(1, steps // num_envs)
+        actions = rng.integers(0, env.num_actions, size=(iters + 20, num_envs), dtype=np.int64)
+        for a in actions[:20]:  # warm-up
+            env.step(a)
+        start = time.perf_counter()
+        for a in actions[20:]:
+            env.step(a)
+        return iters * num_envs / (time.perf_counter() - start)
+    finally:
+        env.close()
+
+
+# --------------------------------------------------------------------------------------------
+# (b) our A2C
+# --------------------------------------------------------------------------------------------
+
+def _train_ours(env_id: str, num_envs: int, steps: int, torch_threads: int, env_threads: int,
+                seed: int, workdir: str) -> Rate:
+    a2c_config = A2CConfig(n_envs=num_envs)
+    timer = RolloutTimer(a2c_config.n_steps * num_envs)
+    config = A2CRunConfig(env_id, total_timesteps=steps, a2c=a2c_config, seed=seed,
+                          ckpt_dir=os.path.join(workdir, "policy"), torch_threads=torch_threads,
+                          env_threads=env_threads)
+    start = time.perf_counter()
+    reached = train_a2c(config, os.path.join(workdir, "logs"), make_observers=lambda n: [timer])
+    call = time.perf_counter() - start
+    return Rate(timer.steps_per_sec(), reached / call, reached)
+
+
+def bench_ours(env_id: str, num_envs: int, steps: int, warmup_steps: int, torch_threads: int,
+               env_threads: int, seed: int) -> Rate:
+    """Our A2C on the game's reward: a warm-up call, then the timed call."""
+    with tempfile.TemporaryDirectory(prefix="bench_a2c_") as workdir:
+        if warmup_steps > 0:
+            _train_ours(env_id, num_envs, warmup_steps, torch_threads, env_threads, seed,
+                        os.path.join(workdir, "warmup"))
+        return _train_ours(env_id, num_envs, steps, torch_threads, env_threads, seed,
+                           os.path.join(workdir, "timed"))
+
+
+# --------------------------------------------------------------------------------------------
+# (c) stable-baselines3's A2C on the same ale-py vector env
+# --------------------------------------------------------------------------------------------
+
+def make_sb3_vec_env(game: str, num_envs: int, seed: int, env_threads: int) -> Any:
+    """ale-py's AtariVectorEnv with envs/atari.py's settings, as an SB3 VecEnv.
+
+    Built inside a function so stable-baselines3 (a dev dependency) is imported only here.
+    """
+    from ale_py.vector_env import AtariVectorEnv
+    from gymnasium.vector import AutoresetMode
+    from stable_baselines3.common.vec_env.base_vec_env import VecEnv as SB3VecEnv
+
+    class AleSB3VecEnv(SB3VecEnv):
+        """SB3's VecEnv API over ale-py's C++ vector env (step_async/step_wait = send/recv).
+
+        Same preprocessing as envs/atari.py, except that ale-py clips the rewards (SB3 trains on
+        what it is given) and the score rows are not blanked (neither changes the work done by
+        the agent). Episode ends carry SB3's `terminal_observation` / `TimeLimit.truncated` and a
+        Monitor-style `episode` entry.
+        """
+
+        def __init__(self) -> None:
+            max_steps = MAX_AGENT_STEPS.get(game)
+            self.env = AtariVectorEnv(
+                game, num_envs, num_threads=env_threads, frameskip=4, noop_max=30, maxpool=True,
+                episodic_life=False, reward_clipping=True, use_fire_reset=True,
+                repeat_action_probability=0.0, autoreset_mode=AutoresetMode.SAME_STEP,
+                max_num_frames_per_episode=max_steps * 4 if max_steps else DEFAULT_MAX_FRAMES)
+            self.render_mode = None
+            self._returns = np.zeros(num_envs, dtype=np.float64)
+            self._lengths = np.zeros(num_envs, dtype=np.int64)
+            self._t0 = time.time()
+            super().__init__(num_envs, self.env.single_observation_space,
+                             self.env.single_action_space)
+            self.seed(seed)
+
+        def reset(self) -> np.ndarray:
+            obs, _ = self.env.reset(seed=self._seeds[0])  # consecutive seeds from _seeds[0]
+            self._reset_seeds()
+            self._returns[:] = 0.0
+            self._lengths[:] = 0
+            return obs
+
+        def step_async(self, actions: np.ndarray) -> None:
+            self.env.send(np.asarray(actions, dtype=np.int64).reshape(self.num_envs))
+
+        def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+            obs, rewards, terminated, truncated, info = self.env.recv()
+            dones = terminated | truncated
+            self._returns += rewards
+            self._lengths += 1
+            infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+            for i in np.flatnonzero(dones):
+                infos[i] = {
+                    "terminal_observation": info["final_obs"][i],
+                    "TimeLimit.truncated": bool(truncated[i] and not terminated[i]),
+                    "episode": {"r": float(self._returns[i]), "l": int(self._lengths[i]),
+                                "t": round(time.time() - self._t0, 6)},
+                }
+                self._returns[i] = 0.0
+                self._lengths[i] = 0
+            return obs, rewards.astype(np.float32), dones, infos
+
+        def close(self) -> None:
+            self.env.close()
+
+        def _indices(self, indices: None | int | Sequence[int]) -> list[int]:
+            if indices is None:
+                return list(range(self.num_envs))
+            return [indices] if isinstance(indices, int) else list(indices)
+
+        def get_attr(self, attr_name: str, indices: None | int | Sequence[int] = None) -> list[Any]:
+            if attr_name != "render_mode" and not hasattr(self.env, attr_name):
+                raise AttributeError(attr_name)
+            value = None if attr_name == "render_mode" else getattr(self.env, attr_name)
+            return [value for _ in self._indices(indices)]
+
+        def set_attr(self, attr_name: str, value: Any,
+                     indices: None | int | Sequence[int] = None) -> None:
+            raise NotImplementedError("the sub-environments live in ale-py's C++ vector env")
+
+        def env_method(self, method_name: str, *method_args: Any,
+                       indices: None | int | Sequence[int] = None,
+                       **method_kwargs: Any) -> list[Any]:
+            raise NotImplementedError("the sub-environments live in ale-py's C++ vector env")
+
+        def env_is_wrapped(self, wrapper_class: type,
+                           indices: None | int | Sequence[int] = None) -> list[bool]:
+            return [False for _ in self._indices(indices)]
+
+    return AleSB3VecEnv()
+
+
+def bench_sb3(env_id: str, num_envs: int, steps: int, warmup_steps: int, torch_threads: int,
+              env_threads: int, seed: int) -> Rate:
+    """SB3's A2C with its shipped defaults: a warm-up `learn`, then the timed `learn`."""
+    from stable_baselines3 import A2C as SB3A2C
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import VecTransposeImage, is_vecenv_wrapped
+
+    class RolloutEndCallback(BaseCallback):
+        def __init__(self, timer: RolloutTimer):
+            super().__init__()
+            self.timer = timer
+
+        def _on_step(self) -> bool:
+            return True
+
+        def _on_rollout_end(self) -> None:
+            self.timer.tick()
+
+    game = game_from_env_id(env_id)
+    if game is None:
+        raise SystemExit(f"{env_id!r} is not an ALE game; the SB3 comparison needs one")
+    torch.set_num_threads(torch_threads)
+    torch.manual_seed(seed)
+    env = make_sb3_vec_env(game, num_envs, seed, env_threads)
+    try:
+        model = SB3A2C("CnnPolicy", env, seed=seed, device="cpu", verbose=0)
+        # uint8 (4, 84, 84) is channel-first already: SB3 must not transpose it, and must scale
+        # it to [0, 1] itself, as our policy does.
+        assert model.observation_space.shape == (4, 84, 84), model.observation_space
+        assert not is_vecenv_wrapped(model.get_env(), VecTransposeImage)
+        assert model.policy.normalize_images
+        assert model.n_steps == 5 and model.n_envs == num_envs
+        if warmup_steps > 0:
+            model.learn(warmup_steps)
+        timer = RolloutTimer(model.n_steps * num_envs)
+        start = time.perf_counter()
+        model.learn(steps, callback=RolloutEndCallback(timer))
+        call = time.perf_counter() - start
+        return Rate(timer.steps_per_sec(), model.num_timesteps / call, model.num_timesteps)
+    finally:
+        env.close()
+
+
+# --------------------------------------------------------------------------------------------
+# report
+# --------------------------------------------------------------------------------------------
+
+def machine_header() -> str:
+    """Where the figures come from: cores, CPU model, library versions, load."""
+    import ale_py
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import stable_baselines3
+        sb3_version = stable_baselines3.__version__
+    except ImportError:
+        sb3_version = "not installed"
+    return (f"machine: nproc {os.cpu_count()}, CPU {cpu}, {platform.platform()}\n"
+            f"python {platform.python_version()}, torch {torch.__version__}, "
+            f"ale-py {ale_py.__version__}, stable-baselines3 {sb3_version}\n"
+            f"load average at start: {_load()}")
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--env_id", default="PongNoFrameskip-v4", help="an ALE NoFrameskip-v4 id")
+    p.add_argument("--num_envs", type=int, default=16, help="envs stepped together (paper: 16)")
+    p.add_argument("--steps", type=int, default=100_000,
+                   help="agent steps (summed over envs) per timed A2C measurement")
+    p.add_argument("--warmup_steps", type=int, default=2_000,
+                   help="agent steps of the untimed warm-up call before each A2C measurement")
+    p.add_argument("--env_steps", type=int, default=100_000,
+                   help="agent steps for the raw env measurement")
+    p.add_argument("--torch_threads", type=int, default=1, help="torch.set_num_threads")
+    p.add_argument("--env_threads", type=int, default=1, help="ale-py threads (0: one per core)")
+    p.add_argument("--sweep", action="store_true",
+                   help="time ours at (torch, env) threads " + ", ".join(map(str, SWEEP_THREADS)))
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if game_from_env_id(args.env_id) is None:
+        raise SystemExit(f"{args.env_id!r} is not an ALE NoFrameskip-v4 id")
+    print(machine_header())
+    print(f"{args.env_id}, {args.num_envs} envs; A2C {args.steps} steps after "
+          f"{args.warmup_steps} warm-up; raw env {args.env_steps} steps; "
+          f"torch_threads {args.torch_threads}, env_threads {args.env_threads}\n", flush=True)
+
+    raw = bench_raw_env(args.env_id, args.num_envs, args.env_steps, args.env_threads, args.seed)
+    print(f"(a) raw env, random actions:  {raw:8.0f} steps/s", flush=True)
+
+    combos = list(SWEEP_THREADS) if args.sweep else [(args.torch_threads, args.env_threads)]
+    ours: dict[tuple[int, int], Rate] = {}
+    for tt, et in combos:
+        ours[(tt, et)] = bench_ours(args.env_id, args.num_envs, args.steps, args.warmup_steps,
+                                    tt, et, args.seed)
+        r = ours[(tt, et)]
+        print(f"(b) ours  (torch {tt}, env {et}): loop {r.loop_sps:6.0f} steps/s, "
+              f"call {r.call_sps:6.0f} steps/s ({r.steps} steps)", flush=True)
+
+    sb3 = bench_sb3(args.env_id, args.num_envs, args.steps, args.warmup_steps,
+                    args.torch_threads, args.env_threads, args.seed)
+    print(f"(c) SB3   (torch {args.torch_threads}, env {args.env_threads}): "
+          f"loop {sb3.loop_sps:6.0f} steps/s, call {sb3.call_sps:6.0f} steps/s "
+          f"({sb3.steps} steps)\n", flush=True)
+
+    print(f"raw env (env threads {args.env_threads}): {raw:.0f} steps/s; "
+          f"SB3 (torch {args.torch_threads}, env {args.env_threads}): {sb3.loop_sps:.0f} steps/s")
+    print("torch env | ours loop | ours call | ours/SB3 loop | ours/SB3 call | ours/raw env")
+    for (tt, et), r in ours.items():
+        print(f"{tt:5d} {et:3d} | {r.loop_sps:9.0f} | {r.call_sps:9.0f} | "
+              f"{r.loop_sps / sb3.loop_sps:13.2f} | {r.call_sps / sb3.call_sps:13.2f} | "
+              f"{r.loop_sps / raw:12.2f}")
+    print(f"\nload average at end: {_load()} (on a shared machine the figures vary run to run)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

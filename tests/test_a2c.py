@@ -1,0 +1,95 @@
+"""A2C: returns and loss on hand-computed cases, checkpoints, and learning MovingDot."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from a2c.a2c import A2C, A2CConfig, a2c_loss, discounted_returns
+from a2c.checkpoint import CheckpointError, load_policy, save_policy
+from a2c.policies import make_policy
+from a2c.rollout import sample_actions
+from a2c.train import A2CRunConfig, train_a2c
+from envs.moving_dot import MovingDotVecEnv
+
+
+def test_discounted_returns_bootstrap_and_stop_at_episode_end():
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 0.0]])
+    dones = torch.tensor([[False, False], [True, False], [False, False]])
+    last_value = torch.tensor([10.0, -1.0])
+    g = 0.5
+    ret = discounted_returns(rewards, dones, last_value, g)
+    # env 0: the episode ends on step 1, so step 0 and 1 see no bootstrap from step 2.
+    assert ret[2, 0] == pytest.approx(2 + g * 10)
+    assert ret[1, 0] == pytest.approx(0.0)
+    assert ret[0, 0] == pytest.approx(1.0)
+    # env 1: no end, plain n-step return with V(s_T).
+    assert ret[0, 1] == pytest.approx(0 + g * (1 + g * (0 + g * -1)))
+
+
+def test_a2c_loss_matches_hand_computation():
+    logits = torch.log(torch.tensor([[0.25, 0.75], [0.5, 0.5]]))
+    values = torch.tensor([1.0, 0.0])
+    actions = torch.tensor([1, 0])
+    returns = torch.tensor([3.0, -1.0])
+    loss, stats = a2c_loss(logits, values, actions, returns, ent_coef=0.01, vf_coef=0.5)
+    pg = -(math.log(0.75) * 2.0 + math.log(0.5) * -1.0) / 2
+    vf = (2.0 ** 2 + 1.0 ** 2) / 2
+    ent = (-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)) + math.log(2)) / 2
+    assert stats["policy_loss"] == pytest.approx(pg, rel=1e-5)
+    assert stats["value_loss"] == pytest.approx(vf, rel=1e-5)
+    assert stats["entropy"] == pytest.approx(ent, rel=1e-5)
+    assert loss.item() == pytest.approx(pg + 0.5 * vf - 0.01 * ent, rel=1e-5)
+
+
+def test_learning_rate_decays_linearly_to_zero():
+    algo = A2C(make_policy("moving_dot", 5), A2CConfig(lr=1e-3, lr_zero_timesteps=1000))
+    assert algo.learning_rate(0) == pytest.approx(1e-3)
+    assert algo.learning_rate(500) == pytest.approx(5e-4)
+    assert algo.learning_rate(2000) == 0.0
+
+
+def test_policy_checkpoint_round_trip(tmp_path):
+    policy = make_policy("atari", 6)
+    algo = A2C(policy, A2CConfig())
+    save_policy(tmp_path, policy, algo.optimizer, timesteps=800, updates=10)
+    state = load_policy(tmp_path)
+    fresh = make_policy("atari", 6)
+    fresh.load_state_dict(state["policy"])
+    obs = torch.randint(0, 255, (2, 4, 84, 84), dtype=torch.uint8)
+    assert torch.equal(fresh(obs)[0], policy(obs)[0])
+    assert (state["timesteps"], state["updates"]) == (800, 10)
+    (tmp_path / "policy-999999999999.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError):
+        load_policy(tmp_path)
+    with pytest.raises(CheckpointError):
+        load_policy(tmp_path / "missing")
+
+
+def evaluate(policy, episodes_envs: int = 64, seed: int = 123) -> float:
+    env = MovingDotVecEnv(episodes_envs, seed=seed)
+    obs = env.reset()
+    returns = []
+    for _ in range(250):
+        result = env.step(sample_actions(policy, obs))
+        obs = result.obs
+        returns += [e.true_return for e in result.finished]
+    return float(np.mean(returns))
+
+
+def scripted_return(episodes_envs: int = 64, seed: int = 123) -> float:
+    env = MovingDotVecEnv(episodes_envs, seed=seed)
+    env.reset()
+    return float(np.mean([e.true_return for _ in range(250)
+                          for e in env.step(env.scripted_actions()).finished]))
+
+
+def test_a2c_on_original_rewards_approaches_the_scripted_policy_on_moving_dot(tmp_path):
+    config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=100_000,
+                          a2c=A2CConfig(ent_coef=0.02), seed=0, ckpt_dir=str(tmp_path / "p"),
+                          torch_threads=1)
+    train_a2c(config, str(tmp_path / "tb"))
+    policy = make_policy("moving_dot", 5)
+    policy.load_state_dict(load_policy(tmp_path / "p")["policy"])
+    learned, scripted = evaluate(policy), scripted_return()
+    assert learned >= 0.8 * scripted, (learned, scripted)

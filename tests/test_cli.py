@@ -1,0 +1,79 @@
+"""The command line: smoke runs, one-line errors with exit status 2, clean Ctrl-C."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args, timeout=120, **kw):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def test_original_rewards_smoke_run_writes_the_run_directory(tmp_path):
+    d = tmp_path / "run"
+    r = run("run.py", "train_policy_with_original_rewards", "MovingDotNoFrameskip-v0",
+            "--million_timesteps", "0.004", "--n_envs", "4", "--log_dir", str(d))
+    assert r.returncode == 0, r.stderr
+    assert (d / "command.txt").read_text().strip().endswith(f"--log_dir {d}")
+    assert '"n_envs": 4' in (d / "settings.json").read_text()
+    assert list((d / "policy").glob("policy-*.pt"))
+    assert list((d / "tb").glob("events.out.tfevents.*"))
+    w = run("run_checkpoint.py", "MovingDotNoFrameskip-v0", str(d / "policy"), "--episodes", "2",
+            "--video", str(tmp_path / "ep.gif"))
+    assert w.returncode == 0, w.stderr
+    assert "mean return" in w.stdout and (tmp_path / "ep.gif").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args", [
+    ["no_such_mode", "MovingDotNoFrameskip-v0"],
+    ["train_policy_with_original_rewards", "NoSuchGame-v4"],
+    ["train_policy_with_original_rewards", "MovingDot-v0", "--million_timesteps", "0"],
+    ["train_policy_with_original_rewards", "MovingDot-v0", "--million_timesteps", "-2"],
+    ["train_policy_with_original_rewards", "MovingDot-v0", "--n_envs", "0"],
+    ["train_policy_with_original_rewards", "MovingDot-v0", "--load_policy_ckpt_dir", "/nope"],
+    ["train_policy_with_original_rewards", "MovingDot-v0", "--bogus_flag"],
+    ["train_policy_with_original_rewards"],
+])
+def test_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
+    r = run("run.py", *args, "--log_dir", str(tmp_path / "x"))
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("run.py: error:"), r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_existing_run_directory_is_never_overwritten(tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "keep.txt").write_text("mine")
+    r = run("run.py", "train_policy_with_original_rewards", "MovingDot-v0", "--log_dir", str(d))
+    assert r.returncode == 2 and "already exists" in r.stderr
+    assert os.listdir(d) == ["keep.txt"]
+
+
+def test_ctrl_c_saves_a_checkpoint_leaves_no_process_and_exits_130(tmp_path):
+    d = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "run.py", "train_policy_with_original_rewards",
+                             "MovingDotNoFrameskip-v0", "--log_dir", str(d)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.time() + 60
+    while not list(d.glob("tb/events*")) and time.time() < deadline:
+        time.sleep(0.5)
+    time.sleep(3)
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert list((d / "policy").glob("policy-*.pt"))
+    time.sleep(0.5)
+    ps = subprocess.run(["ps", "-o", "pid=,stat=", "-g", str(proc.pid)], capture_output=True,
+                        text=True)
+    alive = [line for line in ps.stdout.splitlines() if "Z" not in line.split()[1]]
+    assert alive == []  # zombies are dead; this container's init does not reap them

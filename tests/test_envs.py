@@ -1,0 +1,115 @@
+"""Environments: MovingDot's rules, Atari observations and the paper's blanking (App. A.2)."""
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from envs import UnknownEnvError, env_kind, make_vec_env
+from envs.moving_dot import CENTRE_X, CENTRE_Y, MovingDotVecEnv
+
+
+def test_moving_dot_rewards_closer_plus_one_farther_minus_one():
+    env = gym.make("MovingDotNoFrameskip-v0").unwrapped
+    env.reset(seed=0)
+    env.xy = np.array([10, CENTRE_Y])  # left of the centre
+    assert env.step(2)[1] == 1.0  # right: closer
+    assert env.step(4)[1] == -1.0  # left: farther
+    assert env.step(0)[1] == 0.0  # noop: equal
+    env.xy = np.array([0, 0])
+    assert env.step(4)[1] == 0.0  # clipped at the edge: did not move
+
+
+def test_moving_dot_frame_has_one_white_4x4_dot():
+    env = gym.make("MovingDotNoFrameskip-v0")
+    frame, _ = env.reset(seed=3)
+    assert frame.shape == (210, 160, 3) and frame.dtype == np.uint8
+    ys, xs = np.nonzero(frame[..., 0])
+    assert len(ys) == 16 and np.ptp(ys) == 3 and np.ptp(xs) == 3
+    assert (frame[ys, xs] == 255).all()
+
+
+def test_moving_dot_episode_is_1000_frames():
+    env = gym.make("MovingDotNoFrameskip-v0")
+    env.reset(seed=0)
+    truncated = [env.step(0)[3] for _ in range(1000)]
+    assert not any(truncated[:-1]) and truncated[-1]
+    env4 = gym.make("MovingDot-v0")
+    env4.reset(seed=0)
+    truncated = [env4.step(0)[3] for _ in range(250)]
+    assert not any(truncated[:-1]) and truncated[-1]
+
+
+def test_moving_dot_vector_env_matches_preprocessing_and_ends_after_250_agent_steps():
+    env = make_vec_env("MovingDotNoFrameskip-v0", 3, seed=0)
+    obs = env.reset()
+    assert obs.shape == (3, 4, 84, 84) and obs.dtype == np.uint8
+    dones = []
+    for _ in range(250):
+        result = env.step(np.full(3, 2))
+        dones.append(result.dones.copy())
+    assert not np.any(dones[:-1]) and np.all(dones[-1])
+    assert len(result.finished) == 3
+    # After a step the newest frame shows the dot; consecutive stacks share three frames.
+    r2 = env.step(np.zeros(3, dtype=np.int64))
+    r3 = env.step(np.zeros(3, dtype=np.int64))
+    assert np.array_equal(r3.obs[:, :3], r2.obs[:, 1:])
+    assert r3.obs[:, -1].max() > 200
+
+
+def test_scripted_policy_beats_random_on_moving_dot():
+    env = MovingDotVecEnv(32, seed=1)
+    env.reset()
+    scripted = [e.true_return for _ in range(250) for e in env.step(env.scripted_actions()).finished]
+    rng = np.random.default_rng(0)
+    rand = [e.true_return for _ in range(250) for e in env.step(rng.integers(0, 5, 32)).finished]
+    # REFERENCE.md: scripted ~21.8, random ~-2.5 per episode.
+    assert 18 < np.mean(scripted) < 26
+    assert -6 < np.mean(rand) < 3
+
+
+@pytest.mark.parametrize("env_id,rows", [("PongNoFrameskip-v4", (0, 9)),
+                                         ("EnduroNoFrameskip-v4", (62, 84))])
+def test_atari_observations_are_uint8_stacks_with_the_score_blanked(env_id, rows):
+    env = make_vec_env(env_id, 2, seed=0, num_threads=1)
+    obs = env.reset()
+    for _ in range(60):
+        result = env.step(np.ones(2, dtype=np.int64))
+    assert result.obs.shape == (2, 4, 84, 84) and result.obs.dtype == np.uint8
+    assert (result.obs[:, :, rows[0]:rows[1], :] == 0).all()
+    assert result.obs[:, :, 20:60, :].any()  # the playing field is still there
+    assert result.rewards.dtype == np.float32
+    env.close()
+
+
+def test_pong_reports_the_unclipped_score_at_episode_end():
+    env = make_vec_env("PongNoFrameskip-v4", 4, seed=0, num_threads=1)
+    env.reset()
+    rng = np.random.default_rng(0)
+    finished = []
+    while not finished:
+        finished = env.step(rng.integers(0, 6, 4)).finished
+    # A random Pong player loses 21 points to at most a few.
+    assert -21 <= finished[0].true_return <= -15
+    assert finished[0].length > 500
+    env.close()
+
+
+def test_life_loss_is_not_an_episode_end():
+    env = make_vec_env("BreakoutNoFrameskip-v4", 1, seed=0, num_threads=1)
+    env.reset()
+    lengths = []
+    for _ in range(5000):
+        result = env.step(np.array([1]))  # fire, never move: loses all five lives
+        if result.finished:
+            lengths.append(result.finished[0].length)
+            break
+    # One episode spans all five lives; a life lost on its own would end after ~ 1/5 the steps.
+    assert lengths and lengths[0] > 60  # measured: 117 steps; 20 with episodic life
+
+
+def test_unknown_env_gives_one_line_listing_supported_ids():
+    with pytest.raises(UnknownEnvError) as err:
+        env_kind("PongNoFrameskip-v9")
+    msg = str(err.value)
+    assert "\n" not in msg and "PongNoFrameskip-v4" in msg and "MovingDotNoFrameskip-v0" in msg
+    assert env_kind("EnduroNoFrameskip-v4") == "atari"
+    assert env_kind("MovingDot-v0") == "moving_dot"
