@@ -8,14 +8,16 @@ Measures, for one Atari game (default Pong) with 16 envs and the paper's A2C set
   (b) ours: `a2c.train.train_a2c` on the game's own (sign-clipped) reward;
   (c) SB3: `stable_baselines3.A2C("CnnPolicy")` with the defaults SB3 ships (n_steps 5,
       RMSprop alpha 0.99 eps 1e-5, lr 7e-4, NatureCNN), on the same ale-py vector env wrapped
-      as an SB3 `VecEnv` (`AleSB3VecEnv` below), so both agents see identical env settings.
+      as an SB3 `VecEnv` (`AleSB3VecEnv` below) with the same ale-py settings as ours.
 
 All rates are agent steps per second summed over envs. Each A2C measurement first runs a short
 warm-up call (imports, allocator, first env resets), then the timed call. Two figures are taken
 from the timed call: "loop" times the steady state between the first and the last rollout (read
 through our rollout-observer hook and SB3's `on_rollout_end` callback, the same point in both
-loops), "call" is the wall clock of the whole call (for ours that includes creating the env and
-writing the final checkpoint). The ratios use the loop figures.
+loops), "call" is the wall clock from creating the env to the end of training (for ours that
+includes the final checkpoint). Ratios are printed for both; the loop ones are the headline.
+With --sweep, (a) and (c) run once at --torch_threads/--env_threads and every row of ours is
+compared with them.
 
     .venv/bin/python -m benchmarks.bench_a2c                      # the README's figures
     .venv/bin/python -m benchmarks.bench_a2c --steps 5000 --env_steps 20000   # smoke run
@@ -228,12 +230,14 @@ def make_sb3_vec_env(game: str, num_envs: int, seed: int, env_threads: int) -> A
 
 def bench_sb3(env_id: str, num_envs: int, steps: int, warmup_steps: int, torch_threads: int,
               env_threads: int, seed: int) -> Rate:
-    """SB3's A2C with its shipped defaults: a warm-up `learn`, then the timed `learn`."""
+    """SB3's A2C with its shipped defaults: a warm-up run, then the timed run (env, model, learn)."""
     from stable_baselines3 import A2C as SB3A2C
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import VecTransposeImage, is_vecenv_wrapped
 
     class RolloutEndCallback(BaseCallback):
+        """Ticks the timer where our rollout observers run: after collecting, before training."""
+
         def __init__(self, timer: RolloutTimer):
             super().__init__()
             self.timer = timer
@@ -248,25 +252,31 @@ def bench_sb3(env_id: str, num_envs: int, steps: int, warmup_steps: int, torch_t
     if game is None:
         raise SystemExit(f"{env_id!r} is not an ALE game; the SB3 comparison needs one")
     torch.set_num_threads(torch_threads)
-    torch.manual_seed(seed)
-    env = make_sb3_vec_env(game, num_envs, seed, env_threads)
-    try:
-        model = SB3A2C("CnnPolicy", env, seed=seed, device="cpu", verbose=0)
-        # uint8 (4, 84, 84) is channel-first already: SB3 must not transpose it, and must scale
-        # it to [0, 1] itself, as our policy does.
-        assert model.observation_space.shape == (4, 84, 84), model.observation_space
-        assert not is_vecenv_wrapped(model.get_env(), VecTransposeImage)
-        assert model.policy.normalize_images
-        assert model.n_steps == 5 and model.n_envs == num_envs
-        if warmup_steps > 0:
-            model.learn(warmup_steps)
-        timer = RolloutTimer(model.n_steps * num_envs)
-        start = time.perf_counter()
-        model.learn(steps, callback=RolloutEndCallback(timer))
-        call = time.perf_counter() - start
-        return Rate(timer.steps_per_sec(), model.num_timesteps / call, model.num_timesteps)
-    finally:
-        env.close()
+
+    def run(total: int, timer: RolloutTimer | None) -> int:
+        torch.manual_seed(seed)
+        env = make_sb3_vec_env(game, num_envs, seed, env_threads)
+        try:
+            model = SB3A2C("CnnPolicy", env, seed=seed, device="cpu", verbose=0)
+            # uint8 (4, 84, 84) is channel-first already: SB3 must not transpose it, and must
+            # scale it to [0, 1] itself, as our policy does.
+            assert model.observation_space.shape == (4, 84, 84), model.observation_space
+            assert not is_vecenv_wrapped(model.get_env(), VecTransposeImage)
+            assert model.policy.normalize_images
+            assert model.n_steps == 5 and model.n_envs == num_envs
+            model.learn(total, callback=RolloutEndCallback(timer) if timer else None)
+            return model.num_timesteps
+        finally:
+            env.close()
+
+    if warmup_steps > 0:
+        run(warmup_steps, None)
+    timer = RolloutTimer(5 * num_envs)  # SB3's default n_steps, asserted in run()
+    # Like ours, the timed call builds its env and network first.
+    start = time.perf_counter()
+    reached = run(steps, timer)
+    call = time.perf_counter() - start
+    return Rate(timer.steps_per_sec(), reached / call, reached)
 
 
 # --------------------------------------------------------------------------------------------
@@ -317,7 +327,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--env_threads", type=int, default=1, help="ale-py threads (0: one per core)")
     p.add_argument("--sweep", action="store_true",
                    help="time ours at (torch, env) threads " + ", ".join(map(str, SWEEP_THREADS)))
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="env, torch and action-sampling seed")
     return p.parse_args(argv)
 
 

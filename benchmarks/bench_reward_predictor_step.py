@@ -1,0 +1,61 @@
+"""Time one reward-predictor train step: the paper's Atari net (dropout 0.5, batch norm, App. A.2)
+on a batch of 16 pairs x 25 steps (800 observations forward and backward), one member.
+
+    .venv/bin/python benchmarks/bench_reward_predictor_step.py [--steps 10] [--threads 1 2]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pref_interface.segment import Preference, Segment  # noqa: E402
+from reward_predictor.ensemble import RewardPredictorEnsemble  # noqa: E402
+from reward_predictor.nets import AtariRewardNet  # noqa: E402
+
+
+def make_batch(rng: np.random.Generator, pairs: int, t: int) -> list[Preference]:
+    def seg() -> Segment:
+        # Atari-like frames: mostly dark with some structure, not pure noise.
+        frames = (rng.random((t + 3, 84, 84)) < 0.1).astype(np.uint8) * 200
+        return Segment(frames, rng.integers(0, 6, t), np.zeros(t, np.float32))
+    return [Preference(seg(), seg(), float(rng.choice([0.0, 1.0]))) for _ in range(pairs)]
+
+
+def time_steps(threads: int, steps: int, warmup: int, pairs: int, t: int) -> list[float]:
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), n_members=1)
+    batches = [make_batch(rng, pairs, t) for _ in range(2)]
+    times = []
+    for i in range(warmup + steps):
+        start = time.perf_counter()
+        ens.train_step([batches[i % 2]])
+        times.append(time.perf_counter() - start)
+    return times[warmup:]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per thread count")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch thread counts")
+    parser.add_argument("--pairs", type=int, default=16, help="segment pairs per batch")
+    parser.add_argument("--length", type=int, default=25, help="steps per segment")
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, batch {args.pairs} pairs x "
+          f"{args.length} steps = {2 * args.pairs * args.length} observations")
+    for threads in args.threads:
+        times = time_steps(threads, args.steps, args.warmup, args.pairs, args.length)
+        print(f"threads {threads}: median {np.median(times) * 1000:.0f} ms/step "
+              f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f})")
+
+
+if __name__ == "__main__":
+    main()
