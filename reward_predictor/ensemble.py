@@ -69,7 +69,7 @@ def segment_returns(net: nn.Module, segments: Sequence[Segment]) -> tuple[torch.
 class RewardPredictorEnsemble(nn.Module):
     """`n_members` reward nets, each with its own running normaliser, Adam optimiser and L2
     coefficient. The reward given to the agent is the mean of the members' normalised outputs
-    (App. A.2: "each member normalized independently, then averaged")."""
+    (App. A.2: each member is normalised on its own, then the members are averaged)."""
 
     def __init__(self, make_net: Callable[[], nn.Module], n_members: int = 3,
                  lr: float = LEARNING_RATE, l2: float = 0.0, noise: float = LABEL_NOISE,
@@ -125,9 +125,12 @@ class RewardPredictorEnsemble(nn.Module):
             returns, raw = segment_returns(net, segments)  # one pass over all 2B segments
             loss, acc = preference_loss(returns[:b], returns[b:], mu, self.noise)
             total = loss
-            penalty = self._weight_penalty(net)
             if self.l2[m] > 0.0:
+                penalty = self._weight_penalty(net)
                 total = total + self.l2[m] * penalty
+            else:
+                with torch.no_grad():
+                    penalty = self._weight_penalty(net)  # still reported
             opt.zero_grad(set_to_none=True)
             total.backward()
             opt.step()

@@ -13,6 +13,23 @@ from torch import nn
 STACK = 4
 FRAME = 84
 N_MOVING_DOT_ACTIONS = 5  # 0 noop, 1 down, 2 right, 3 up, 4 left
+LEAKY_SLOPE = 0.01  # App. A.2: leaky ReLU, alpha 0.01
+
+# Byte value -> its 8 bits as dropout multipliers {0, 2}: one random byte gives 8 mask entries.
+_HALF_MASK_TABLE = ((torch.arange(256).unsqueeze(-1) >> torch.arange(8)) & 1).float() * 2.0
+
+
+def dropout_half(x: torch.Tensor) -> torch.Tensor:
+    """Dropout with p = 0.5 in training mode, the same distribution as F.dropout(x, 0.5).
+
+    Every bit of a uniform random byte is an independent fair coin, so one random draw serves 8
+    entries; drawing a float per entry (bernoulli_) was ~28% of a train step. The mask takes the
+    memory layout of `x` (entries are i.i.d., so any layout is the same distribution).
+    """
+    n = x.numel()
+    bytes_ = torch.randint(0, 256, ((n + 7) // 8,), dtype=torch.int64)
+    mask = _HALF_MASK_TABLE.index_select(0, bytes_).view(-1)[:n]
+    return x * mask.as_strided(x.shape, x.stride())
 
 
 class AtariRewardNet(nn.Module):
@@ -36,16 +53,26 @@ class AtariRewardNet(nn.Module):
             nn.BatchNorm2d(16) if batchnorm else nn.Identity() for _ in specs)
         self.fc = nn.Linear(16 * 7 * 7, 64)  # 84 -> 26 -> 11 -> 9 -> 7
         self.out = nn.Linear(64, 1)
+        # Channels-last (NHWC) activations make oneDNN's CPU convolutions ~25% faster here.
+        self.to(memory_format=torch.channels_last)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor | None = None) -> torch.Tensor:
         """obs uint8 (..., 4, 84, 84) -> rewards float32 (...). `actions` is ignored."""
         lead = obs.shape[:-3]
-        x = obs.float().reshape(-1, STACK, FRAME, FRAME) * (1.0 / 255.0)
-        for conv, norm in zip(self.convs, self.norms):
-            x = F.leaky_relu(norm(conv(x)), 0.01)  # App. A.2: leaky ReLU, alpha 0.01
-            if self.dropout > 0.0:
+        # One copy: uint8 -> float32 straight into NHWC order, viewed as a channels-last NCHW batch.
+        x = obs.movedim(-3, -1).to(torch.float32, memory_format=torch.contiguous_format)
+        x = x.reshape(-1, FRAME, FRAME, STACK).permute(0, 3, 1, 2)
+        for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
+            if i == 0:  # conv(x / 255, w) as conv(x, w / 255): saves a pass over the input
+                x = F.conv2d(x, conv.weight * (1.0 / 255.0), conv.bias, conv.stride)
+            else:
+                x = conv(x)
+            x = F.leaky_relu(norm(x), LEAKY_SLOPE)
+            if self.training and self.dropout == 0.5:
+                x = dropout_half(x)
+            elif self.dropout > 0.0:
                 x = F.dropout(x, self.dropout, self.training)
-        x = F.leaky_relu(self.fc(x.flatten(1)), 0.01)
+        x = F.leaky_relu(self.fc(x.flatten(1)), LEAKY_SLOPE)
         return self.out(x).reshape(lead)
 
 

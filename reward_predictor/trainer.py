@@ -167,6 +167,13 @@ class RewardPredictorTrainer:
         if state["n_members"] != self.ensemble.n_members:
             raise CheckpointError(f"checkpoint {path} has {state['n_members']} ensemble members, "
                                   f"expected {self.ensemble.n_members}")
+        # Check the fit before copying anything, so a mismatch leaves the ensemble untouched.
+        current, saved = self.ensemble.state_dict(), state.get("model", {})
+        wrong = sorted(set(current) ^ set(saved)) or [
+            k for k in current if tuple(current[k].shape) != tuple(saved[k].shape)]
+        if wrong:
+            raise CheckpointError(f"checkpoint {path} does not fit this reward predictor "
+                                  f"(e.g. {wrong[0]}): another env kind, batchnorm setting or format?")
         try:
             self.ensemble.load_state_dict(state["model"])
             for opt, opt_state in zip(self.ensemble.optimizers, state["optimizers"]):

@@ -1,0 +1,461 @@
+"""Reward predictor: preference model, normalisation, bootstrapped ensemble, weight sharing,
+checkpoints, the trainer process, and learning the MovingDot reward from labels."""
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import os
+import queue
+import threading
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from pref_interface.segment import Preference, Segment
+from reward_predictor import (AtariRewardNet, CheckpointError, MovingDotRewardNet,
+                              RewardPredictorEnsemble, RewardPredictorTrainer, RunningNormaliser,
+                              SharedWeights, TrainerConfig, TrainerStats, bootstrap_counts,
+                              build_ensemble, make_reward_net, preference_loss, run_trainer)
+from reward_predictor.nets import dropout_half
+
+torch.set_num_threads(1)
+
+
+# ---- synthetic data ---------------------------------------------------------------------------
+def random_segment(rng: np.random.Generator, t: int = 25) -> Segment:
+    frames = rng.integers(0, 256, size=(t + 3, 84, 84), dtype=np.uint8)
+    return Segment(frames, rng.integers(0, 5, t), rng.normal(size=t).astype(np.float32))
+
+
+def random_pref(rng: np.random.Generator, is_validation: bool = False, t: int = 25) -> Preference:
+    return Preference(random_segment(rng, t), random_segment(rng, t), float(rng.choice([0.0, 0.5, 1.0])),
+                      is_validation=is_validation)
+
+
+# MovingDot drawn directly at 84x84, no env code: a 2x2 dot whose top-left corner walks on the
+# integer grid, 2 px per agent step (the env's 4 px per step in 210x160 is 1.6-2.1 px here).
+DOT_STEP = {0: (0, 0), 1: (0, 2), 2: (2, 0), 3: (0, -2), 4: (-2, 0)}  # noop, down, right, up, left
+DOT_CENTRE = np.array([41.5, 41.5])  # the frame's centre, in pixel-centre coordinates
+
+
+def _render_dot(p: np.ndarray) -> np.ndarray:
+    frame = np.zeros((84, 84), np.uint8)
+    frame[p[1]:p[1] + 2, p[0]:p[0] + 2] = 255
+    return frame
+
+
+def moving_dot_segment(rng: np.random.Generator, t: int = 25) -> Segment:
+    """A random walk; true reward +1 per step that ends closer to the centre, -1 farther, 0 equal."""
+    p = rng.integers(0, 83, size=2)  # (x, y) of the dot's top-left pixel
+    frames = [_render_dot(p)] * 3
+    actions = rng.integers(0, 5, t)
+    rewards = np.zeros(t, np.float32)
+    for i, a in enumerate(actions):
+        frames.append(_render_dot(p))  # the newest frame of the stack seen at step i
+        q = np.clip(p + DOT_STEP[int(a)], 0, 82)
+        rewards[i] = np.sign(np.linalg.norm(p + 0.5 - DOT_CENTRE) - np.linalg.norm(q + 0.5 - DOT_CENTRE))
+        p = q
+    return Segment(np.stack(frames), actions.astype(np.int64), rewards)
+
+
+def moving_dot_pref(rng: np.random.Generator, is_validation: bool) -> Preference:
+    """Labelled by true return, as the synthetic oracle does; equal returns are a tie."""
+    left, right = moving_dot_segment(rng), moving_dot_segment(rng)
+    diff = left.true_return - right.true_return
+    return Preference(left, right, 1.0 if diff > 0 else 0.0 if diff < 0 else 0.5,
+                      is_validation=is_validation)
+
+
+# ---- preference model -------------------------------------------------------------------------
+def _loss(delta: float, mu: float, noise: float) -> float:
+    loss, _ = preference_loss(torch.tensor([delta]), torch.tensor([0.0]), torch.tensor([mu]), noise)
+    return float(loss)
+
+
+def test_equal_returns_make_either_side_equally_likely():
+    assert _loss(0.0, 1.0, 0.1) == pytest.approx(math.log(2), abs=1e-6)
+    assert _loss(0.0, 1.0, 0.0) == pytest.approx(math.log(2), abs=1e-6)
+    assert _loss(0.0, 0.5, 0.1) == pytest.approx(math.log(2), abs=1e-6)
+
+
+def test_noisy_bradley_terry_matches_hand_computed_values():
+    s = 1 / (1 + math.exp(-2.0))  # sigmoid(2) = 0.880797
+    assert _loss(2.0, 1.0, 0.1) == pytest.approx(-math.log(0.05 + 0.9 * s), abs=1e-6)  # 0.171
+    assert _loss(2.0, 0.0, 0.1) == pytest.approx(-math.log(0.05 + 0.9 * (1 - s)), abs=1e-6)
+    tie = -(0.5 * math.log(0.05 + 0.9 * s) + 0.5 * math.log(0.05 + 0.9 * (1 - s)))
+    assert _loss(2.0, 0.5, 0.1) == pytest.approx(tie, abs=1e-6)
+    assert _loss(2.0, 1.0, 0.0) == pytest.approx(-math.log(s), abs=1e-6)  # plain model: 0.127
+
+
+def test_label_noise_bounds_the_loss_of_a_confidently_contradicted_label():
+    # Sec. 2.2.3: a 10% chance of a uniformly random answer puts a floor of 0.05 under P'.
+    assert _loss(-100.0, 1.0, 0.1) == pytest.approx(-math.log(0.05), abs=1e-4)  # 2.9957
+    assert _loss(-100.0, 1.0, 0.1) < 3.0
+    assert _loss(-100.0, 1.0, 0.0) == pytest.approx(100.0, abs=1e-4)
+
+
+def test_label_noise_downweights_the_gradient_of_contradicted_labels():
+    def grad(delta: float, noise: float) -> float:
+        d = torch.tensor([delta], requires_grad=True)
+        loss, _ = preference_loss(d, torch.zeros(1), torch.ones(1), noise)
+        loss.backward()
+        return float(d.grad[0])
+
+    p = 1 / (1 + math.exp(5.0))  # sigmoid(-5)
+    assert grad(-5.0, 0.0) == pytest.approx(-(1 - p), abs=1e-5)  # -0.9933
+    assert grad(-5.0, 0.1) == pytest.approx(-0.9 * p * (1 - p) / (0.05 + 0.9 * p), abs=1e-5)  # -0.107
+    assert abs(grad(-5.0, 0.1)) < 0.2 * abs(grad(-5.0, 0.0))
+
+
+def test_accuracy_counts_only_labels_that_are_not_ties():
+    left = torch.tensor([1.0, 1.0, 0.0, 5.0, 2.0])
+    right = torch.tensor([0.0, 0.0, 1.0, 0.0, 2.0])
+    mu = torch.tensor([1.0, 0.0, 0.0, 0.5, 1.0])  # right, wrong, right, tie, wrong (delta 0)
+    _, acc = preference_loss(left, right, mu)
+    assert acc == pytest.approx(2 / 4)
+    _, acc = preference_loss(left[3:4], right[3:4], mu[3:4])
+    assert math.isnan(acc)
+
+
+# ---- normalisation ----------------------------------------------------------------------------
+def test_rewards_are_normalised_to_mean_zero_and_std_0_05():
+    torch.manual_seed(0)
+    norm = RunningNormaliser()
+    for _ in range(50):
+        norm.update(3.0 + 2.0 * torch.randn(800))
+    out = norm(3.0 + 2.0 * torch.randn(100_000))
+    assert float(out.mean()) == pytest.approx(0.0, abs=2e-3)
+    assert float(out.std()) == pytest.approx(0.05, abs=2e-3)  # App. A.2: std 0.05
+    assert set(norm.state_dict()) == {"count", "mean", "var"}
+
+
+def test_normaliser_merges_batches_exactly():
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(i, 1 + i, size=n) for i, n in enumerate([5, 100, 37, 1])]
+    norm = RunningNormaliser(max_count=None)
+    for b in batches:
+        norm.update(torch.from_numpy(b))
+    everything = np.concatenate(batches)
+    assert float(norm.count) == len(everything)
+    assert float(norm.mean) == pytest.approx(everything.mean(), rel=1e-9)
+    assert float(norm.var) == pytest.approx(everything.var(), rel=1e-9)
+
+
+# ---- networks ---------------------------------------------------------------------------------
+def test_atari_reward_net_is_the_paper_architecture():
+    net = AtariRewardNet(dropout=0.5, batchnorm=True)
+    assert [(c.kernel_size, c.stride, c.out_channels) for c in net.convs] == [
+        ((7, 7), (3, 3), 16), ((5, 5), (2, 2), 16), ((3, 3), (1, 1), 16), ((3, 3), (1, 1), 16)]
+    assert net.fc.out_features == 64 and net.out.out_features == 1
+    obs = torch.randint(0, 256, (6, 4, 84, 84), dtype=torch.uint8)
+    out = net(obs, torch.zeros(6, dtype=torch.int64))
+    assert out.shape == (6,) and out.dtype == torch.float32
+    net.eval()
+    assert torch.equal(net(obs), net(obs))  # no dropout at evaluation
+    # The segment view (N, T, 4, 84, 84) of overlapping windows gives the same numbers.
+    frames = torch.randint(0, 256, (2, 8, 84, 84), dtype=torch.uint8)
+    windows = frames.unfold(1, 4, 1).permute(0, 1, 4, 2, 3)
+    assert torch.allclose(net(windows), net(windows.contiguous().reshape(-1, 4, 84, 84)).reshape(2, 5))
+
+
+def test_fast_dropout_drops_each_unit_with_probability_one_half():
+    torch.manual_seed(0)
+    x = torch.ones(200, 16, 26, 26).to(memory_format=torch.channels_last)
+    out = dropout_half(x)
+    assert out.stride() == x.stride()
+    assert set(out.unique().tolist()) == {0.0, 2.0}  # kept units scaled by 1 / (1 - p)
+    assert float((out == 0).float().mean()) == pytest.approx(0.5, abs=2e-3)
+    flat = out.flatten()
+    assert abs(float(torch.corrcoef(torch.stack([flat[:-1], flat[1:]]))[0, 1])) < 0.01
+    net = AtariRewardNet(dropout=0.5)
+    obs = torch.randint(0, 256, (4, 4, 84, 84), dtype=torch.uint8)
+    assert not torch.equal(net(obs), net(obs))  # active while training
+
+
+def test_moving_dot_net_finds_the_dot():
+    net = make_reward_net("moving_dot", 0.0, False)
+    assert isinstance(net, MovingDotRewardNet)
+    obs = np.zeros((2, 4, 84, 84), np.uint8)
+    obs[0, -1] = _render_dot(np.array([0, 0]))
+    obs[1, -1] = _render_dot(np.array([82, 41]))
+    obs[1, 0] = _render_dot(np.array([0, 0]))  # older frames are ignored
+    pos = net.dot_position(torch.from_numpy(obs))
+    assert torch.allclose(pos, torch.tensor([[-1 + 1 / 83, -1 + 1 / 83], [1 - 1 / 83, 0.0]]), atol=1e-5)
+    with pytest.raises(ValueError):
+        make_reward_net("mujoco", 0.0, False)
+
+
+# ---- ensemble and bootstrap -------------------------------------------------------------------
+def test_bootstrap_counts_are_poisson_one():
+    counts = bootstrap_counts(30_000, 3, np.random.default_rng(0))
+    assert counts.shape == (30_000, 3)
+    assert counts.mean() == pytest.approx(1.0, abs=0.02)
+    assert counts.var() == pytest.approx(1.0, abs=0.03)
+    assert (counts == 0).mean() == pytest.approx(math.exp(-1), abs=0.01)
+    assert not np.array_equal(counts[:, 0], counts[:, 1])  # members resample independently
+
+
+def test_a_single_predictor_uses_every_label():
+    rng = np.random.default_rng(1)
+    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=1),
+                                     batch_size=16, seed=0)
+    labels = [moving_dot_pref(rng, False) for _ in range(20)]
+    for p in labels:
+        trainer.add(p)
+    assert (trainer.bootstrap_counts() == 1).all()
+    seen = {id(p) for _ in range(30) for p in trainer.sample_batches()[0]}
+    assert seen == {id(p) for p in labels}
+
+
+def test_members_train_only_on_their_bootstrap_resample():
+    rng = np.random.default_rng(2)
+    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=3), seed=3)
+    labels = [moving_dot_pref(rng, False) for _ in range(30)]
+    for p in labels:
+        trainer.add(p)
+    counts = trainer.bootstrap_counts()
+    drawn = np.zeros_like(counts)
+    index = {id(p): i for i, p in enumerate(labels)}
+    for _ in range(300):
+        for m, batch in enumerate(trainer.sample_batches()):
+            for p in batch:
+                drawn[index[id(p)], m] += 1
+    assert (drawn[counts == 0] == 0).all()
+    # Labels with count 2 are drawn about twice as often as those with count 1.
+    for m in range(3):
+        ones, twos = drawn[counts[:, m] == 1, m], drawn[counts[:, m] == 2, m]
+        if len(ones) and len(twos):
+            assert 1.4 < twos.mean() / ones.mean() < 2.8
+
+
+def test_only_the_latest_labels_are_kept_and_validation_is_held_out():
+    rng = np.random.default_rng(3)
+    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=2),
+                                     max_prefs=6, seed=0)
+    labels = [moving_dot_pref(rng, is_validation=(i % 3 == 0)) for i in range(10)]
+    for p in labels:
+        trainer.add(p)
+    assert trainer.n_labels == 6 and trainer.n_val == 2 and trainer.n_train == 4
+    kept = {id(p) for _, p in trainer._train} | {id(p) for _, p in trainer._val}
+    assert kept == {id(p) for p in labels[4:]}
+    drawn = {id(p) for _ in range(20) for batch in trainer.sample_batches() for p in batch}
+    assert drawn <= {id(p) for p in labels[4:] if not p.is_validation}
+
+
+class _ScaledNewestPixel(nn.Module):
+    """A stub reward net: `scale` times the top-left pixel of the newest frame."""
+
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(scale))
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return obs[..., -1, 0, 0].float() * self.scale
+
+
+def test_ensemble_reward_is_the_mean_of_normalised_members():
+    scales = iter([1.0, -2.0, 0.5])
+    ens = RewardPredictorEnsemble(lambda: _ScaledNewestPixel(next(scales)), n_members=3)
+    stats = [(10.0, 4.0), (-5.0, 100.0), (0.0, 0.25)]  # (mean, var) per member
+    for norm, (mean, var) in zip(ens.normalisers, stats):
+        norm.mean.fill_(mean)
+        norm.var.fill_(var)
+    obs = np.zeros((3, 4, 84, 84), np.uint8)
+    obs[:, -1, 0, 0] = [0, 10, 200]
+    out = ens.reward(obs, np.zeros(3, np.int64))
+    assert out.dtype == np.float32 and out.shape == (3,)
+    pixel = np.array([0.0, 10.0, 200.0])
+    expected = np.mean([(pixel * s - m) / math.sqrt(v) * 0.05
+                        for s, (m, v) in zip([1.0, -2.0, 0.5], stats)], axis=0)
+    np.testing.assert_allclose(out, expected, rtol=1e-5)
+    # Same answer from torch tensors.
+    np.testing.assert_allclose(ens.reward(torch.from_numpy(obs), torch.zeros(3, dtype=torch.int64)), out)
+
+
+def test_train_step_fits_each_member_and_tracks_its_reward_statistics():
+    torch.manual_seed(0)
+    rng = np.random.default_rng(4)
+    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), n_members=2,
+                                  l2=1e-3)
+    batches = [[random_pref(rng) for _ in range(3)] for _ in range(2)]
+    before = [m.out.weight.detach().clone() for m in ens.members]
+    metrics = ens.train_step(batches)
+    assert {"loss", "accuracy", "l2_penalty", "member_loss", "member_accuracy"} <= set(metrics)
+    assert len(metrics["member_loss"]) == 2 and metrics["l2_penalty"] > 0
+    for m, w in zip(ens.members, before):
+        assert not torch.equal(m.out.weight, w)
+    for norm in ens.normalisers:
+        assert float(norm.count) == 2 * 3 * 25  # every step of both segments of 3 pairs
+    prob = ens.predict_preference([p.left for p in batches[0]], [p.right for p in batches[0]])
+    assert prob.shape == (2, 3) and ((prob > 0) & (prob < 1)).all()
+    ev = ens.evaluate(batches[0])
+    assert np.isfinite(ev["loss"]) and len(ev["member_loss"]) == 2
+
+
+# ---- shared weights across processes ----------------------------------------------------------
+def _checksum(module: nn.Module) -> float:
+    return float(sum(t.double().sum() for t in module.state_dict().values()))
+
+
+def _consumer(shared: SharedWeights, out: mp.Queue, go: mp.Event) -> None:
+    torch.set_num_threads(1)
+    net = AtariRewardNet(batchnorm=True)
+    out.put(("first", shared.pull(net), shared.pull(net), shared.version, _checksum(net)))
+    go.wait(30)
+    for _ in range(300):
+        if shared.pull(net):
+            break
+        go.wait(0.01)
+    out.put(("second", shared.version, _checksum(net)))
+
+
+def test_shared_weights_reach_a_spawned_process():
+    ctx = mp.get_context("spawn")
+    torch.manual_seed(0)
+    template = AtariRewardNet(batchnorm=True)
+    shared = SharedWeights(template, ctx)
+    out, go = ctx.Queue(), ctx.Event()
+    proc = ctx.Process(target=_consumer, args=(shared, out, go), daemon=True)
+    proc.start()
+    try:
+        tag, pulled_first, pulled_again, version, checksum = out.get(timeout=60)
+        assert tag == "first" and pulled_first and not pulled_again and version == 0
+        assert checksum == pytest.approx(_checksum(template))
+        trained = AtariRewardNet(batchnorm=True)  # different weights
+        trained.norms[0].running_mean.fill_(3.0)  # buffers travel too
+        assert shared.publish(trained) == 1
+        go.set()
+        tag, version, checksum = out.get(timeout=60)
+        assert tag == "second" and version == 1
+        assert checksum == pytest.approx(_checksum(trained))
+    finally:
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.kill()
+
+
+# ---- checkpoints ------------------------------------------------------------------------------
+def _atari_trainer(seed: int) -> RewardPredictorTrainer:
+    torch.manual_seed(seed)
+    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), n_members=2)
+    return RewardPredictorTrainer(ens, batch_size=2, seed=seed)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    rng = np.random.default_rng(5)
+    trainer = _atari_trainer(0)
+    for _ in range(4):
+        trainer.add(random_pref(rng, t=5))
+    trainer.train_steps(2)
+    trainer.ensemble.l2 = [1e-4, 3e-4]
+    path = str(tmp_path / "rp" / "ckpt.pt")
+    trainer.save(path)
+    state = torch.load(path, weights_only=True)  # plain tensors, numbers, dicts and lists only
+    assert state["steps"] == 2
+
+    restored = _atari_trainer(1)
+    restored.load(path)
+    assert restored.steps == 2 and restored.ensemble.l2 == [1e-4, 3e-4]
+    for k, v in trainer.ensemble.state_dict().items():
+        assert torch.equal(v, restored.ensemble.state_dict()[k]), k
+    for a, b in zip(trainer.ensemble.optimizers, restored.ensemble.optimizers):
+        sa, sb = a.state_dict()["state"], b.state_dict()["state"]
+        assert sa.keys() == sb.keys()
+        for i in sa:
+            assert torch.equal(sa[i]["exp_avg"], sb[i]["exp_avg"])
+    obs = rng.integers(0, 256, (3, 4, 84, 84), dtype=np.uint8)
+    np.testing.assert_array_equal(trainer.ensemble.reward(obs, np.zeros(3, np.int64)),
+                                  restored.ensemble.reward(obs, np.zeros(3, np.int64)))
+
+
+def test_missing_or_corrupt_checkpoint_raises_checkpoint_error(tmp_path):
+    trainer = _atari_trainer(0)
+    with pytest.raises(CheckpointError, match="not found"):
+        trainer.load(str(tmp_path / "nope.pt"))
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"\x00garbage" * 100)
+    with pytest.raises(CheckpointError) as err:
+        trainer.load(str(bad))
+    assert "\n" not in str(err.value)
+    torch.save({"format": 1, "n_members": 3}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="3 ensemble members"):
+        trainer.load(str(tmp_path / "other.pt"))
+    # A predictor of another kind is refused and leaves the weights untouched.
+    moving_dot = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=2))
+    moving_dot.save(str(tmp_path / "md.pt"))
+    before = {k: v.clone() for k, v in trainer.ensemble.state_dict().items()}
+    with pytest.raises(CheckpointError, match="does not fit"):
+        trainer.load(str(tmp_path / "md.pt"))
+    assert all(torch.equal(v, trainer.ensemble.state_dict()[k]) for k, v in before.items())
+
+
+# ---- the trainer process ----------------------------------------------------------------------
+class _InterruptAfter:
+    """A stop event that raises KeyboardInterrupt (as Ctrl-C would) once labels have arrived."""
+
+    def __init__(self, stats: TrainerStats, n_labels: int) -> None:
+        self.stats, self.n_labels, self.checks = stats, n_labels, 0
+
+    def is_set(self) -> bool:
+        if self.stats.labels_received.value >= self.n_labels:
+            self.checks += 1
+            if self.checks > 120:
+                raise KeyboardInterrupt
+        return False
+
+
+def test_no_preference_is_dropped_and_the_trainer_checkpoints_on_interrupt(tmp_path):
+    rng = np.random.default_rng(6)
+    ctx = mp.get_context("spawn")
+    config = TrainerConfig(env_kind="moving_dot", n_members=2, lr=1e-3, ckpt_interval=50,
+                           ckpt_path=str(tmp_path / "rp.pt"), validate_every_steps=25)
+    shared = SharedWeights(build_ensemble(config), ctx)
+    stats = TrainerStats.create(ctx)
+    prefs: queue.Queue = queue.Queue()
+    for i in range(40):
+        prefs.put(moving_dot_pref(rng, is_validation=(i % 4 == 0)))
+    run_trainer(config, prefs, shared, _InterruptAfter(stats, 40), stats, str(tmp_path / "tb"))
+    assert stats.labels_received.value == 40 and prefs.empty()
+    assert 0.0 <= stats.val_accuracy.value <= 1.0
+    assert shared.version >= 2  # at start, and during training
+    state = torch.load(tmp_path / "rp.pt", weights_only=True)
+    assert state["steps"] >= 100
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(tmp_path / "tb"))
+
+
+def test_trainer_process_stops_on_its_event(tmp_path):
+    ctx = mp.get_context("spawn")
+    config = TrainerConfig(env_kind="moving_dot", n_members=1)
+    shared = SharedWeights(build_ensemble(config), ctx)
+    stats = TrainerStats.create(ctx)
+    stop = threading.Event()
+    worker = threading.Thread(target=run_trainer,
+                              args=(config, queue.Queue(), shared, stop, stats, str(tmp_path)))
+    worker.start()
+    stop.set()
+    worker.join(timeout=30)
+    assert not worker.is_alive() and stats.labels_received.value == 0
+    assert not (tmp_path / "rp.pt").exists()
+
+
+# ---- learning ---------------------------------------------------------------------------------
+def test_predictor_learns_that_closer_to_centre_is_preferred():
+    """A few hundred synthetic MovingDot labels take the predictor past 90% validation accuracy."""
+    rng = np.random.default_rng(0)
+    torch.manual_seed(0)
+    ens = RewardPredictorEnsemble(MovingDotRewardNet, n_members=1, lr=3e-3)
+    trainer = RewardPredictorTrainer(ens, seed=0)
+    for i in range(700):
+        trainer.add(moving_dot_pref(rng, is_validation=i >= 500))
+    before = trainer.validate(None)["val_accuracy"]
+    trainer.pretrain(40)
+    after = trainer.validate(None)
+    assert after["val_accuracy"] > 0.9, (before, after)
+    # The reward given to the agent is higher for moving towards the centre.
+    obs = np.zeros((4, 4, 84, 84), np.uint8)
+    for i, x in enumerate([10, 10, 70, 70]):
+        obs[i, -1] = _render_dot(np.array([x, 41]))
+    reward = ens.reward(obs, np.array([2, 4, 4, 2]))  # right, left, left, right
+    assert reward[0] > reward[1] and reward[2] > reward[3]
