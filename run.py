@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--torch_threads", type=int, default=1,
                    help="torch threads in the A2C process")
     g.add_argument("--env_threads", type=int, default=1, help="ale-py env threads")
+    g.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                   help="policy arithmetic; auto: bfloat16 autocast where the CPU has native "
+                        "bf16 (AVX512-BF16), else fp32")
     g = p.add_argument_group("A2C (defaults: the paper's, App. A.2)")
     g.add_argument("--n_envs", type=int, default=16, help="parallel environments")
     g.add_argument("--million_timesteps", type=float, default=10.0,
@@ -59,6 +62,38 @@ def build_parser() -> argparse.ArgumentParser:
                    help="updates between policy checkpoints")
     g.add_argument("--render_episodes", action="store_true",
                    help="show the agent's latest full episode in a second window")
+    g = p.add_argument_group("preferences")
+    g.add_argument("--synthetic_prefs", action="store_true",
+                   help="label clip pairs by their true reward instead of asking a person")
+    g.add_argument("--n_initial_prefs", type=int, default=500,
+                   help="labels gathered from the untrained policy before pretraining (App. A)")
+    g.add_argument("--max_prefs", type=int, default=3000,
+                   help="the predictor trains on the latest this many labels (App. A)")
+    g.add_argument("--max_segs", type=int, default=1000,
+                   help="recent clips kept by the preference interface to draw pairs from")
+    g.add_argument("--load_prefs_dir",
+                   help="a run directory whose prefs.sqlite is copied into this run and used")
+    g = p.add_argument_group("reward predictor")
+    g.add_argument("--ensemble_size", type=int, default=3, help="ensemble members (App. A)")
+    g.add_argument("--n_initial_epochs", type=int, default=200,
+                   help="pretraining epochs over the initial labels (App. A)")
+    g.add_argument("--dropout", type=float, default=0.0,
+                   help="dropout on the conv layers (the paper's Atari setting: 0.5)")
+    g.add_argument("--batchnorm", action="store_true", help="batch norm on the conv layers")
+    g.add_argument("--reward_predictor_learning_rate", type=float, default=2e-4,
+                   help="Adam learning rate of each member")
+    g.add_argument("--load_reward_predictor_ckpt_dir",
+                   help="a run directory (or its reward_predictor/ directory) to load the "
+                        "predictor from; skips pretraining")
+    g.add_argument("--reward_predictor_ckpt_interval", type=int, default=500,
+                   help="predictor training steps between checkpoints")
+    g.add_argument("--frozen_reward_predictor", action="store_true",
+                   help="train the policy on the loaded predictor without collecting labels "
+                        "or training the predictor")
+    g.add_argument("--reward_std", type=float, default=0.05,
+                   help="std the predicted reward is normalised to (App. A.2: 0.05 for Atari)")
+    g.add_argument("--reward_predictor_threads", type=int, default=1,
+                   help="torch threads in the reward-predictor trainer process")
     return p
 
 
@@ -72,13 +107,19 @@ def check_args(args: argparse.Namespace) -> None:
         args.env_kind = env_kind(args.env_id)
     except UnknownEnvError as e:
         raise UsageError(str(e)) from None
-    for name in ("million_timesteps", "n_envs", "policy_ckpt_interval", "lr", "torch_threads"):
+    for name in ("million_timesteps", "n_envs", "policy_ckpt_interval", "lr", "torch_threads",
+                 "n_initial_prefs", "max_prefs", "max_segs", "ensemble_size",
+                 "reward_predictor_learning_rate", "reward_predictor_ckpt_interval",
+                 "reward_predictor_threads", "reward_std"):
         if getattr(args, name) <= 0:
             raise UsageError(f"--{name} must be positive, got {getattr(args, name)}")
     if args.lr_zero_million_timesteps is not None and args.lr_zero_million_timesteps <= 0:
         raise UsageError("--lr_zero_million_timesteps must be positive")
     if args.ent_coef < 0 or args.env_threads < 0:
         raise UsageError("--ent_coef and --env_threads must not be negative")
+    if args.n_initial_epochs < 0 or not 0.0 <= args.dropout < 1.0:
+        raise UsageError("--n_initial_epochs must not be negative and --dropout is in [0, 1)")
+    check_preference_args(args)
     if args.load_policy_ckpt_dir:
         from a2c.checkpoint import CheckpointError, load_policy
         try:
@@ -91,6 +132,40 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"run directory {run_dir} already exists; choose another "
                          "--log_dir/--run_name")
     args.run_dir = run_dir
+
+
+def check_preference_args(args: argparse.Namespace) -> None:
+    """Resolve --load_prefs_dir / --load_reward_predictor_ckpt_dir to files that open."""
+    args.prefs_path = args.reward_ckpt_path = None
+    if args.mode == "pretrain_reward_predictor" and not args.load_prefs_dir:
+        raise UsageError("pretrain_reward_predictor needs --load_prefs_dir")
+    if args.frozen_reward_predictor and not args.load_reward_predictor_ckpt_dir:
+        raise UsageError("--frozen_reward_predictor needs --load_reward_predictor_ckpt_dir")
+    if args.load_prefs_dir:
+        from pref_interface.store import PreferenceStore, StoreError
+        path = Path(args.load_prefs_dir)
+        path = path / PREFS_FILE if path.is_dir() else path
+        try:
+            with PreferenceStore(str(path), create=False) as store:
+                n = len(store)
+        except StoreError as e:
+            raise UsageError(str(e)) from None
+        if n == 0:
+            raise UsageError(f"the preference store {path} holds no labels")
+        args.prefs_path = str(path)
+    if args.load_reward_predictor_ckpt_dir:
+        from reward_predictor.reward_fn import load_ensemble
+        from reward_predictor.trainer import CheckpointError
+        path = Path(args.load_reward_predictor_ckpt_dir)
+        for candidate in (path / "reward_predictor" / PREDICTOR_FILE, path / PREDICTOR_FILE, path):
+            if candidate.is_file():
+                path = candidate
+                break
+        try:
+            load_ensemble(trainer_config(args, None), str(path))
+        except CheckpointError as e:
+            raise UsageError(str(e)) from None
+        args.reward_ckpt_path = str(path)
 
 
 def make_run_dir(args: argparse.Namespace) -> Path:
@@ -186,6 +261,27 @@ class Supervisor:
 
 # ------------------------------------------------------------------------------ modes
 
+PREFS_FILE = "prefs.sqlite"
+PREDICTOR_FILE = "reward_predictor.pt"
+
+
+class Channels:
+    """Everything the processes share, named in one place.
+
+    segments: A2C -> preference interface; small, A2C drops clips when it is full.
+    preferences: preference interface -> predictor trainer; unbounded, never dropped.
+    reward_weights: predictor trainer -> A2C; shared-memory weights with a version number.
+    stop: set by the supervisor to end every process cleanly.
+    """
+
+    def __init__(self, ctx, stop, reward_weights=None):
+        from pref_interface.process import SEGMENT_QUEUE_MAXSIZE
+
+        self.segments = ctx.Queue(maxsize=SEGMENT_QUEUE_MAXSIZE)
+        self.preferences = ctx.Queue()
+        self.reward_weights = reward_weights
+        self.stop = stop
+
 
 def a2c_config(args: argparse.Namespace, run_dir: Path):
     from a2c.a2c import A2CConfig
@@ -199,7 +295,7 @@ def a2c_config(args: argparse.Namespace, run_dir: Path):
                                          if args.lr_zero_million_timesteps else None)),
         seed=args.seed, ckpt_dir=str(run_dir / "policy"), ckpt_interval=args.policy_ckpt_interval,
         load_ckpt_dir=args.load_policy_ckpt_dir, torch_threads=args.torch_threads,
-        env_threads=args.env_threads)
+        env_threads=args.env_threads, precision=args.precision)
 
 
 def a2c_status(stats) -> str:
@@ -207,9 +303,143 @@ def a2c_status(stats) -> str:
             f"episodes {stats.episodes.value} | recent return {stats.recent_return.value:.1f}")
 
 
-def train_policy_with_original_rewards(args, run_dir: Path, ctx, sup: Supervisor) -> int:
+def trainer_config(args: argparse.Namespace, run_dir: Path | None):
+    from reward_predictor.process import TrainerConfig
+
+    return TrainerConfig(
+        env_kind=args.env_kind, n_members=args.ensemble_size, dropout=args.dropout,
+        batchnorm=args.batchnorm, lr=args.reward_predictor_learning_rate, max_prefs=args.max_prefs,
+        ckpt_interval=args.reward_predictor_ckpt_interval,
+        ckpt_path=str(run_dir / "reward_predictor" / PREDICTOR_FILE) if run_dir else None,
+        load_ckpt_path=args.reward_ckpt_path, torch_threads=args.reward_predictor_threads,
+        reward_std=args.reward_std, seed=args.seed)
+
+
+def interface_config(args: argparse.Namespace, stop_after_labels: int | None = None):
+    from pref_interface.process import InterfaceConfig
+
+    return InterfaceConfig(max_segs=args.max_segs, synthetic=args.synthetic_prefs,
+                           max_in_flight=None if stop_after_labels else 16,
+                           stop_after_labels=stop_after_labels, seed=args.seed)
+
+
+def preference_status(a2c_stats, interface_stats=None, trainer_stats=None) -> str:
+    line = a2c_status(a2c_stats)
+    if interface_stats is not None:
+        line += (f" | labels {interface_stats.labels_total.value}"
+                 f" | clips dropped {interface_stats.segments_dropped.value}")
+    if trainer_stats is not None:
+        line += f" | predictor val acc {trainer_stats.val_accuracy.value:.0%}"
+    return line
+
+
+def gather_phase(args, run_dir: Path, ctx, n_labels: int) -> int:
+    """The untrained policy acts (no updates) while clips are labelled into the store."""
+    from functools import partial
+
+    from a2c.train import A2CStats, train_a2c
+    from pref_interface.process import InterfaceStats, make_clip_observers, run_pref_interface
+
+    sup = Supervisor(ctx, ctx.Event())
+    ch = Channels(ctx, sup.stop_event)
+    a2c_stats, istats = A2CStats(ctx), InterfaceStats.create(ctx)
+    config = a2c_config(args, run_dir)
+    config.learn, config.total_timesteps = False, 2 ** 62  # runs until the labels are in
+    sup.start("pref_interface", run_pref_interface, interface_config(args, n_labels),
+              ch.segments, None, ch.stop, istats, str(run_dir / PREFS_FILE), None,
+              str(run_dir / "tb" / "labels"))
+    sup.start("a2c", train_a2c, config, str(run_dir / "tb" / "gather"), a2c_stats, None,
+              partial(make_clip_observers, ch.segments, istats.segments_dropped), ch.stop)
+    print(f"gathering {n_labels} labels from the untrained policy", file=sys.stderr)
+    return sup.wait(lambda: preference_status(a2c_stats, istats),
+                    until=lambda: not sup.procs["pref_interface"].is_alive())
+
+
+def pretrain_phase(args, run_dir: Path, ctx, prefs_path: str) -> int:
+    from reward_predictor.process import TrainerStats, run_pretraining
+
+    sup = Supervisor(ctx, ctx.Event())
+    stats = TrainerStats.create(ctx)
+    print(f"pretraining the reward predictor for {args.n_initial_epochs} epochs",
+          file=sys.stderr)
+    sup.start("reward_predictor", run_pretraining, trainer_config(args, run_dir), prefs_path,
+              args.n_initial_epochs, sup.stop_event, stats, str(run_dir / "tb" / "pretrain"))
+    code = sup.wait(lambda: f"pretraining epoch {stats.epoch.value}/{args.n_initial_epochs} | "
+                            f"val acc {stats.val_accuracy.value:.0%}")
+    args.reward_ckpt_path = str(run_dir / "reward_predictor" / PREDICTOR_FILE)
+    return code
+
+
+def copy_prefs(args, run_dir: Path) -> str:
+    """This run's store: a copy of --load_prefs_dir's, so the original is never written to."""
+    from pref_interface.store import PreferenceStore
+
+    path = str(run_dir / PREFS_FILE)
+    if args.prefs_path:
+        with PreferenceStore(args.prefs_path, create=False) as src:
+            src.backup_to(path)
+    return path
+
+
+def gather_initial_prefs(args, run_dir: Path, ctx) -> int:
+    return gather_phase(args, run_dir, ctx, args.n_initial_prefs)
+
+
+def pretrain_reward_predictor(args, run_dir: Path, ctx) -> int:
+    return pretrain_phase(args, run_dir, ctx, copy_prefs(args, run_dir))
+
+
+def train_policy_with_preferences(args, run_dir: Path, ctx) -> int:
+    """Gather (unless loaded), pretrain (unless loaded), then A2C, labelling and predictor
+    training all at once; or, with --frozen_reward_predictor, A2C alone on a fixed predictor."""
+    from functools import partial
+
+    from a2c.train import A2CStats, train_a2c
+    from pref_interface.process import InterfaceStats, make_clip_observers, run_pref_interface
+    from reward_predictor.process import TrainerStats, build_ensemble, run_trainer
+    from reward_predictor.reward_fn import PredictedReward, frozen_reward
+    from reward_predictor.shared import SharedWeights
+
+    if args.frozen_reward_predictor:
+        sup = Supervisor(ctx, ctx.Event())
+        stats = A2CStats(ctx)
+        sup.start("a2c", train_a2c, a2c_config(args, run_dir), str(run_dir / "tb"), stats,
+                  partial(frozen_reward, trainer_config(args, None), args.reward_ckpt_path),
+                  None, sup.stop_event)
+        return sup.wait(lambda: a2c_status(stats))
+
+    prefs_path = copy_prefs(args, run_dir)
+    if not args.prefs_path:
+        code = gather_phase(args, run_dir, ctx, args.n_initial_prefs)
+        if code:
+            return code
+    if not args.reward_ckpt_path:
+        code = pretrain_phase(args, run_dir, ctx, prefs_path)
+        if code:
+            return code
+
+    tconfig = trainer_config(args, run_dir)
+    tconfig.initial_prefs_path = prefs_path
+    weights = SharedWeights(build_ensemble(tconfig), ctx)
+    sup = Supervisor(ctx, ctx.Event())
+    ch = Channels(ctx, sup.stop_event, weights)
+    a2c_stats, tstats = A2CStats(ctx), TrainerStats.create(ctx)
+    istats = InterfaceStats.create(ctx, tstats.labels_received)
+    sup.start("reward_predictor", run_trainer, tconfig, ch.preferences, ch.reward_weights,
+              ch.stop, tstats, str(run_dir / "tb" / "reward_predictor"))
+    sup.start("pref_interface", run_pref_interface, interface_config(args), ch.segments,
+              ch.preferences, ch.stop, istats, prefs_path, None, str(run_dir / "tb" / "labels"))
+    sup.start("a2c", train_a2c, a2c_config(args, run_dir), str(run_dir / "tb"), a2c_stats,
+              partial(PredictedReward, ch.reward_weights, tconfig),
+              partial(make_clip_observers, ch.segments, istats.segments_dropped), ch.stop)
+    return sup.wait(lambda: preference_status(a2c_stats, istats, tstats),
+                    until=lambda: not sup.procs["a2c"].is_alive())
+
+
+def train_policy_with_original_rewards(args, run_dir: Path, ctx) -> int:
     from a2c.train import A2CStats, train_a2c
 
+    sup = Supervisor(ctx, ctx.Event())
     stats = A2CStats(ctx)
     sup.start("a2c", train_a2c, a2c_config(args, run_dir), str(run_dir / "tb"), stats, None,
               None, sup.stop_event)
@@ -226,9 +456,14 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = make_run_dir(args)
     print(f"run directory: {run_dir}", file=sys.stderr)
     ctx = mp.get_context("spawn")
-    sup = Supervisor(ctx, ctx.Event())
-    mode = {"train_policy_with_original_rewards": train_policy_with_original_rewards}[args.mode]
-    return mode(args, run_dir, ctx, sup)
+    mode = {"gather_initial_prefs": gather_initial_prefs,
+            "pretrain_reward_predictor": pretrain_reward_predictor,
+            "train_policy_with_preferences": train_policy_with_preferences,
+            "train_policy_with_original_rewards": train_policy_with_original_rewards}[args.mode]
+    try:
+        return mode(args, run_dir, ctx)
+    except KeyboardInterrupt:  # between phases: nothing is running
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

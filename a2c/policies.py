@@ -24,7 +24,9 @@ class ActorCritic(nn.Module):
         self.value = _init(nn.Linear(n_features, 1), gain=1.0)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.torso(obs.float() * (1.0 / 255.0))
+        # channels_last: oneDNN's convolution backward is ~30% faster on CPU in this layout.
+        x = obs.float().mul_(1.0 / 255.0).contiguous(memory_format=torch.channels_last)
+        h = self.torso(x)
         return self.policy(h), self.value(h).squeeze(-1)
 
 
@@ -49,4 +51,5 @@ def small_cnn(n_actions: int) -> ActorCritic:
 
 def make_policy(env_kind: str, n_actions: int) -> ActorCritic:
     """The policy network for an env kind ('atari' or 'moving_dot')."""
-    return small_cnn(n_actions) if env_kind == "moving_dot" else nature_cnn(n_actions)
+    net = small_cnn(n_actions) if env_kind == "moving_dot" else nature_cnn(n_actions)
+    return net.to(memory_format=torch.channels_last)

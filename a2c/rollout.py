@@ -38,12 +38,17 @@ class Rollout:
     last_value: torch.Tensor | None = None  # (N,), V(obs[T]), no graph
 
 
+def bf16_is_fast() -> bool:
+    """True where the CPU has native bfloat16 arithmetic (AVX512-BF16), so autocast pays off."""
+    return bool(torch.cpu._is_avx512_bf16_supported())
+
+
 class RolloutCollector:
     """Steps a VecEnv with a policy; rewards come from the env (sign-clipped) or from `reward_fn`."""
 
     def __init__(self, env: VecEnv, policy: torch.nn.Module, n_steps: int,
                  reward_fn: RewardFn | None = None, observers: list[RolloutObserver] = (),
-                 seed: int = 0):
+                 seed: int = 0, bf16: bool = False):
         self.env = env
         self.policy = policy
         self.n_steps = n_steps
@@ -53,6 +58,7 @@ class RolloutCollector:
         self.obs = np.empty((n_steps + 1, n, 4, 84, 84), dtype=np.uint8)
         self.obs[0] = env.reset(seed=seed)
         self.generator = torch.Generator().manual_seed(seed)
+        self.bf16 = bf16
         # Per-env sum of the reward A2C trains on, for the "predicted return" of each episode.
         self.train_return = np.zeros(n, dtype=np.float64)
 
@@ -63,7 +69,11 @@ class RolloutCollector:
         dones = np.empty((T, n), dtype=bool)
         logits, values, finished = [], [], []
         for t in range(T):
-            step_logits, step_value = self.policy(torch.from_numpy(self.obs[t]))
+            # bfloat16 autocast: the forward (and so its backward) runs the convolutions in bf16
+            # with fp32 weights; the loss is computed in fp32 from the upcast outputs.
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+                step_logits, step_value = self.policy(torch.from_numpy(self.obs[t]))
+            step_logits, step_value = step_logits.float(), step_value.float()
             probs = torch.softmax(step_logits.detach(), dim=-1)
             action = torch.multinomial(probs, 1, generator=self.generator).squeeze(1).numpy()
             result = self.env.step(action)
@@ -72,8 +82,8 @@ class RolloutCollector:
             logits.append(step_logits)
             values.append(step_value)
             finished.extend(result.finished)
-        with torch.no_grad():
-            _, last_value = self.policy(torch.from_numpy(self.obs[T]))
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            last_value = self.policy(torch.from_numpy(self.obs[T]))[1].float()
         if self.reward_fn is None:
             rewards = np.sign(true_rewards)  # DeepMind reward clipping for true-reward training
         else:

@@ -13,7 +13,7 @@ import torch
 from a2c.a2c import A2C, A2CConfig
 from a2c.checkpoint import load_policy, save_policy
 from a2c.policies import make_policy
-from a2c.rollout import RewardFn, RolloutCollector, RolloutObserver
+from a2c.rollout import RewardFn, RolloutCollector, RolloutObserver, bf16_is_fast
 
 
 @dataclass
@@ -29,6 +29,8 @@ class A2CRunConfig:
     load_ckpt_dir: str | None = None
     torch_threads: int = 2
     env_threads: int = 0  # ale-py threads; 0: one per core
+    precision: str = "auto"  # "fp32", "bf16" (autocast), or "auto": bf16 where the CPU has it
+    learn: bool = True  # False: only act (e.g. the untrained policy making the first clips)
 
 
 class A2CStats:
@@ -69,18 +71,22 @@ def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
         timesteps, updates = state["timesteps"], state["updates"]
     reward_fn = make_reward_fn() if make_reward_fn else None
     observers = make_observers(c.n_envs) if make_observers else []
-    collector = RolloutCollector(env, policy, c.n_steps, reward_fn, observers, seed=config.seed)
+    bf16 = config.precision == "bf16" or (config.precision == "auto" and bf16_is_fast())
+    collector = RolloutCollector(env, policy, c.n_steps, reward_fn, observers, seed=config.seed,
+                                 bf16=bf16)
     writer = SummaryWriter(log_dir)
     recent = collections.deque(maxlen=100)
     t_last, steps_last = time.perf_counter(), timesteps
     try:
         while timesteps < config.total_timesteps and not (stop_event and stop_event.is_set()):
             r = collector.collect()
-            loss_stats = algo.update(r.logits, r.values, torch.from_numpy(r.actions),
-                                     torch.from_numpy(r.rewards), torch.from_numpy(r.dones),
-                                     r.last_value, timesteps)
             timesteps += c.n_steps * c.n_envs
-            updates += 1
+            loss_stats = {}
+            if config.learn:
+                loss_stats = algo.update(r.logits, r.values, torch.from_numpy(r.actions),
+                                         torch.from_numpy(r.rewards), torch.from_numpy(r.dones),
+                                         r.last_value, timesteps)
+                updates += 1
             for ep in r.finished:
                 recent.append(ep.true_return)
                 writer.add_scalar("charts/episodic_return", ep.true_return, timesteps)
@@ -102,12 +108,13 @@ def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
                 if r.finished:
                     stats.episodes.value += len(r.finished)
                     stats.recent_return.value = float(np.mean(recent))
-            if updates % config.ckpt_interval == 0:
+            if config.learn and updates % config.ckpt_interval == 0:
                 save_policy(config.ckpt_dir, policy, algo.optimizer, timesteps, updates)
     except KeyboardInterrupt:
         pass
     finally:
-        save_policy(config.ckpt_dir, policy, algo.optimizer, timesteps, updates)
+        if config.learn:
+            save_policy(config.ckpt_dir, policy, algo.optimizer, timesteps, updates)
         writer.close()
         env.close()
     return timesteps

@@ -105,7 +105,8 @@ def make_labeller(config: InterfaceConfig) -> Labeller:
 
 
 def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any | None, stop_event: Any,
-                       stats: InterfaceStats, store_path: str, labeller: Labeller | None = None) -> None:
+                       stats: InterfaceStats, store_path: str, labeller: Labeller | None = None,
+                       log_dir: str | None = None) -> None:
     """Body of the preference-interface process.
 
     Until `stop_event` is set: take the segments A2C sent, pick pairs never shown before, label
@@ -115,6 +116,7 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
 
     Args:
         labeller: overrides the one the config chooses (scripted teachers, tests).
+        log_dir: where to write TensorBoard scalars (labels so far, labels/s, clips dropped).
     """
     labeller = labeller if labeller is not None else make_labeller(config)
     if config.max_in_flight is None:
@@ -124,6 +126,7 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
     buffer = SegmentBuffer(config.max_segs)
     store = PreferenceStore(store_path)
     n_stored = len(store)
+    tb = _LabelLog(log_dir, stats, n_stored)
     done = False  # reached stop_after_labels: the reader of pref_queue is expected to drain it
     try:
         while not stop_event.is_set():
@@ -131,6 +134,7 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
                 done = True
                 return
             _drain_segments(seg_queue, buffer, stats)
+            tb.maybe_log(n_stored)
             in_flight_ok = (config.max_in_flight is None
                             or stats.labels_in_flight < config.max_in_flight)
             pairs = buffer.sample_new_pairs(1, pair_rng) if in_flight_ok else []
@@ -152,10 +156,39 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
         pass  # every label made so far is already committed
     finally:
         store.close()
+        tb.close()
         if not done and pref_queue is not None and hasattr(pref_queue, "cancel_join_thread"):
             # Shutting down: the trainer may have stopped reading, and a label still buffered in
             # the queue would hold up this process's exit. Every label is in the store anyway.
             pref_queue.cancel_join_thread()
+
+
+class _LabelLog:
+    """TensorBoard scalars of the labelling side, written every few seconds."""
+
+    def __init__(self, log_dir: str | None, stats: InterfaceStats, n_stored: int,
+                 every_s: float = 5.0) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir) if log_dir else None
+        self.stats, self.every_s = stats, every_s
+        self.t_last, self.n_last = time.monotonic(), n_stored
+
+    def maybe_log(self, n_stored: int) -> None:
+        now = time.monotonic()
+        if self.writer is None or now - self.t_last < self.every_s:
+            return
+        step = n_stored
+        self.writer.add_scalar("labels/total", n_stored, step)
+        self.writer.add_scalar("labels/per_sec", (n_stored - self.n_last) / (now - self.t_last),
+                               step)
+        self.writer.add_scalar("segments/received", self.stats.segments_received.value, step)
+        self.writer.add_scalar("segments/dropped", self.stats.segments_dropped.value, step)
+        self.t_last, self.n_last = now, n_stored
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
 
 
 def _drain_segments(seg_queue: Any, buffer: SegmentBuffer, stats: InterfaceStats) -> None:
@@ -166,3 +199,24 @@ def _drain_segments(seg_queue: Any, buffer: SegmentBuffer, stats: InterfaceStats
             return
         buffer.add(seg)
         increment(stats.segments_received)
+
+
+class ClipObserver:
+    """A2C rollout observer: cuts clips from every rollout and sends them without blocking."""
+
+    def __init__(self, n_envs: int, seg_queue: Any, dropped_counter: Any | None = None) -> None:
+        from pref_interface.cutter import SegmentCutter
+
+        self.cutter = SegmentCutter(n_envs)
+        self.sender = SegmentSender(seg_queue, dropped_counter)
+
+    def __call__(self, rollout: Any) -> None:
+        segments = self.cutter.observe(rollout.obs, rollout.actions, rollout.true_rewards,
+                                       rollout.dones)
+        if segments:
+            self.sender(segments)
+
+
+def make_clip_observers(seg_queue: Any, dropped_counter: Any, n_envs: int) -> list[ClipObserver]:
+    """The observers the A2C process attaches (use functools.partial for the first two args)."""
+    return [ClipObserver(n_envs, seg_queue, dropped_counter)]

@@ -189,6 +189,15 @@ class PreferenceStore:
             raise KeyError(label_id)
 
     @_db_errors_as_store_errors
+    def backup_to(self, path: str | os.PathLike) -> None:
+        """Copy every committed label into a new store file at `path` (SQLite's online backup)."""
+        dest = sqlite3.connect(path)
+        try:
+            self._db.backup(dest)
+        finally:
+            dest.close()
+
+    @_db_errors_as_store_errors
     def integrity_check(self) -> str:
         """SQLite's `PRAGMA integrity_check` verdict: "ok" for a healthy file (StoreError when the
         file is too damaged to check)."""

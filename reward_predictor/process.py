@@ -43,6 +43,8 @@ class TrainerConfig:
     publish_every_s: float = 1.0  # ... or this many seconds, whichever comes first
     validate_every_steps: int = 50  # steps between validation passes and TensorBoard points
     val_max_pairs: int = VAL_MAX_PAIRS  # labels scored per validation pass
+    reward_std: float = 0.05  # App. A.2: the agent's reward has std 0.05 (Atari)
+    initial_prefs_path: str | None = None  # a preference store whose latest labels start the buffer
 
 
 @dataclass
@@ -51,17 +53,18 @@ class TrainerStats:
 
     labels_received: Any  # mp.Value('i')
     val_accuracy: Any  # mp.Value('d'), NaN until the first validation
+    epoch: Any  # mp.Value('i'): pretraining epochs done
 
     @staticmethod
     def create(ctx: BaseContext) -> "TrainerStats":
-        return TrainerStats(ctx.Value("i", 0), ctx.Value("d", float("nan")))
+        return TrainerStats(ctx.Value("i", 0), ctx.Value("d", float("nan")), ctx.Value("i", 0))
 
 
 def build_ensemble(config: TrainerConfig) -> RewardPredictorEnsemble:
     """The ensemble the config describes (also the template for SharedWeights)."""
     return RewardPredictorEnsemble(
         lambda: make_reward_net(config.env_kind, config.dropout, config.batchnorm),
-        n_members=config.n_members, lr=config.lr, l2=config.l2)
+        n_members=config.n_members, lr=config.lr, l2=config.l2, reward_std=config.reward_std)
 
 
 def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWeights,
@@ -82,6 +85,8 @@ def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWe
     if config.load_ckpt_path:
         trainer.load(config.load_ckpt_path)  # CheckpointError ends the process with its message
         log.info("reward predictor loaded from %s (step %d)", config.load_ckpt_path, trainer.steps)
+    for pref in load_prefs(config.initial_prefs_path, config.max_prefs):
+        trainer.add(pref)
     shared_weights.publish(ensemble)
     writer = SummaryWriter(log_dir)
     last_publish_step, last_publish_t = trainer.steps, time.monotonic()
@@ -121,6 +126,54 @@ def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWe
         writer.close()
 
 
+def load_prefs(path: str | None, max_prefs: int) -> list[Preference]:
+    """The latest `max_prefs` labels of a preference store (none if `path` is None)."""
+    if path is None:
+        return []
+    from pref_interface.store import PreferenceStore
+
+    with PreferenceStore(path, create=False) as store:
+        return store.latest(max_prefs)
+
+
+class _Stopped(Exception):
+    pass
+
+
+def run_pretraining(config: TrainerConfig, prefs_path: str, n_epochs: int, stop_event: Any,
+                    stats: TrainerStats, log_dir: str) -> None:
+    """Body of the pretraining process: fit the ensemble to the stored labels for `n_epochs`
+    (App. A: 200 epochs on the first 500 labels) and checkpoint it, also when stopped early."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    torch.set_num_threads(config.torch_threads)
+    torch.manual_seed(config.seed)
+    trainer = RewardPredictorTrainer(build_ensemble(config), config.max_prefs, config.batch_size,
+                                     config.seed)
+    if config.load_ckpt_path:
+        trainer.load(config.load_ckpt_path)
+    for pref in load_prefs(prefs_path, config.max_prefs):
+        trainer.add(pref)
+    stats.labels_received.value = trainer.n_labels
+    writer = SummaryWriter(log_dir)
+
+    def progress(epoch: int, metrics: dict) -> None:
+        stats.epoch.value = epoch
+        if epoch % 5 == 0 or epoch == n_epochs:
+            _log_progress(trainer, metrics, 0.0, stats, writer, config.val_max_pairs)
+        if stop_event.is_set():
+            raise _Stopped
+
+    try:
+        trainer.pretrain(n_epochs, progress)
+    except _Stopped:
+        pass
+    finally:
+        if config.ckpt_path:
+            trainer.save(config.ckpt_path)
+        writer.close()
+
+
 def _drain(pref_queue: Any) -> list[Preference]:
     prefs = []
     while True:
@@ -144,4 +197,7 @@ def _log_progress(trainer: RewardPredictorTrainer, metrics: dict, steps_per_sec:
         if not np.isnan(val["val_accuracy"]):
             writer.add_scalar("reward_predictor/val_accuracy", val["val_accuracy"], step)
             stats.val_accuracy.value = val["val_accuracy"]
+        corr = trainer.return_correlation(val_max_pairs)
+        if not np.isnan(corr):
+            writer.add_scalar("reward_predictor/true_return_correlation", corr, step)
     writer.flush()

@@ -131,6 +131,20 @@ class RewardPredictorTrainer:
                 "train_loss": t["loss"], "train_accuracy": t["accuracy"],
                 "member_val_loss": v["member_loss"], "member_train_loss": t["member_loss"]}
 
+    def return_correlation(self, max_pairs: int | None = VAL_MAX_PAIRS) -> float:
+        """Pearson correlation between predicted and true returns of validation segments (the
+        true reward is known for synthetic labels; a sanity check, not a training signal)."""
+        prefs = self._subset([p for _, p in self._val], max_pairs)
+        segments = [s for p in prefs for s in (p.left, p.right)]
+        if len(segments) < 3:
+            return float("nan")
+        with torch.no_grad():
+            predicted = self.ensemble.member_returns(segments).mean(0).numpy()
+        true = np.array([s.true_return for s in segments])
+        if predicted.std() == 0 or true.std() == 0:
+            return float("nan")
+        return float(np.corrcoef(predicted, true)[0, 1])
+
     def _subset(self, prefs: list[Preference], max_pairs: int | None) -> list[Preference]:
         if max_pairs is None or len(prefs) <= max_pairs:
             return prefs
