@@ -34,10 +34,13 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="run.py", description=__doc__.splitlines()[0],
                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("mode", help=f"one of: {', '.join(MODES)}")
-    p.add_argument("env_id", help="MovingDotNoFrameskip-v0, PongNoFrameskip-v4, "
-                                  "EnduroNoFrameskip-v4 or any <Game>NoFrameskip-v4")
+    p.add_argument("mode", nargs="?", help=f"one of: {', '.join(MODES)}")
+    p.add_argument("env_id", nargs="?", help="MovingDotNoFrameskip-v0, PongNoFrameskip-v4, "
+                                             "EnduroNoFrameskip-v4 or any <Game>NoFrameskip-v4")
     g = p.add_argument_group("run")
+    g.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue a stopped run from its last checkpoints with its saved "
+                        "settings (flags given now override them, e.g. --million_timesteps)")
     where = g.add_mutually_exclusive_group()
     where.add_argument("--log_dir", help="directory for this run (must not exist yet)")
     where.add_argument("--run_name", help="name of the run directory under runs/")
@@ -97,10 +100,41 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def apply_resume(args: argparse.Namespace, argv: list[str]) -> argparse.Namespace:
+    """With --resume: the run's saved settings, overridden by the flags given on this command
+    line, pointed at the run's own checkpoints and label store."""
+    run_dir = Path(args.resume)
+    settings_file = run_dir / "settings.json"
+    if not settings_file.is_file():
+        raise UsageError(f"cannot resume {run_dir}: no settings.json there")
+    try:
+        saved = json.loads(settings_file.read_text())
+    except ValueError:
+        raise UsageError(f"cannot resume {run_dir}: settings.json is damaged") from None
+    explicit = build_parser()  # a parser without defaults tells which flags were given
+    for action in explicit._actions:
+        action.default = argparse.SUPPRESS
+    given = vars(explicit.parse_args(argv))
+    for positional in ("mode", "env_id"):
+        if given.get(positional) not in (None, saved[positional]):
+            raise UsageError(f"--resume: this run's {positional} is {saved[positional]}")
+    merged = argparse.Namespace(**{**saved, **given})
+    merged.resume, merged.run_dir = str(run_dir), run_dir
+    merged.load_policy_ckpt_dir = (str(run_dir / "policy")
+                                   if list((run_dir / "policy").glob("policy-*.pt")) else None)
+    predictor = run_dir / "reward_predictor" / PREDICTOR_FILE
+    merged.load_reward_predictor_ckpt_dir = str(predictor) if predictor.is_file() else \
+        saved.get("load_reward_predictor_ckpt_dir")
+    merged.load_prefs_dir = None  # the run's own store is used as it is
+    return merged
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Every mistake becomes a UsageError before anything is written."""
     from envs import UnknownEnvError, env_kind
 
+    if args.mode is None or args.env_id is None:
+        raise UsageError("the following arguments are required: mode, env_id (or --resume)")
     if args.mode not in MODES:
         raise UsageError(f"unknown mode {args.mode!r}; choose one of: {', '.join(MODES)}")
     try:
@@ -126,6 +160,8 @@ def check_args(args: argparse.Namespace) -> None:
             load_policy(args.load_policy_ckpt_dir)
         except CheckpointError as e:
             raise UsageError(str(e)) from None
+    if args.resume:
+        return
     run_dir = Path(args.log_dir) if args.log_dir else Path("runs") / (
         args.run_name or f"{time.strftime('%Y%m%d-%H%M%S')}_{args.mode}_{args.env_id}")
     if run_dir.exists():
@@ -169,12 +205,16 @@ def check_preference_args(args: argparse.Namespace) -> None:
 
 
 def make_run_dir(args: argparse.Namespace) -> Path:
-    """Create the run directory and record the exact command and settings."""
+    """Create the run directory and record the exact command and settings (a resumed run
+    appends its command and keeps the first settings file)."""
     run_dir: Path = args.run_dir
-    run_dir.mkdir(parents=True)
-    (run_dir / "command.txt").write_text(shlex.join([sys.executable] + sys.argv) + "\n")
-    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    (run_dir / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
+    run_dir.mkdir(parents=True, exist_ok=bool(args.resume))
+    with open(run_dir / "command.txt", "a") as f:
+        f.write(shlex.join([sys.executable] + sys.argv) + "\n")
+    if not args.resume:
+        settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+                    if k not in ("run_dir", "env_kind", "prefs_path", "reward_ckpt_path")}
+        (run_dir / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
     return run_dir
 
 
@@ -356,18 +396,35 @@ def gather_phase(args, run_dir: Path, ctx, n_labels: int) -> int:
 
 
 def pretrain_phase(args, run_dir: Path, ctx, prefs_path: str) -> int:
+    """Pretrain the predictor on the stored labels; a resumed run does only the epochs left."""
     from reward_predictor.process import TrainerStats, run_pretraining
 
+    progress_file = run_dir / "reward_predictor" / "pretraining.json"
+    done = json.loads(progress_file.read_text())["epochs_done"] if (
+        args.reward_ckpt_path and progress_file.is_file()) else 0
+    epochs = args.n_initial_epochs - done
+    if epochs <= 0:
+        return 0
     sup = Supervisor(ctx, ctx.Event())
     stats = TrainerStats.create(ctx)
-    print(f"pretraining the reward predictor for {args.n_initial_epochs} epochs",
-          file=sys.stderr)
+    print(f"pretraining the reward predictor for {epochs} epochs", file=sys.stderr)
     sup.start("reward_predictor", run_pretraining, trainer_config(args, run_dir), prefs_path,
-              args.n_initial_epochs, sup.stop_event, stats, str(run_dir / "tb" / "pretrain"))
-    code = sup.wait(lambda: f"pretraining epoch {stats.epoch.value}/{args.n_initial_epochs} | "
-                            f"val acc {stats.val_accuracy.value:.0%}")
+              epochs, sup.stop_event, stats, str(run_dir / "tb" / "pretrain"))
+    code = sup.wait(lambda: f"pretraining epoch {done + stats.epoch.value}/"
+                            f"{args.n_initial_epochs} | val acc {stats.val_accuracy.value:.0%}")
     args.reward_ckpt_path = str(run_dir / "reward_predictor" / PREDICTOR_FILE)
+    if Path(args.reward_ckpt_path).is_file():
+        progress_file.write_text(json.dumps({"epochs_done": done + stats.epoch.value}) + "\n")
     return code
+
+
+def stored_labels(path: str) -> int:
+    from pref_interface.store import PreferenceStore
+
+    if not Path(path).is_file():
+        return 0
+    with PreferenceStore(path, create=False) as store:
+        return len(store)
 
 
 def copy_prefs(args, run_dir: Path) -> str:
@@ -375,7 +432,7 @@ def copy_prefs(args, run_dir: Path) -> str:
     from pref_interface.store import PreferenceStore
 
     path = str(run_dir / PREFS_FILE)
-    if args.prefs_path:
+    if args.prefs_path and not args.resume:
         with PreferenceStore(args.prefs_path, create=False) as src:
             src.backup_to(path)
     return path
@@ -409,15 +466,19 @@ def train_policy_with_preferences(args, run_dir: Path, ctx) -> int:
         return sup.wait(lambda: a2c_status(stats))
 
     prefs_path = copy_prefs(args, run_dir)
-    if not args.prefs_path:
+    if not args.prefs_path and stored_labels(prefs_path) < args.n_initial_prefs:
         code = gather_phase(args, run_dir, ctx, args.n_initial_prefs)
         if code:
             return code
-    if not args.reward_ckpt_path:
+    if not args.reward_ckpt_path or args.resume:
         code = pretrain_phase(args, run_dir, ctx, prefs_path)
         if code:
             return code
 
+    # From here on the predictor counts as pretrained, also when it was loaded from elsewhere.
+    (run_dir / "reward_predictor").mkdir(exist_ok=True)
+    (run_dir / "reward_predictor" / "pretraining.json").write_text(
+        json.dumps({"epochs_done": args.n_initial_epochs}) + "\n")
     tconfig = trainer_config(args, run_dir)
     tconfig.initial_prefs_path = prefs_path
     weights = SharedWeights(build_ensemble(tconfig), ctx)
@@ -447,8 +508,11 @@ def train_policy_with_original_rewards(args, run_dir: Path, ctx) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
         args = build_parser().parse_args(argv)
+        if args.resume:
+            args = apply_resume(args, argv)
         check_args(args)
     except UsageError as e:
         print(f"run.py: error: {e}", file=sys.stderr)

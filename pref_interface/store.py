@@ -35,7 +35,7 @@ CREATE TABLE labels (
     mu            REAL    NOT NULL CHECK (mu >= 0.0 AND mu <= 1.0),  -- P(left preferred)
     left_steps    INTEGER NOT NULL,  -- segment lengths, so exports can be sized without decoding
     right_steps   INTEGER NOT NULL,
-    left_seg      BLOB    NOT NULL,  -- np.savez_compressed(frames, actions, true_rewards)
+    left_seg      BLOB    NOT NULL,  -- np.savez_compressed(frames, actions, true_rewards[, dones])
     right_seg     BLOB    NOT NULL
 );
 """
@@ -62,16 +62,22 @@ def _db_errors_as_store_errors(method: _F) -> _F:
 
 
 def encode_segment(seg: Segment) -> bytes:
-    """Compress a segment into a self-describing `.npz` blob."""
+    """Compress a segment into a self-describing `.npz` blob (`dones` only when the segment has
+    them, so blobs of segments without episode ends are as before)."""
     buf = io.BytesIO()
-    np.savez_compressed(buf, frames=seg.frames, actions=seg.actions, true_rewards=seg.true_rewards)
+    arrays = {"frames": seg.frames, "actions": seg.actions, "true_rewards": seg.true_rewards}
+    if seg.dones is not None:
+        arrays["dones"] = seg.dones
+    np.savez_compressed(buf, **arrays)
     return buf.getvalue()
 
 
 def decode_segment(blob: bytes) -> Segment:
-    """Inverse of `encode_segment`; never unpickles."""
+    """Inverse of `encode_segment`; never unpickles. Blobs written before segments had `dones`
+    decode with `dones=None`."""
     with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-        return Segment(z["frames"], z["actions"], z["true_rewards"])
+        dones = z["dones"] if "dones" in z.files else None
+        return Segment(z["frames"], z["actions"], z["true_rewards"], dones)
 
 
 class PreferenceStore:
@@ -218,7 +224,9 @@ class PreferenceStore:
 
         Arrays: `mu` (N,), `is_validation` (N,), `source` (N,) str, `created` (N,), `ids` (N,),
         `seg_steps` (N, 2) int, and the segments left0, right0, left1, ... concatenated:
-        `frames` uint8 (sum(T + 3), 84, 84), `actions` int64 (sum T), `true_rewards` float32 (sum T).
+        `frames` uint8 (sum(T + 3), 84, 84), `actions` int64 (sum T), `true_rewards` float32 (sum T),
+        `dones` bool (sum T) with `seg_has_dones` (N, 2) bool saying which segments have them
+        (older exports lack both: their segments import with `dones=None`).
         Frames are streamed into the archive one segment at a time, so memory stays small.
         """
         partial = Path(f"{path}.partial")  # a failed export leaves no half-written file at `path`
@@ -249,22 +257,28 @@ class PreferenceStore:
         n_steps = int(steps.sum())
         actions = np.empty(n_steps, np.int64)
         rewards = np.empty(n_steps, np.float32)
+        dones = np.zeros(n_steps, bool)
+        has_dones = np.zeros((n, 2), bool)
         frames_header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)), "fortran_order": False,
                          "shape": (n_steps + 2 * n * (STACK - 1), *FRAME_SHAPE)}
         with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
             with zf.open("frames.npy", "w", force_zip64=True) as f:
                 np.lib.format.write_array_header_1_0(f, frames_header)
                 pos = 0
-                for label_id in ids:
+                for k, label_id in enumerate(ids):
                     left, right = self._db.execute(
                         "SELECT left_seg, right_seg FROM labels WHERE id = ?", (int(label_id),)).fetchone()
-                    for blob in (left, right):
+                    for side, blob in enumerate((left, right)):
                         seg = decode_segment(blob)
                         f.write(seg.frames.tobytes())
                         actions[pos:pos + len(seg)] = seg.actions
                         rewards[pos:pos + len(seg)] = seg.true_rewards
+                        if seg.dones is not None:
+                            dones[pos:pos + len(seg)] = seg.dones
+                            has_dones[k, side] = True
                         pos += len(seg)
             small["actions"], small["true_rewards"] = actions, rewards
+            small["dones"], small["seg_has_dones"] = dones, has_dones
             for name, arr in small.items():
                 with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
                     np.lib.format.write_array(f, arr, allow_pickle=False)
@@ -281,6 +295,9 @@ class PreferenceStore:
                     raise StoreError(f"{path}: label export format {version}, expected {EXPORT_FORMAT_VERSION}")
                 small = {k: z[k] for k in ("created", "source", "is_validation", "mu", "seg_steps",
                                            "actions", "true_rewards")}
+                has_dones = "dones" in z.files
+                if has_dones:
+                    small["dones"], small["seg_has_dones"] = z["dones"], z["seg_has_dones"]
             n = len(small["mu"])
             if small["seg_steps"].dtype.kind not in "iu":
                 raise ValueError("seg_steps must be integers")
@@ -289,6 +306,10 @@ class PreferenceStore:
                 raise ValueError("per-label arrays differ in length")
             if (steps.size and steps.min() < 1) or len(small["actions"]) != steps.sum():
                 raise ValueError("segment lengths do not match the actions")
+            if has_dones:
+                if small["dones"].dtype != bool or len(small["dones"]) != steps.sum():
+                    raise ValueError("dones must be booleans, one per step")
+                seg_has_dones = small["seg_has_dones"].astype(bool).reshape(n, 2)
             with zipfile.ZipFile(path) as zf, zf.open("frames.npy") as f, self._transaction(immediate=True):
                 shape = _read_npy_header(f)
                 if shape != (int(steps.sum()) + 2 * n * (STACK - 1), *FRAME_SHAPE):
@@ -297,10 +318,11 @@ class PreferenceStore:
                 pos = 0
                 for k in range(n):
                     segs = []
-                    for t in steps[k]:
+                    for side, t in enumerate(steps[k]):
                         frames = np.frombuffer(_read_exact(f, (t + STACK - 1) * frame_bytes), np.uint8)
+                        dones = small["dones"][pos:pos + t] if has_dones and seg_has_dones[k, side] else None
                         segs.append(Segment(frames.reshape(-1, *FRAME_SHAPE), small["actions"][pos:pos + t],
-                                            small["true_rewards"][pos:pos + t]))
+                                            small["true_rewards"][pos:pos + t], dones))
                         pos += t
                     pref = Preference(segs[0], segs[1], float(small["mu"][k]), str(small["source"][k]),
                                       bool(small["is_validation"][k]))

@@ -11,6 +11,7 @@ import torch
 
 from pref_interface.segment import Preference
 from reward_predictor.ensemble import RewardPredictorEnsemble, bootstrap_counts
+from reward_predictor.regularisation import INITIAL_ADAPTIVE_L2, adapt_l2
 
 MAX_PREFS = 3000  # App. A: "only the last 3,000 labels" are kept
 BATCH_SIZE = 16  # Ibarz et al. 2018: batches of 16 segment pairs
@@ -29,12 +30,18 @@ class RewardPredictorTrainer:
     and never trained on. The label budget counts both kinds; the oldest label goes first. Each
     training label carries one bootstrap count per member, drawn when it arrives, and a member's
     minibatch is drawn with probability proportional to its counts.
+
+    With `adaptive_l2`, each member's L2 coefficient starts at 1e-4 (unless already set) and
+    `adapt_regularisation` moves it after each validation pass (App. A; Ibarz et al. 2018).
     """
 
     def __init__(self, ensemble: RewardPredictorEnsemble, max_prefs: int = MAX_PREFS,
-                 batch_size: int = BATCH_SIZE, seed: int = 0) -> None:
+                 batch_size: int = BATCH_SIZE, seed: int = 0, adaptive_l2: bool = False) -> None:
         assert max_prefs >= 1 and batch_size >= 1, (max_prefs, batch_size)
         self.ensemble = ensemble
+        self.adaptive_l2 = adaptive_l2
+        if adaptive_l2:
+            ensemble.l2 = [c if c > 0 else INITIAL_ADAPTIVE_L2 for c in ensemble.l2]
         self.max_prefs = max_prefs
         self.batch_size = batch_size
         self.rng = np.random.default_rng(seed)
@@ -122,14 +129,36 @@ class RewardPredictorTrainer:
     def validate(self, max_pairs: int | None = VAL_MAX_PAIRS) -> dict:
         """Eval-mode loss and accuracy on the validation labels and on a training sample of the
         same size (so the two losses can be compared, as adaptive L2 does). At most `max_pairs`
-        random labels of each kind are scored; None scores them all. NaN where a set is empty."""
+        random labels of each kind are scored; None scores them all. NaN where a set is empty.
+
+        `member_train_loss` is each member's mean loss on the training sample; `member_inbag_loss`
+        weights that sample by the member's bootstrap counts, i.e. it is the loss on the member's
+        own resample, what the member is fit to (about 1/e of the training labels are out of its
+        bag and would pull the plain figure towards the validation loss)."""
         val = self._subset([p for _, p in self._val], max_pairs)
-        train = self._subset([p for _, p in self._train], max_pairs)
+        train_idx = self._subset_indices(len(self._train), max_pairs)
+        train = [self._train[i][1] for i in train_idx]
         v = self.ensemble.evaluate(val)
-        t = self.ensemble.evaluate(train)
+        t = self.ensemble.evaluate(train, weights=self.bootstrap_counts()[train_idx])
         return {"val_loss": v["loss"], "val_accuracy": v["accuracy"],
                 "train_loss": t["loss"], "train_accuracy": t["accuracy"],
-                "member_val_loss": v["member_loss"], "member_train_loss": t["member_loss"]}
+                "member_val_loss": v["member_loss"], "member_train_loss": t["member_loss"],
+                "member_inbag_loss": t["member_weighted_loss"]}
+
+    def adapt_regularisation(self, metrics: dict | None = None) -> list[float]:
+        """Adaptive L2 (App. A): move each member's coefficient to keep its validation loss within
+        1.1-1.5x its training loss; returns the coefficients (unchanged when `adaptive_l2` is off).
+
+        `metrics` is this pass's `validate()` result (validated afresh if None); the member's
+        in-bag loss serves as its training loss.
+        """
+        if not self.adaptive_l2:
+            return list(self.ensemble.l2)
+        if metrics is None:
+            metrics = self.validate()
+        self.ensemble.l2 = adapt_l2(self.ensemble.l2, metrics["member_val_loss"],
+                                    metrics["member_inbag_loss"])
+        return list(self.ensemble.l2)
 
     def return_correlation(self, max_pairs: int | None = VAL_MAX_PAIRS) -> float:
         """Pearson correlation between predicted and true returns of validation segments (the
@@ -146,9 +175,12 @@ class RewardPredictorTrainer:
         return float(np.corrcoef(predicted, true)[0, 1])
 
     def _subset(self, prefs: list[Preference], max_pairs: int | None) -> list[Preference]:
-        if max_pairs is None or len(prefs) <= max_pairs:
-            return prefs
-        return [prefs[i] for i in self.rng.choice(len(prefs), size=max_pairs, replace=False)]
+        return [prefs[i] for i in self._subset_indices(len(prefs), max_pairs)]
+
+    def _subset_indices(self, n: int, max_pairs: int | None) -> np.ndarray:
+        if max_pairs is None or n <= max_pairs:
+            return np.arange(n)
+        return self.rng.choice(n, size=max_pairs, replace=False)
 
     # ---- checkpoints --------------------------------------------------------------------------
     def state_dict(self) -> dict:

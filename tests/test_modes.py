@@ -1,0 +1,100 @@
+"""Every mode end to end on tiny settings, resuming, and the preference loop's bad input."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from pref_interface.store import PreferenceStore
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--n_envs", "4", "--ensemble_size", "2", "--reward_predictor_learning_rate", "1e-3"]
+
+
+def run(*args, timeout=240):
+    r = subprocess.run([sys.executable, "run.py", *args], cwd=ROOT, capture_output=True,
+                       text=True, timeout=timeout)
+    return r
+
+
+def labels(run_dir: Path) -> int:
+    with PreferenceStore(run_dir / "prefs.sqlite", create=False) as store:
+        return len(store)
+
+
+def test_every_mode_runs_and_hands_its_results_to_the_next(tmp_path):
+    gather = tmp_path / "gather"
+    r = run("gather_initial_prefs", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
+            "--n_initial_prefs", "40", "--log_dir", str(gather), *TINY)
+    assert r.returncode == 0, r.stderr
+    assert labels(gather) == 40
+
+    pretrain = tmp_path / "pretrain"
+    r = run("pretrain_reward_predictor", "MovingDotNoFrameskip-v0", "--load_prefs_dir",
+            str(gather), "--n_initial_epochs", "3", "--log_dir", str(pretrain), *TINY)
+    assert r.returncode == 0, r.stderr
+    ckpt = pretrain / "reward_predictor" / "reward_predictor.pt"
+    assert torch.load(ckpt, weights_only=True)["steps"] > 0
+    assert labels(gather) == 40 and labels(pretrain) == 40  # copied, the original untouched
+
+    train = tmp_path / "train"
+    r = run("train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
+            "--load_prefs_dir", str(gather), "--load_reward_predictor_ckpt_dir", str(pretrain),
+            "--million_timesteps", "0.01", "--log_dir", str(train), *TINY)
+    assert r.returncode == 0, r.stderr
+    assert labels(train) > 40  # labelling went on while the policy trained
+    assert list((train / "policy").glob("policy-*.pt"))
+    assert (train / "reward_predictor" / "reward_predictor.pt").is_file()
+
+    frozen = tmp_path / "frozen"
+    r = run("train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--frozen_reward_predictor",
+            "--load_reward_predictor_ckpt_dir", str(pretrain), "--million_timesteps", "0.005",
+            "--log_dir", str(frozen), *TINY)
+    assert r.returncode == 0, r.stderr
+    assert list((frozen / "policy").glob("policy-*.pt"))
+    assert not (frozen / "prefs.sqlite").exists()  # no labels collected at all
+
+
+def test_full_preference_pipeline_from_nothing(tmp_path):
+    d = tmp_path / "run"
+    r = run("train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
+            "--n_initial_prefs", "30", "--n_initial_epochs", "2", "--million_timesteps", "0.008",
+            "--log_dir", str(d), *TINY)
+    assert r.returncode == 0, r.stderr
+    assert labels(d) >= 30
+    assert json.loads((d / "reward_predictor" / "pretraining.json").read_text()) == {
+        "epochs_done": 2}
+    tags = {p.parent.name for p in d.glob("tb/**/events.out.tfevents.*")}
+    assert {"tb", "gather", "pretrain", "reward_predictor", "labels"} <= tags
+
+
+def test_resume_continues_from_the_last_checkpoint(tmp_path):
+    d = tmp_path / "run"
+    r = run("train_policy_with_original_rewards", "MovingDotNoFrameskip-v0",
+            "--million_timesteps", "0.004", "--n_envs", "4", "--log_dir", str(d))
+    assert r.returncode == 0, r.stderr
+    r = run("--resume", str(d), "--million_timesteps", "0.008")
+    assert r.returncode == 0, r.stderr
+    newest = sorted((d / "policy").glob("policy-*.pt"))[-1]
+    assert torch.load(newest, weights_only=True)["timesteps"] == 8000
+    assert len((d / "command.txt").read_text().splitlines()) == 2
+    assert json.loads((d / "settings.json").read_text())["million_timesteps"] == 0.004
+
+
+def test_missing_or_corrupt_store_and_checkpoint_are_one_line_errors(tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "prefs.sqlite").write_bytes(b"this is not sqlite" * 100)
+    (bad / "reward_predictor.pt").write_bytes(b"nor is this a checkpoint")
+    for args in (["pretrain_reward_predictor", "MovingDot-v0", "--load_prefs_dir", str(bad)],
+                 ["pretrain_reward_predictor", "MovingDot-v0", "--load_prefs_dir", "/nope"],
+                 ["pretrain_reward_predictor", "MovingDot-v0"],
+                 ["train_policy_with_preferences", "MovingDot-v0",
+                  "--load_reward_predictor_ckpt_dir", str(bad)],
+                 ["train_policy_with_preferences", "MovingDot-v0", "--frozen_reward_predictor"],
+                 ["--resume", str(tmp_path / "never_ran")]):
+        r = run(*args, "--log_dir", str(tmp_path / "out"))
+        assert r.returncode == 2, (args, r.stderr)
+        assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
