@@ -34,6 +34,7 @@ class SegmentCutter:
         self._frames = np.empty((self.segment_length + STACK - 1, *FRAME_SHAPE), np.uint8)
         self._actions = np.empty(self.segment_length, np.int64)
         self._rewards = np.empty(self.segment_length, np.float32)
+        self._dones = np.zeros(self.segment_length, bool)
 
     def observe(self, obs: np.ndarray, actions: np.ndarray, true_rewards: np.ndarray,
                 dones: np.ndarray) -> list[Segment]:
@@ -73,9 +74,12 @@ class SegmentCutter:
                 self._frames[:STACK] = obs[t, i]
             self._actions[n] = actions[t, i]
             self._rewards[n] = true_rewards[t, i]
+            # Only a clip's last step can be an episode end (a reset mid-clip discards the clip);
+            # kept so a synthetic teacher can penalise it (App. A).
+            self._dones[n] = dones[t, i]
             self._n = n + 1
             if self._n == self.segment_length:  # complete; may end exactly on an episode's last step
-                done_segments.append(Segment(self._frames, self._actions, self._rewards))
+                done_segments.append(Segment(self._frames, self._actions, self._rewards, self._dones))
                 self._new_buffers()
                 self.n_emitted += 1
             elif dones[t, i]:  # broken by an episode end: the frames would jump to a new episode

@@ -73,6 +73,8 @@ class SegmentBuffer:
         A: 10x more candidates than queries); without it, `k` random pairs. Which segment is left
         is random, so neither side is favoured. Fewer than `k` when the buffer runs out of pairs.
         """
+        if oversample < 1:
+            raise ValueError(f"oversample must be >= 1, got {oversample}")
         n_candidates = k if score is None else k * oversample
         candidates = [(a, self._segs[a], b, self._segs[b]) for a, b in self._draw_unoffered(n_candidates, rng)]
         chosen = select_pairs(candidates, k, rng, score)

@@ -21,12 +21,17 @@ class Segment:
     frames: np.ndarray  # uint8 (T + 3, 84, 84)
     actions: np.ndarray  # int64 (T,)
     true_rewards: np.ndarray  # float32 (T,): the env's own (unclipped) reward, for synthetic labels
+    # bool (T,): `dones[t]` means the episode ended after step t (App. A: the synthetic oracle
+    # penalises episode ends instead of showing them to the agent). None: no episode end known.
+    dones: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         t = len(self.actions)
         assert self.frames.dtype == np.uint8 and self.frames.shape == (t + STACK - 1, *FRAME_SHAPE), (
             self.frames.shape)
         assert self.true_rewards.shape == (t,), self.true_rewards.shape
+        assert self.dones is None or (self.dones.dtype == np.bool_ and self.dones.shape == (t,)), (
+            self.dones.dtype, self.dones.shape)
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -40,14 +45,21 @@ class Segment:
     def true_return(self) -> float:
         return float(self.true_rewards.sum())
 
+    @property
+    def n_episode_ends(self) -> int:
+        """How many episodes ended inside the clip (0 when `dones` is None)."""
+        return 0 if self.dones is None else int(self.dones.sum())
+
     @staticmethod
-    def from_stacks(stacks: np.ndarray, actions: np.ndarray, true_rewards: np.ndarray) -> "Segment":
+    def from_stacks(stacks: np.ndarray, actions: np.ndarray, true_rewards: np.ndarray,
+                    dones: np.ndarray | None = None) -> "Segment":
         """Build a segment from consecutive uint8 (T, 4, 84, 84) observations."""
         assert stacks.ndim == 4 and stacks.shape[1] == STACK, stacks.shape
         frames = np.concatenate([stacks[0, :-1], stacks[:, -1]], axis=0)
         return Segment(np.ascontiguousarray(frames, dtype=np.uint8),
                        np.asarray(actions, dtype=np.int64),
-                       np.asarray(true_rewards, dtype=np.float32))
+                       np.asarray(true_rewards, dtype=np.float32),
+                       None if dones is None else np.asarray(dones, dtype=bool))
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,19 @@
 """Who answers the queries: anything with `label(left, right) -> mu | None`.
 
-The synthetic oracle of §3.1 is here; noisy scripted teachers and the human terminal labeller
-implement the same `Labeller` protocol.
+The synthetic oracle of §3.1 is here, with the scripted teachers of B-Pref (Lee et al. 2021):
+Boltzmann-rational, mistake, skip, equal and myopic, and `make_teacher` to pick one from a CLI
+string. The human terminal labeller implements the same `Labeller` protocol.
+
+Every synthetic teacher judges a clip by its true reward, minus `episode_end_penalty` for each
+episode end inside the clip (App. A: the agent is never told of episode ends, so the synthetic
+oracle penalises them instead, except in Pong).
 """
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+import math
+from typing import Callable, Protocol, runtime_checkable
+
+import numpy as np
 
 from pref_interface.segment import Segment
 
@@ -24,15 +32,179 @@ class Labeller(Protocol):
     def label(self, left: Segment, right: Segment) -> float | None: ...
 
 
+def teacher_return(seg: Segment, episode_end_penalty: float = 0.0, gamma: float = 1.0) -> float:
+    """What a synthetic teacher thinks a clip is worth: sum_t gamma^(T-1-t) (r_t - penalty * done_t).
+
+    gamma < 1 is B-Pref's myopic teacher, which weighs the end of the clip most; the penalty is
+    charged at the step the episode ended (App. A: episode ends replaced by a penalty).
+    """
+    assert episode_end_penalty >= 0.0, episode_end_penalty
+    rewards = seg.true_rewards.astype(np.float64)
+    if episode_end_penalty and seg.dones is not None:
+        rewards = rewards - episode_end_penalty * seg.dones
+    if gamma != 1.0:
+        rewards = rewards * gamma ** np.arange(len(rewards) - 1, -1, -1, dtype=np.float64)
+    return float(rewards.sum())
+
+
+def _prefer(r_left: float, r_right: float) -> float:
+    """1.0 if left is worth more, 0.0 if right is, 0.5 if they are equal."""
+    return 1.0 if r_left > r_right else 0.0 if r_left < r_right else 0.5
+
+
 class OracleTeacher:
-    """§3.1 synthetic labels: prefers the clip with the higher sum of true rewards; ties get 0.5."""
+    """§3.1 synthetic labels: prefers the clip with the higher sum of true rewards; ties get 0.5.
+
+    Args:
+        episode_end_penalty: subtracted from a clip's return for each episode end in it (>= 0;
+            0 disables, as for Pong in App. A).
+    """
 
     source = "synthetic"
 
+    def __init__(self, episode_end_penalty: float = 0.0) -> None:
+        if episode_end_penalty < 0:
+            raise ValueError(f"episode_end_penalty is a cost and must be >= 0, got {episode_end_penalty}")
+        self.episode_end_penalty = float(episode_end_penalty)
+
+    def returns(self, left: Segment, right: Segment) -> tuple[float, float]:
+        """The two clips' returns as this teacher sees them."""
+        return (teacher_return(left, self.episode_end_penalty),
+                teacher_return(right, self.episode_end_penalty))
+
+    def label(self, left: Segment, right: Segment) -> float | None:
+        return _prefer(*self.returns(left, right))
+
+
+class BoltzmannTeacher(OracleTeacher):
+    """B-Pref's stochastic rational teacher: P[left] = sigmoid(beta (R_left - R_right)), and the
+    label (1.0 or 0.0) is drawn from it. beta = inf is the oracle except on exact ties, where
+    both are drawn with probability 1/2."""
+
+    def __init__(self, beta: float = 1.0, rng: np.random.Generator | int | None = None,
+                 episode_end_penalty: float = 0.0) -> None:
+        super().__init__(episode_end_penalty)
+        if not beta >= 0:
+            raise ValueError(f"beta must be >= 0, got {beta}")
+        self.beta = float(beta)
+        self.rng = np.random.default_rng(rng)
+
+    def p_left(self, left: Segment, right: Segment) -> float:
+        """The probability that this teacher answers "left"."""
+        r_left, r_right = self.returns(left, right)
+        if r_left == r_right:
+            return 0.5
+        x = self.beta * (r_left - r_right)  # +-inf when beta is inf
+        return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
     def label(self, left: Segment, right: Segment) -> float:
-        r_left, r_right = left.true_return, right.true_return
-        if r_left > r_right:
-            return 1.0
-        if r_left < r_right:
-            return 0.0
-        return 0.5
+        return 1.0 if self.rng.random() < self.p_left(left, right) else 0.0
+
+
+class MistakeTeacher(OracleTeacher):
+    """B-Pref's mistake teacher: the oracle's answer, flipped with probability `eps` (a tie stays
+    a tie)."""
+
+    def __init__(self, eps: float = 0.1, rng: np.random.Generator | int | None = None,
+                 episode_end_penalty: float = 0.0) -> None:
+        super().__init__(episode_end_penalty)
+        if not 0.0 <= eps <= 1.0:
+            raise ValueError(f"eps must be a probability, got {eps}")
+        self.eps = float(eps)
+        self.rng = np.random.default_rng(rng)
+
+    def label(self, left: Segment, right: Segment) -> float:
+        mu = _prefer(*self.returns(left, right))
+        return 1.0 - mu if self.rng.random() < self.eps else mu
+
+
+class SkipTeacher(OracleTeacher):
+    """B-Pref's skip teacher: no answer (None: incomparable, not stored) when both clips' returns
+    are below `threshold`; the oracle's answer otherwise."""
+
+    def __init__(self, threshold: float = 0.0, rng: np.random.Generator | int | None = None,
+                 episode_end_penalty: float = 0.0) -> None:
+        super().__init__(episode_end_penalty)
+        self.threshold = float(threshold)
+
+    def label(self, left: Segment, right: Segment) -> float | None:
+        r_left, r_right = self.returns(left, right)
+        if r_left < self.threshold and r_right < self.threshold:
+            return None
+        return _prefer(r_left, r_right)
+
+
+class EqualTeacher(OracleTeacher):
+    """B-Pref's equal teacher: a tie (0.5) when the returns differ by less than `threshold`; the
+    oracle's answer otherwise."""
+
+    def __init__(self, threshold: float = 0.5, rng: np.random.Generator | int | None = None,
+                 episode_end_penalty: float = 0.0) -> None:
+        super().__init__(episode_end_penalty)
+        if not threshold >= 0:
+            raise ValueError(f"threshold must be >= 0, got {threshold}")
+        self.threshold = float(threshold)
+
+    def label(self, left: Segment, right: Segment) -> float:
+        r_left, r_right = self.returns(left, right)
+        return 0.5 if abs(r_left - r_right) < self.threshold else _prefer(r_left, r_right)
+
+
+class MyopicTeacher(OracleTeacher):
+    """B-Pref's myopic teacher: compares sum_t gamma^(T-1-t) r_t, so what happens late in a clip
+    counts most."""
+
+    def __init__(self, gamma: float = 0.9, rng: np.random.Generator | int | None = None,
+                 episode_end_penalty: float = 0.0) -> None:
+        super().__init__(episode_end_penalty)
+        if not 0.0 < gamma <= 1.0:
+            raise ValueError(f"gamma must be in (0, 1], got {gamma}")
+        self.gamma = float(gamma)
+
+    def returns(self, left: Segment, right: Segment) -> tuple[float, float]:
+        return (teacher_return(left, self.episode_end_penalty, self.gamma),
+                teacher_return(right, self.episode_end_penalty, self.gamma))
+
+
+# kind -> (class, its one parameter and that parameter's default); "oracle" has none.
+TEACHERS: dict[str, tuple[Callable[..., OracleTeacher], str | None, float | None]] = {
+    "oracle": (OracleTeacher, None, None),
+    "boltzmann": (BoltzmannTeacher, "beta", 1.0),
+    "mistake": (MistakeTeacher, "eps", 0.1),
+    "skip": (SkipTeacher, "threshold", 0.0),
+    "equal": (EqualTeacher, "threshold", 0.5),
+    "myopic": (MyopicTeacher, "gamma", 0.9),
+}
+TEACHER_SPECS = ("oracle, boltzmann:beta=1.0, mistake:eps=0.1, skip:threshold=0, equal:threshold=0.5, "
+                 "myopic:gamma=0.9")
+
+
+def make_teacher(spec: str, rng: np.random.Generator | int | None = None,
+                 episode_end_penalty: float = 0.0) -> OracleTeacher:
+    """The synthetic teacher a CLI value names: "KIND" or "KIND:PARAM=VALUE" (e.g.
+    "mistake:eps=0.1"); an omitted parameter takes its default. Raises ValueError with a one-line
+    message listing the valid kinds."""
+    kind, _, params = spec.strip().partition(":")
+    if kind not in TEACHERS:
+        raise ValueError(f"unknown teacher {spec!r}; expected one of: {TEACHER_SPECS}")
+    cls, name, default = TEACHERS[kind]
+    if name is None:
+        if params:
+            raise ValueError(f"teacher 'oracle' takes no parameters, got {spec!r}; valid: {TEACHER_SPECS}")
+        return OracleTeacher(episode_end_penalty)
+    value = default
+    if params:
+        key, eq, text = params.partition("=")
+        try:
+            if key.strip() != name or not eq:
+                raise ValueError
+            value = float(text)
+            if math.isnan(value):
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"bad teacher {spec!r}: {kind} takes {name}=NUMBER; valid: {TEACHER_SPECS}"
+                             ) from None
+    try:
+        return cls(value, rng=rng, episode_end_penalty=episode_end_penalty)
+    except ValueError as e:
+        raise ValueError(f"bad teacher {spec!r}: {e}; valid: {TEACHER_SPECS}") from None

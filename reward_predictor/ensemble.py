@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from pref_interface.segment import STACK, Preference, Segment
-from reward_predictor.loss import LABEL_NOISE, preference_loss
+from reward_predictor.loss import LABEL_NOISE, preference_log_probs, preference_loss
 from reward_predictor.normaliser import REWARD_STD, RunningNormaliser
 
 LEARNING_RATE = 2e-4  # the earlier reproduction's --reward_predictor_learning_rate
@@ -158,18 +158,24 @@ class RewardPredictorEnsemble(nn.Module):
         return out
 
     @torch.no_grad()
-    def evaluate(self, prefs: Sequence[Preference]) -> dict:
+    def evaluate(self, prefs: Sequence[Preference], weights: np.ndarray | None = None) -> dict:
         """Scores on `prefs` in eval mode.
 
         `loss` is the mean over members of each member's loss as it is trained (raw returns,
         noisy Bradley-Terry), so it is comparable with the training loss as adaptive L2 requires.
         `accuracy` is that of the reward the agent is given: the mean of the members' normalised
         returns. Per-member figures are in `member_loss` and `member_accuracy`.
+
+        With `weights` (B, n_members), e.g. bootstrap counts, `member_weighted_loss` is each
+        member's weighted mean loss (its plain mean where its weights sum to 0).
         """
         nan = float("nan")
         if not prefs:
-            return {"loss": nan, "accuracy": nan, "member_loss": [nan] * self.n_members,
-                    "member_accuracy": [nan] * self.n_members}
+            out = {"loss": nan, "accuracy": nan, "member_loss": [nan] * self.n_members,
+                   "member_accuracy": [nan] * self.n_members}
+            if weights is not None:
+                out["member_weighted_loss"] = [nan] * self.n_members
+            return out
         b = len(prefs)
         segments = [p.left for p in prefs] + [p.right for p in prefs]
         returns = self.member_returns(segments)  # (M, 2B) raw
@@ -184,8 +190,20 @@ class RewardPredictorEnsemble(nn.Module):
         normalised = torch.stack([norm(returns[m] / lengths) * lengths
                                   for m, norm in enumerate(self.normalisers)]).mean(0)
         _, ensemble_acc = preference_loss(normalised[:b], normalised[b:], mu, self.noise)
-        return {"loss": float(np.mean(losses)), "accuracy": ensemble_acc,
-                "member_loss": losses, "member_accuracy": accs}
+        out = {"loss": float(np.mean(losses)), "accuracy": ensemble_acc,
+               "member_loss": losses, "member_accuracy": accs}
+        if weights is not None:
+            weights = np.asarray(weights, dtype=np.float64)
+            assert weights.shape == (b, self.n_members), (weights.shape, b, self.n_members)
+            weighted = []
+            for m in range(self.n_members):
+                log_left, log_right = preference_log_probs(returns[m, :b] - returns[m, b:], self.noise)
+                per_label = -(mu * log_left + (1.0 - mu) * log_right).double().numpy()
+                w = weights[:, m]
+                weighted.append(float((w * per_label).sum() / w.sum()) if w.sum() > 0
+                                else float(per_label.mean()))
+            out["member_weighted_loss"] = weighted
+        return out
 
     @torch.no_grad()
     def predict_preference(self, left_segs: Sequence[Segment], right_segs: Sequence[Segment]
