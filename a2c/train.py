@@ -30,6 +30,7 @@ class A2CRunConfig:
     torch_threads: int = 2
     env_threads: int = 0  # ale-py threads; 0: one per core
     precision: str = "auto"  # "fp32", "bf16" (autocast), or "auto": bf16 where the CPU has it
+    hide_episode_ends: bool = False  # App. A: the agent sees one continuous episode
     learn: bool = True  # False: only act (e.g. the untrained policy making the first clips)
 
 
@@ -83,8 +84,10 @@ def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
             timesteps += c.n_steps * c.n_envs
             loss_stats = {}
             if config.learn:
+                # Hidden episode ends: returns bootstrap across resets as if play went on.
+                dones = np.zeros_like(r.dones) if config.hide_episode_ends else r.dones
                 loss_stats = algo.update(r.logits, r.values, torch.from_numpy(r.actions),
-                                         torch.from_numpy(r.rewards), torch.from_numpy(r.dones),
+                                         torch.from_numpy(r.rewards), torch.from_numpy(dones),
                                          r.last_value, timesteps)
                 updates += 1
             for ep in r.finished:

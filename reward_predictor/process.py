@@ -44,6 +44,8 @@ class TrainerConfig:
     validate_every_steps: int = 50  # steps between validation passes and TensorBoard points
     val_max_pairs: int = VAL_MAX_PAIRS  # labels scored per validation pass
     reward_std: float = 0.05  # App. A.2: the agent's reward has std 0.05 (Atari)
+    label_noise: float = 0.1  # App. A: a 10% chance the labeller answered at random; 0: plain BT
+    adaptive_l2: bool = False  # App. A: keep validation loss at 1.1-1.5x training loss
     initial_prefs_path: str | None = None  # a preference store whose latest labels start the buffer
 
 
@@ -64,7 +66,8 @@ def build_ensemble(config: TrainerConfig) -> RewardPredictorEnsemble:
     """The ensemble the config describes (also the template for SharedWeights)."""
     return RewardPredictorEnsemble(
         lambda: make_reward_net(config.env_kind, config.dropout, config.batchnorm),
-        n_members=config.n_members, lr=config.lr, l2=config.l2, reward_std=config.reward_std)
+        n_members=config.n_members, lr=config.lr, l2=config.l2, reward_std=config.reward_std,
+        noise=config.label_noise)
 
 
 def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWeights,
@@ -81,7 +84,8 @@ def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWe
     torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
     ensemble = build_ensemble(config)
-    trainer = RewardPredictorTrainer(ensemble, config.max_prefs, config.batch_size, config.seed)
+    trainer = RewardPredictorTrainer(ensemble, config.max_prefs, config.batch_size, config.seed,
+                                     adaptive_l2=config.adaptive_l2)
     if config.load_ckpt_path:
         trainer.load(config.load_ckpt_path)  # CheckpointError ends the process with its message
         log.info("reward predictor loaded from %s (step %d)", config.load_ckpt_path, trainer.steps)
@@ -149,7 +153,7 @@ def run_pretraining(config: TrainerConfig, prefs_path: str, n_epochs: int, stop_
     torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
     trainer = RewardPredictorTrainer(build_ensemble(config), config.max_prefs, config.batch_size,
-                                     config.seed)
+                                     config.seed, adaptive_l2=config.adaptive_l2)
     if config.load_ckpt_path:
         trainer.load(config.load_ckpt_path)
     for pref in load_prefs(prefs_path, config.max_prefs):
@@ -197,6 +201,8 @@ def _log_progress(trainer: RewardPredictorTrainer, metrics: dict, steps_per_sec:
         if not np.isnan(val["val_accuracy"]):
             writer.add_scalar("reward_predictor/val_accuracy", val["val_accuracy"], step)
             stats.val_accuracy.value = val["val_accuracy"]
+        for m, l2 in enumerate(trainer.adapt_regularisation(val)):
+            writer.add_scalar(f"reward_predictor/l2_member{m}", l2, step)
         corr = trainer.return_correlation(val_max_pairs)
         if not np.isnan(corr):
             writer.add_scalar("reward_predictor/true_return_correlation", corr, step)
