@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Reproduce a milestone with one command: run (or resume) its seeds, then report and plot.
+
+    python -m experiments.milestone moving_dot          # 3 seeds, synthetic preferences
+    python -m experiments.milestone pong_prefs          # Pong from synthetic preferences
+    python -m experiments.milestone pong_true           # the true-reward baseline beside it
+
+Runs live in runs/milestones/<name>-seed<k>. A run that exists is resumed (`run.py --resume`), so
+the same command continues a long reproduction after a stop, a crash or a new session. The report
+gives, per seed, the agent steps, labels and wall-clock at which the mean true return of the last
+episodes first reached the milestone's level, and writes docs/<name>.png.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from experiments.plot_runs import plot  # noqa: E402
+from experiments.runlog import RunLog  # noqa: E402
+
+
+@dataclass
+class Milestone:
+    env_id: str
+    mode: str
+    flags: list[str]
+    level: float  # the true return that counts as reached
+    window: int  # episodes averaged when checking the level
+    note: str
+
+
+MILESTONES = {
+    # 90% of the scripted go-to-centre policy's ~21.8 (REFERENCE.md).
+    "moving_dot": Milestone(
+        "MovingDotNoFrameskip-v0", "train_policy_with_preferences",
+        ["--synthetic_prefs", "--n_initial_prefs", "200", "--n_initial_epochs", "20",
+         "--reward_predictor_learning_rate", "3e-3", "--million_timesteps", "0.3"],
+        19.6, 64, "90% of the scripted policy's return, target <= 5 min on 2 cores"),
+    # Issue 6: mean true score >= +19 over 10 episodes within 6M agent steps, <= 3,300 labels.
+    "pong_prefs": Milestone(
+        "PongNoFrameskip-v4", "train_policy_with_preferences",
+        ["--synthetic_prefs", "--dropout", "0.5", "--batchnorm", "--million_timesteps", "6"],
+        19.0, 10, "mean of 10 episodes >= +19 within 6M steps and 3,300 labels"),
+    "pong_true": Milestone(
+        "PongNoFrameskip-v4", "train_policy_with_original_rewards",
+        ["--million_timesteps", "6"], 19.0, 10, "the true-reward baseline"),
+}
+
+
+def run_dir(name: str, seed: int) -> Path:
+    return ROOT / "runs" / "milestones" / f"{name}-seed{seed}"
+
+
+def run_seed(m: Milestone, name: str, seed: int, extra: list[str]) -> int:
+    d = run_dir(name, seed)
+    if (d / "settings.json").is_file():
+        cmd = ["--resume", str(d), *extra]
+    else:
+        cmd = [m.mode, m.env_id, *m.flags, "--seed", str(seed), "--log_dir", str(d), *extra]
+    print("python run.py " + " ".join(cmd), flush=True)
+    return subprocess.call([sys.executable, "run.py", *cmd], cwd=ROOT)
+
+
+def report(m: Milestone, name: str, seeds: list[int]) -> None:
+    print(f"\n{name}: {m.env_id}, level {m.level:g} ({m.note})")
+    print("| seed | reached | agent steps | labels | wall-clock |")
+    print("|---|---|---|---|---|")
+    dirs = []
+    for seed in seeds:
+        d = run_dir(name, seed)
+        if not (d / "tb").is_dir():
+            continue
+        dirs.append(str(d))
+        log = RunLog(d)
+        hit = log.first_time_at(m.level, m.window)
+        steps, _ = log.returns()
+        if hit is None:
+            total = steps[-1] if len(steps) else 0
+            print(f"| {seed} | not yet | {total:,.0f} so far | | {log.wall_clock_s() / 60:.1f} min so far |")
+            continue
+        at_steps, at_s = hit
+        ls, n = log.labels()
+        labels = f"{n[ls <= at_steps][-1]:,.0f}" if len(n) and (ls <= at_steps).any() else "-"
+        print(f"| {seed} | yes | {at_steps:,.0f} | {labels} | {at_s / 60:.1f} min |")
+    if dirs:
+        plot(dirs, [f"seed {s}" for s in seeds[:len(dirs)]], str(ROOT / "docs" / f"{name}.png"),
+             f"{name} ({m.env_id})", max(8, m.window // 2), m.level)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("name", choices=sorted(MILESTONES))
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="seeds to run (default: 0 1 2 for moving_dot, 0 for Pong)")
+    p.add_argument("--report_only", action="store_true", help="only report and plot")
+    p.add_argument("--extra", default="", help="more run.py flags, quoted (e.g. threads)")
+    a = p.parse_args(argv)
+    m = MILESTONES[a.name]
+    seeds = a.seeds if a.seeds is not None else ([0, 1, 2] if a.name == "moving_dot" else [0])
+    if not a.report_only:
+        for seed in seeds:
+            code = run_seed(m, a.name, seed, a.extra.split())
+            if code not in (0,):
+                print(f"run for seed {seed} ended with status {code}", file=sys.stderr)
+                if code == 130:
+                    return code
+    report(m, a.name, seeds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Turn run directories into a figure: true return against agent steps for each run, and, for
+preference runs, labels used and predictor validation accuracy on the same axis.
+
+    python -m experiments.plot_runs runs/pong_prefs runs/pong_true --labels prefs true \\
+        --out docs/pong.png --title "Pong"
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from experiments.runlog import RunLog, smooth  # noqa: E402
+
+
+def plot(run_dirs: list[str], names: list[str], out: str, title: str, window: int,
+         reference: float | None = None) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    logs = [RunLog(d) for d in run_dirs]
+    has_prefs = any(len(log.labels()[1]) for log in logs)
+    fig, axes = plt.subplots(1, 3 if has_prefs else 1, figsize=(15 if has_prefs else 6, 4),
+                             squeeze=False)
+    ax = axes[0, 0]
+    for log, name in zip(logs, names):
+        steps, values = log.returns()
+        ax.plot(steps, smooth(values, window), label=name)
+    if reference is not None:
+        ax.axhline(reference, color="grey", ls="--", lw=1, label=f"reference {reference:g}")
+    ax.set(xlabel="agent steps", ylabel=f"true episode return (mean of {window})", title=title)
+    ax.legend()
+    if has_prefs:
+        for log, name in zip(logs, names):
+            s, n = log.labels()
+            if len(n):
+                axes[0, 1].plot(s, n, label=name)
+            s, a = log.predictor_accuracy()
+            if len(a):
+                axes[0, 2].plot(s, smooth(a, 5), label=name)
+        axes[0, 1].set(xlabel="agent steps", ylabel="labels", title="labels used")
+        axes[0, 2].set(xlabel="agent steps", ylabel="validation accuracy",
+                       title="reward predictor accuracy", ylim=(0.4, 1.0))
+        axes[0, 1].legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=80)
+    print(f"wrote {out}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run_dirs", nargs="+", help="run directories (each with a tb/ folder)")
+    p.add_argument("--labels", nargs="*", help="legend names, one per run (default: dir names)")
+    p.add_argument("--out", default="runs.png", help="output image (.png)")
+    p.add_argument("--title", default="", help="figure title")
+    p.add_argument("--window", type=int, default=32, help="episodes averaged per point")
+    p.add_argument("--reference", type=float, help="draw a horizontal line at this return")
+    a = p.parse_args(argv)
+    missing = [d for d in a.run_dirs if not (Path(d) / "tb").is_dir()]
+    if missing:
+        print(f"plot_runs: error: no tb/ folder in {missing[0]}", file=sys.stderr)
+        return 2
+    names = a.labels or [Path(d).name for d in a.run_dirs]
+    if len(names) != len(a.run_dirs):
+        print("plot_runs: error: give one --labels name per run directory", file=sys.stderr)
+        return 2
+    plot(a.run_dirs, names, a.out, a.title, a.window, a.reference)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""Read a run directory's TensorBoard scalars, with every curve put on the agent-step axis."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def scalars(event_dir: Path, tag: str) -> np.ndarray:
+    """(n, 3) array of (wall_time, step, value) for one tag; empty if the tag is absent."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    if not event_dir.is_dir():
+        return np.zeros((0, 3))
+    ea = EventAccumulator(str(event_dir), size_guidance={"scalars": 0})
+    ea.Reload()
+    if tag not in ea.Tags()["scalars"]:
+        return np.zeros((0, 3))
+    return np.array([(e.wall_time, e.step, e.value) for e in ea.Scalars(tag)])
+
+
+class RunLog:
+    """One run's curves. Scalars logged by other processes (labels, predictor) are mapped to agent
+    steps through wall-clock time, using the A2C process's own (time, step) points."""
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.tb = self.run_dir / "tb"
+        self.sps = scalars(self.tb, "charts/SPS")  # logged every second: the time -> step map
+
+    def _to_steps(self, wall_time: np.ndarray) -> np.ndarray:
+        if len(self.sps) == 0:
+            return np.full_like(wall_time, np.nan)
+        return np.interp(wall_time, self.sps[:, 0], self.sps[:, 1])
+
+    def returns(self) -> tuple[np.ndarray, np.ndarray]:
+        """(agent steps, true episode return) of every finished episode."""
+        r = scalars(self.tb, "charts/episodic_return")
+        return r[:, 1], r[:, 2]
+
+    def labels(self) -> tuple[np.ndarray, np.ndarray]:
+        """(agent steps, labels in the store) during policy training."""
+        r = scalars(self.tb / "labels", "labels/total")
+        return self._to_steps(r[:, 0]), r[:, 2]
+
+    def predictor_accuracy(self) -> tuple[np.ndarray, np.ndarray]:
+        r = scalars(self.tb / "reward_predictor", "reward_predictor/val_accuracy")
+        return self._to_steps(r[:, 0]), r[:, 2]
+
+    def wall_clock_s(self) -> float:
+        """Seconds from the first to the last A2C point of the policy-training phase."""
+        return float(self.sps[-1, 0] - self.sps[0, 0]) if len(self.sps) > 1 else 0.0
+
+    def first_time_at(self, level: float, window: int = 64) -> tuple[float, float] | None:
+        """(agent steps, seconds since training started) when the mean of the last `window`
+        episodes' true returns first reaches `level`; None if it never does."""
+        steps, values = self.returns()
+        r = scalars(self.tb, "charts/episodic_return")
+        for i in range(window, len(values) + 1):
+            if values[i - window:i].mean() >= level:
+                t0 = self.sps[0, 0] if len(self.sps) else r[0, 0]
+                return float(steps[i - 1]), float(r[i - 1, 0] - t0)
+        return None
+
+
+def smooth(values: np.ndarray, window: int) -> np.ndarray:
+    """Trailing mean over up to `window` points."""
+    if len(values) == 0:
+        return values
+    c = np.cumsum(np.insert(values, 0, 0.0))
+    idx = np.arange(1, len(values) + 1)
+    lo = np.maximum(0, idx - window)
+    return (c[idx] - c[lo]) / (idx - lo)
