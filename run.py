@@ -64,10 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--policy_ckpt_interval", type=int, default=1000,
                    help="updates between policy checkpoints")
     g.add_argument("--render_episodes", action="store_true",
-                   help="show the agent's latest full episode in a second window")
+                   help="loop the agent's latest full episode (env 0) in a second window "
+                        "(needs a display; without one the run goes on without it)")
     g = p.add_argument_group("preferences")
     g.add_argument("--synthetic_prefs", action="store_true",
                    help="label clip pairs by their true reward instead of asking a person")
+    g.add_argument("--clip_player", choices=("auto", "window", "terminal"), default="auto",
+                   help="where a person watches the clip pairs: a window, or the terminal in "
+                        "colour; auto: a window when a display is available")
     g.add_argument("--n_initial_prefs", type=int, default=500,
                    help="labels gathered from the untrained policy before pretraining (App. A)")
     g.add_argument("--max_prefs", type=int, default=3000,
@@ -154,6 +158,13 @@ def check_args(args: argparse.Namespace) -> None:
     if args.n_initial_epochs < 0 or not 0.0 <= args.dropout < 1.0:
         raise UsageError("--n_initial_epochs must not be negative and --dropout is in [0, 1)")
     check_preference_args(args)
+    args.player_kind = None
+    if labels_by_person(args):
+        from pref_interface.player import resolve_player
+        try:
+            args.player_kind = resolve_player(getattr(args, "clip_player", "auto"))
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     if args.load_policy_ckpt_dir:
         from a2c.checkpoint import CheckpointError, load_policy
         try:
@@ -202,6 +213,12 @@ def check_preference_args(args: argparse.Namespace) -> None:
         except CheckpointError as e:
             raise UsageError(str(e)) from None
         args.reward_ckpt_path = str(path)
+
+
+def labels_by_person(args: argparse.Namespace) -> bool:
+    """True when this run asks a person for labels, and so reads the terminal."""
+    return (args.mode in ("gather_initial_prefs", "train_policy_with_preferences")
+            and not args.synthetic_prefs and not args.frozen_reward_predictor)
 
 
 def make_run_dir(args: argparse.Namespace) -> Path:
@@ -264,8 +281,9 @@ class Supervisor:
                 if status_line is not None and now - last_print >= (1.0 if tty else 30.0):
                     last_print = now
                     line = status_line()
-                    sys.stderr.write(f"\r\x1b[K{line}" if tty else f"{line}\n")
-                    sys.stderr.flush()
+                    if line:  # "" while a person labels: the prompt is on screen
+                        sys.stderr.write(f"\r\x1b[K{line}" if tty else f"{line}\n")
+                        sys.stderr.flush()
                 time.sleep(0.2)
         except KeyboardInterrupt:
             sys.stderr.write("\nstopping: saving checkpoints and labels...\n")
@@ -311,16 +329,47 @@ class Channels:
     segments: A2C -> preference interface; small, A2C drops clips when it is full.
     preferences: preference interface -> predictor trainer; unbounded, never dropped.
     reward_weights: predictor trainer -> A2C; shared-memory weights with a version number.
+    answers: main process's terminal key reader -> human labeller (pref_interface.keys); one
+        queue for the whole run (None when nobody labels by hand).
+    episodes: A2C -> episode viewer (--render_episodes); maxsize 1, A2C drops episodes when full.
     stop: set by the supervisor to end every process cleanly.
     """
 
-    def __init__(self, ctx, stop, reward_weights=None):
+    def __init__(self, ctx, stop, reward_weights=None, answers=None, episodes: bool = False):
+        from pref_interface.episodes import EPISODE_QUEUE_MAXSIZE
         from pref_interface.process import SEGMENT_QUEUE_MAXSIZE
 
         self.segments = ctx.Queue(maxsize=SEGMENT_QUEUE_MAXSIZE)
         self.preferences = ctx.Queue()
         self.reward_weights = reward_weights
+        self.answers = answers
+        self.episodes = ctx.Queue(maxsize=EPISODE_QUEUE_MAXSIZE) if episodes else None
         self.stop = stop
+
+    @classmethod
+    def for_run(cls, ctx, args: argparse.Namespace, stop, reward_weights=None) -> "Channels":
+        return cls(ctx, stop, reward_weights, getattr(args, "answers", None),
+                   getattr(args, "show_episodes", False))
+
+    def a2c_observers(self, interface_stats=None):
+        """A2C's rollout observers (clip cutter, episode recorder) as one picklable factory."""
+        from functools import partial
+
+        from pref_interface.episodes import chain_observers, make_episode_observers
+        from pref_interface.process import make_clip_observers
+
+        factories = []
+        if interface_stats is not None:
+            factories.append(partial(make_clip_observers, self.segments,
+                                     interface_stats.segments_dropped))
+        if self.episodes is not None:
+            factories.append(partial(make_episode_observers, self.episodes))
+        return partial(chain_observers, factories) if factories else None
+
+    def start_episode_viewer(self, sup: "Supervisor") -> None:
+        if self.episodes is not None:
+            from pref_interface.episodes import run_episode_viewer
+            sup.start("episode_viewer", run_episode_viewer, self.episodes, self.stop)
 
 
 def a2c_config(args: argparse.Namespace, run_dir: Path):
@@ -359,6 +408,8 @@ def interface_config(args: argparse.Namespace, stop_after_labels: int | None = N
     from pref_interface.process import InterfaceConfig
 
     return InterfaceConfig(max_segs=args.max_segs, synthetic=args.synthetic_prefs,
+                           clip_player=getattr(args, "player_kind", None) or "terminal",
+                           keep_typed_ahead=not sys.stdin.isatty(),
                            max_in_flight=None if stop_after_labels else 16,
                            stop_after_labels=stop_after_labels, seed=args.seed)
 
@@ -375,23 +426,27 @@ def preference_status(a2c_stats, interface_stats=None, trainer_stats=None) -> st
 
 def gather_phase(args, run_dir: Path, ctx, n_labels: int) -> int:
     """The untrained policy acts (no updates) while clips are labelled into the store."""
-    from functools import partial
-
     from a2c.train import A2CStats, train_a2c
-    from pref_interface.process import InterfaceStats, make_clip_observers, run_pref_interface
+    from pref_interface.process import InterfaceStats, run_pref_interface
 
     sup = Supervisor(ctx, ctx.Event())
-    ch = Channels(ctx, sup.stop_event)
+    ch = Channels.for_run(ctx, args, sup.stop_event)
     a2c_stats, istats = A2CStats(ctx), InterfaceStats.create(ctx)
     config = a2c_config(args, run_dir)
     config.learn, config.total_timesteps = False, 2 ** 62  # runs until the labels are in
     sup.start("pref_interface", run_pref_interface, interface_config(args, n_labels),
               ch.segments, None, ch.stop, istats, str(run_dir / PREFS_FILE), None,
-              str(run_dir / "tb" / "labels"))
+              str(run_dir / "tb" / "labels"), ch.answers, None)
     sup.start("a2c", train_a2c, config, str(run_dir / "tb" / "gather"), a2c_stats, None,
-              partial(make_clip_observers, ch.segments, istats.segments_dropped), ch.stop)
+              ch.a2c_observers(istats), ch.stop)
+    ch.start_episode_viewer(sup)
     print(f"gathering {n_labels} labels from the untrained policy", file=sys.stderr)
-    return sup.wait(lambda: preference_status(a2c_stats, istats),
+    if ch.answers is not None:
+        print("answer here: Ctrl-D stops labelling (labels kept), Ctrl-C stops the run",
+              file=sys.stderr)
+    # A person labelling sees the counters in the prompt: no status line over the player.
+    return sup.wait(None if ch.answers is not None else
+                    lambda: preference_status(a2c_stats, istats),
                     until=lambda: not sup.procs["pref_interface"].is_alive())
 
 
@@ -452,24 +507,29 @@ def train_policy_with_preferences(args, run_dir: Path, ctx) -> int:
     from functools import partial
 
     from a2c.train import A2CStats, train_a2c
-    from pref_interface.process import InterfaceStats, make_clip_observers, run_pref_interface
+    from pref_interface.process import InterfaceStats, run_pref_interface
     from reward_predictor.process import TrainerStats, build_ensemble, run_trainer
     from reward_predictor.reward_fn import PredictedReward, frozen_reward
     from reward_predictor.shared import SharedWeights
 
     if args.frozen_reward_predictor:
         sup = Supervisor(ctx, ctx.Event())
+        ch = Channels.for_run(ctx, args, sup.stop_event)
         stats = A2CStats(ctx)
         sup.start("a2c", train_a2c, a2c_config(args, run_dir), str(run_dir / "tb"), stats,
                   partial(frozen_reward, trainer_config(args, None), args.reward_ckpt_path),
-                  None, sup.stop_event)
-        return sup.wait(lambda: a2c_status(stats))
+                  ch.a2c_observers(), sup.stop_event)
+        ch.start_episode_viewer(sup)
+        return sup.wait(lambda: a2c_status(stats), until=lambda: not sup.procs["a2c"].is_alive())
 
     prefs_path = copy_prefs(args, run_dir)
     if not args.prefs_path and stored_labels(prefs_path) < args.n_initial_prefs:
         code = gather_phase(args, run_dir, ctx, args.n_initial_prefs)
         if code:
             return code
+        if stored_labels(prefs_path) == 0:  # labelling was stopped before the first label
+            print("no labels to train the reward predictor on: stopping", file=sys.stderr)
+            return 0
     if not args.reward_ckpt_path or args.resume:
         code = pretrain_phase(args, run_dir, ctx, prefs_path)
         if code:
@@ -483,28 +543,37 @@ def train_policy_with_preferences(args, run_dir: Path, ctx) -> int:
     tconfig.initial_prefs_path = prefs_path
     weights = SharedWeights(build_ensemble(tconfig), ctx)
     sup = Supervisor(ctx, ctx.Event())
-    ch = Channels(ctx, sup.stop_event, weights)
+    ch = Channels.for_run(ctx, args, sup.stop_event, weights)
     a2c_stats, tstats = A2CStats(ctx), TrainerStats.create(ctx)
     istats = InterfaceStats.create(ctx, tstats.labels_received)
     sup.start("reward_predictor", run_trainer, tconfig, ch.preferences, ch.reward_weights,
               ch.stop, tstats, str(run_dir / "tb" / "reward_predictor"))
     sup.start("pref_interface", run_pref_interface, interface_config(args), ch.segments,
-              ch.preferences, ch.stop, istats, prefs_path, None, str(run_dir / "tb" / "labels"))
+              ch.preferences, ch.stop, istats, prefs_path, None, str(run_dir / "tb" / "labels"),
+              ch.answers, tstats.val_accuracy)
     sup.start("a2c", train_a2c, a2c_config(args, run_dir), str(run_dir / "tb"), a2c_stats,
-              partial(PredictedReward, ch.reward_weights, tconfig),
-              partial(make_clip_observers, ch.segments, istats.segments_dropped), ch.stop)
-    return sup.wait(lambda: preference_status(a2c_stats, istats, tstats),
-                    until=lambda: not sup.procs["a2c"].is_alive())
+              partial(PredictedReward, ch.reward_weights, tconfig), ch.a2c_observers(istats),
+              ch.stop)
+    ch.start_episode_viewer(sup)
+
+    def status() -> str:  # while a person labels, the counters are in the prompt instead
+        if ch.answers is not None and sup.procs["pref_interface"].is_alive():
+            return ""
+        return preference_status(a2c_stats, istats, tstats)
+
+    return sup.wait(status, until=lambda: not sup.procs["a2c"].is_alive())
 
 
 def train_policy_with_original_rewards(args, run_dir: Path, ctx) -> int:
     from a2c.train import A2CStats, train_a2c
 
     sup = Supervisor(ctx, ctx.Event())
+    ch = Channels.for_run(ctx, args, sup.stop_event)
     stats = A2CStats(ctx)
     sup.start("a2c", train_a2c, a2c_config(args, run_dir), str(run_dir / "tb"), stats, None,
-              None, sup.stop_event)
-    return sup.wait(lambda: a2c_status(stats))
+              ch.a2c_observers(), sup.stop_event)
+    ch.start_episode_viewer(sup)
+    return sup.wait(lambda: a2c_status(stats), until=lambda: not sup.procs["a2c"].is_alive())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -520,6 +589,8 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = make_run_dir(args)
     print(f"run directory: {run_dir}", file=sys.stderr)
     ctx = mp.get_context("spawn")
+    reader = start_key_reader(args, ctx)
+    args.show_episodes = bool(getattr(args, "render_episodes", False)) and episode_window(args)
     mode = {"gather_initial_prefs": gather_initial_prefs,
             "pretrain_reward_predictor": pretrain_reward_predictor,
             "train_policy_with_preferences": train_policy_with_preferences,
@@ -528,6 +599,33 @@ def main(argv: list[str] | None = None) -> int:
         return mode(args, run_dir, ctx)
     except KeyboardInterrupt:  # between phases: nothing is running
         return EXIT_INTERRUPTED
+    finally:
+        if reader is not None:
+            reader.stop()  # the terminal gets its settings back
+
+
+def start_key_reader(args: argparse.Namespace, ctx):
+    """When a person labels, read the terminal here, in the process that owns it (spawned
+    children have stdin on /dev/null), and pass the keys on `args.answers`."""
+    args.answers = None
+    if not labels_by_person(args):
+        return None
+    from pref_interface.keys import KeyReader
+
+    args.answers = ctx.Queue()
+    args.answers.cancel_join_thread()  # keys nobody read must not hold up the exit
+    return KeyReader(args.answers).start()
+
+
+def episode_window(args: argparse.Namespace) -> bool:
+    """--render_episodes: True when a window can open; otherwise say so and go on without."""
+    from pref_interface.player import display_available
+
+    if display_available():
+        return True
+    print("--render_episodes: no display (DISPLAY unset or Tk cannot open it); "
+          "running without the episode window", file=sys.stderr)
+    return False
 
 
 if __name__ == "__main__":

@@ -29,7 +29,12 @@ class InterfaceConfig:
     max_segs: int = 1000
     """Most recent segments kept to draw pairs from."""
     synthetic: bool = True
-    """Label with the true-reward oracle (§3.1); False means a human labels (not implemented yet)."""
+    """Label with the true-reward oracle (§3.1); False means a person labels (pref_interface.human)."""
+    clip_player: str = "terminal"
+    """Human labelling: where the clips play, "window" or "terminal" (pref_interface.player)."""
+    keep_typed_ahead: bool = False
+    """Human labelling: let keys typed before a pair appeared answer it (answers piped in from a
+    file). False drops them, so a double key press never labels a pair nobody has seen."""
     val_fraction: float = 1 / math.e
     """Probability that a new label goes to the validation set. App. A holds out 1/e of the data
     as validation for the adaptive L2 (validation loss kept at 1.1-1.5x training loss); we follow
@@ -97,28 +102,46 @@ class SegmentSender:
                     increment(self.dropped_counter)
 
 
-def make_labeller(config: InterfaceConfig) -> Labeller:
-    """The labeller the config asks for."""
+class LabellingStopped(Exception):
+    """Raised by a labeller when whoever answers has had enough (a person pressed Ctrl-D): the
+    interface stops asking, keeps every label, and returns."""
+
+
+def make_labeller(config: InterfaceConfig, answers: Any | None = None, stop_event: Any | None = None,
+                  stats: InterfaceStats | None = None, val_accuracy: Any | None = None,
+                  n_stored: int = 0) -> Labeller:
+    """The labeller the config asks for. A person (`synthetic=False`) needs `answers`, the queue
+    of key tokens from the process that owns the terminal; `stop_event`, `stats`, `val_accuracy`
+    (the trainer's, or None) and `n_stored` (labels already in the store) feed the prompt."""
     if config.synthetic:
         return OracleTeacher()
-    raise NotImplementedError("human labelling is not implemented yet; run with synthetic labels")
+    if answers is None:
+        raise ValueError("human labelling needs the answers queue of a terminal key reader")
+    from pref_interface.human import HumanLabeller
+
+    target = config.stop_after_labels - n_stored if config.stop_after_labels is not None else None
+    return HumanLabeller(answers, config.clip_player, stop_event, stats, val_accuracy, target,
+                         has_trainer=config.max_in_flight is not None,
+                         keep_typed_ahead=config.keep_typed_ahead)
 
 
 def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any | None, stop_event: Any,
                        stats: InterfaceStats, store_path: str, labeller: Labeller | None = None,
-                       log_dir: str | None = None) -> None:
+                       log_dir: str | None = None, answers: Any | None = None,
+                       val_accuracy: Any | None = None) -> None:
     """Body of the preference-interface process.
 
     Until `stop_event` is set: take the segments A2C sent, pick pairs never shown before, label
     them, commit each label to the store at `store_path`, then put it on `pref_queue` (never
     dropped). Synthetic labels are made as fast as the trainer takes them (`max_in_flight`).
-    Returns when `stop_event` is set, on Ctrl-C, or once the store holds `stop_after_labels`.
+    Returns when `stop_event` is set, on Ctrl-C, once the store holds `stop_after_labels`, or
+    when the labeller raises LabellingStopped.
 
     Args:
         labeller: overrides the one the config chooses (scripted teachers, tests).
         log_dir: where to write TensorBoard scalars (labels so far, labels/s, clips dropped).
+        answers, val_accuracy: for a human labeller (see `make_labeller`).
     """
-    labeller = labeller if labeller is not None else make_labeller(config)
     if config.max_in_flight is None:
         pref_queue = None  # nobody reads it: putting would only pile labels up in memory
     pair_seq, val_seq = np.random.SeedSequence(config.seed).spawn(2)
@@ -126,6 +149,8 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
     buffer = SegmentBuffer(config.max_segs)
     store = PreferenceStore(store_path)
     n_stored = len(store)
+    labeller = labeller if labeller is not None else make_labeller(
+        config, answers, stop_event, stats, val_accuracy, n_stored)
     tb = _LabelLog(log_dir, stats, n_stored)
     done = False  # reached stop_after_labels: the reader of pref_queue is expected to drain it
     try:
@@ -152,11 +177,15 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
             if pref_queue is not None:
                 pref_queue.put(pref)
             increment(stats.labels_total)
+    except LabellingStopped:
+        done = True  # the trainer (if any) keeps running and drains pref_queue
     except KeyboardInterrupt:
         pass  # every label made so far is already committed
     finally:
         store.close()
         tb.close()
+        if hasattr(labeller, "close"):
+            labeller.close()
         if not done and pref_queue is not None and hasattr(pref_queue, "cancel_join_thread"):
             # Shutting down: the trainer may have stopped reading, and a label still buffered in
             # the queue would hold up this process's exit. Every label is in the store anyway.

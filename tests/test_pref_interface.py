@@ -286,8 +286,8 @@ def test_incomparable_pairs_are_not_stored_and_stop_event_ends_the_loop(tmp_path
         assert all(p.source == "human" and p.mu == 0.5 for p in store.latest(3))
 
 
-def test_human_labelling_is_refused_until_it_exists(tmp_path):
-    with pytest.raises(NotImplementedError, match="human"):
+def test_human_labelling_is_refused_without_a_terminal_to_read_answers_from(tmp_path):
+    with pytest.raises(ValueError, match="answers queue"):
         run_pref_interface(InterfaceConfig(synthetic=False), queue.Queue(), None, threading.Event(),
                            InterfaceStats.create(mp.get_context("spawn")), str(tmp_path / "p.sqlite"))
 

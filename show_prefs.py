@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Page through stored preference labels; change or delete a mistaken one.
+
+    python show_prefs.py RUN_DIR_OR_STORE [--clip_player auto|window|terminal]
+
+Each label's pair plays with the labelling players (a window, or the terminal). Keys:
+n next, p previous, L / R / E change the answer (left better, right better, equally good),
+D delete (press D twice), Enter replay, q or Ctrl-D quit. Every change is committed at once.
+A running trainer keeps the labels it already holds: edits count from the next time the store
+is loaded (pretraining, --load_prefs_dir, --resume).
+"""
+from __future__ import annotations
+
+import argparse
+import queue
+import sys
+from pathlib import Path
+
+from pref_interface.keys import ANSWER_KEYS, ENTER, EOF, KeyReader
+from pref_interface.player import Playback, clip_frames, make_player, resolve_player
+from pref_interface.store import PreferenceStore, StoreError
+
+EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
+KEYS_HELP = "n next, p previous, L/R/E change, D delete, Enter replay, q quit"
+ANSWER_NAMES = {1.0: "left better", 0.0: "right better", 0.5: "equally good"}
+PREFS_FILE = "prefs.sqlite"
+
+
+def store_path(arg: str) -> Path:
+    """A run directory means its prefs.sqlite; anything else is the store file itself."""
+    path = Path(arg)
+    return path / PREFS_FILE if path.is_dir() else path
+
+
+def describe_mu(mu: float) -> str:
+    return f"{ANSWER_NAMES.get(mu, 'left preferred with p')} (mu {mu:g})"
+
+
+class Browser:
+    """The paging state: which label is shown, and what the prompt says."""
+
+    def __init__(self, store: PreferenceStore, player_kind: str, keys: queue.Queue) -> None:
+        self.store, self.keys = store, keys
+        self.player = make_player(player_kind, title="Stored labels",
+                                  footer="keys in the terminal: " + KEYS_HELP)
+        self.ids = store.all_ids()
+        self.pos = 0
+        self.message = ""
+        self.confirm_delete = False
+        self.shown_mu = 0.0
+
+    def run(self) -> None:
+        """Show labels until q / Ctrl-D, or until none is left."""
+        while self.ids:
+            label_id = self.ids[self.pos]
+            pref = self.store.get(label_id)
+            self.shown_mu = pref.mu
+            playback = Playback(self.player, clip_frames(pref.left.frames),
+                                clip_frames(pref.right.frames))
+            while True:
+                token = playback.next_token(self.keys, lambda: self.status(label_id, pref))
+                key = token if token in (ENTER, EOF) else token.strip()
+                if key in (EOF, "q", "Q"):
+                    return
+                if self.confirm_delete and key not in ("d", "D"):
+                    self.confirm_delete, self.message = False, "not deleted"
+                    continue
+                if key == ENTER:
+                    playback.restart()
+                elif key in ("n", "N", "p"):
+                    if self.move(+1 if key in ("n", "N") else -1):
+                        break
+                elif key.upper() in ANSWER_KEYS:
+                    mu = ANSWER_KEYS[key.upper()]
+                    self.store.set_mu(label_id, mu)
+                    self.shown_mu = mu
+                    self.message = f"label {label_id} changed to {describe_mu(mu)}"
+                elif key in ("d", "D"):
+                    if not self.confirm_delete:
+                        self.confirm_delete = True
+                        self.message = f"press D again to delete label {label_id}"
+                        continue
+                    self.store.delete(label_id)
+                    self.confirm_delete, self.message = False, f"label {label_id} deleted"
+                    self.ids = self.store.all_ids()
+                    self.pos = min(self.pos, len(self.ids) - 1)
+                    break
+                else:
+                    self.message = f"{token!r} means nothing here: {KEYS_HELP}"
+
+    def move(self, step: int) -> bool:
+        """Go to the next/previous label (labels added meanwhile are included)."""
+        current = self.ids[self.pos]
+        self.ids = self.store.all_ids()
+        pos = self.ids.index(current) if current in self.ids else self.pos
+        if not 0 <= pos + step < len(self.ids):
+            self.message = "that was the last label" if step > 0 else "this is the first label"
+            return False
+        self.pos, self.message = pos + step, ""
+        return True
+
+    def status(self, label_id: int, pref) -> list[str]:
+        split = "validation" if pref.is_validation else "training"
+        head = (f"label {self.pos + 1}/{len(self.ids)} (id {label_id}, {pref.source}, {split}): "
+                f"{describe_mu(self.shown_mu)}")
+        return [head, KEYS_HELP, "> " + self.message]
+
+    def close(self) -> None:
+        self.player.close(f"{len(self.ids)} labels in {self.store.path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="show_prefs.py", description=__doc__.splitlines()[0])
+    parser.add_argument("store", metavar="RUN_DIR_OR_STORE",
+                        help="a run directory (its prefs.sqlite) or a preference store file")
+    parser.add_argument("--clip_player", choices=("auto", "window", "terminal"), default="auto",
+                        help="where the clips play; auto: a window when a display is available")
+    args = parser.parse_args(argv)
+    path = store_path(args.store)
+    try:
+        kind = resolve_player(args.clip_player)
+        store = PreferenceStore(path, create=False)
+        store.all_ids()  # a damaged file can open fine and fail on first read
+    except (StoreError, ValueError) as e:
+        print(f"show_prefs.py: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if len(store) == 0:
+        print(f"{path} holds no labels")
+        store.close()
+        return 0
+    keys: queue.Queue = queue.Queue()
+    reader = KeyReader(keys).start()
+    browser = Browser(store, kind, keys)
+    try:
+        browser.run()
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except StoreError as e:
+        print(f"\nshow_prefs.py: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        browser.close()
+        reader.stop()
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
