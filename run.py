@@ -78,6 +78,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the predictor trains on the latest this many labels (App. A)")
     g.add_argument("--max_segs", type=int, default=1000,
                    help="recent clips kept by the preference interface to draw pairs from")
+    g.add_argument("--teacher", default="oracle",
+                   help="synthetic labeller: oracle, boltzmann:beta=B, mistake:eps=E, "
+                        "skip:threshold=X, equal:threshold=X or myopic:gamma=G (B-Pref teachers)")
+    g.add_argument("--episode_end_penalty", type=float, default=None,
+                   help="synthetic labels: subtracted from a clip's true return per episode end "
+                        "in it (App. A); default: 1 for Atari games except Pong, else 0")
+    g.add_argument("--query_selection", choices=("random", "disagreement"), default="random",
+                   help="pairs to label: random, or those the ensemble disagrees on most (App. A)")
+    g.add_argument("--oversampling", type=int, default=10,
+                   help="disagreement draws this many times more candidate pairs than it shows")
+    g.add_argument("--label_schedule", choices=("none", "constant", "annealed"), default="none",
+                   help="none: label as fast as the predictor trains; constant or annealed (App. "
+                        "A: rate ~ 5e6/(T+5e6), T frames) spend --max_labels over the run")
+    g.add_argument("--max_labels", type=int, default=3300,
+                   help="total label budget of a --label_schedule")
+    g.add_argument("--anneal_every_frames", type=float, default=5e6,
+                   help="annealed schedule: frames between rate decreases (App. A: 5e6; shorter "
+                        "runs such as MovingDot need a smaller value to anneal at all)")
     g.add_argument("--load_prefs_dir",
                    help="a run directory whose prefs.sqlite is copied into this run and used")
     g = p.add_argument_group("reward predictor")
@@ -97,6 +115,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--frozen_reward_predictor", action="store_true",
                    help="train the policy on the loaded predictor without collecting labels "
                         "or training the predictor")
+    g.add_argument("--adaptive_l2", action="store_true",
+                   help="adjust each member's L2 to keep validation loss at 1.1-1.5x training "
+                        "loss (App. A; starts at 1e-4)")
+    g.add_argument("--label_noise", type=float, default=0.1,
+                   help="assumed chance the labeller answered at random (App. A: 0.1); 0 gives "
+                        "the plain Bradley-Terry model")
+    g.add_argument("--show_episode_ends", action="store_true",
+                   help="let A2C see episode ends (the paper hides them and life losses: one "
+                        "continuous episode); life loss is never an episode end")
     g.add_argument("--reward_std", type=float, default=0.05,
                    help="std the predicted reward is normalised to (App. A.2: 0.05 for Atari)")
     g.add_argument("--reward_predictor_threads", type=int, default=1,
@@ -155,6 +182,15 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("--lr_zero_million_timesteps must be positive")
     if args.ent_coef < 0 or args.env_threads < 0:
         raise UsageError("--ent_coef and --env_threads must not be negative")
+    if not 0.0 <= args.label_noise < 1.0 or args.oversampling < 1 or args.max_labels < 1:
+        raise UsageError("--label_noise is in [0, 1); --oversampling and --max_labels >= 1")
+    if args.anneal_every_frames <= 0:
+        raise UsageError("--anneal_every_frames must be positive")
+    try:
+        from pref_interface.teachers import make_teacher
+        make_teacher(args.teacher)
+    except ValueError as e:
+        raise UsageError(f"--teacher: {e}") from None
     if args.n_initial_epochs < 0 or not 0.0 <= args.dropout < 1.0:
         raise UsageError("--n_initial_epochs must not be negative and --dropout is in [0, 1)")
     check_preference_args(args)
@@ -320,6 +356,7 @@ class Supervisor:
 # ------------------------------------------------------------------------------ modes
 
 PREFS_FILE = "prefs.sqlite"
+ORIGINAL = "train_policy_with_original_rewards"
 PREDICTOR_FILE = "reward_predictor.pt"
 
 
@@ -384,7 +421,8 @@ def a2c_config(args: argparse.Namespace, run_dir: Path):
                                          if args.lr_zero_million_timesteps else None)),
         seed=args.seed, ckpt_dir=str(run_dir / "policy"), ckpt_interval=args.policy_ckpt_interval,
         load_ckpt_dir=args.load_policy_ckpt_dir, torch_threads=args.torch_threads,
-        env_threads=args.env_threads, precision=args.precision)
+        env_threads=args.env_threads, precision=args.precision,
+        hide_episode_ends=not args.show_episode_ends and args.mode != ORIGINAL)
 
 
 def a2c_status(stats) -> str:
@@ -401,7 +439,8 @@ def trainer_config(args: argparse.Namespace, run_dir: Path | None):
         ckpt_interval=args.reward_predictor_ckpt_interval,
         ckpt_path=str(run_dir / "reward_predictor" / PREDICTOR_FILE) if run_dir else None,
         load_ckpt_path=args.reward_ckpt_path, torch_threads=args.reward_predictor_threads,
-        reward_std=args.reward_std, seed=args.seed)
+        reward_std=args.reward_std, label_noise=args.label_noise, adaptive_l2=args.adaptive_l2,
+        seed=args.seed)
 
 
 def interface_config(args: argparse.Namespace, stop_after_labels: int | None = None):
@@ -411,7 +450,21 @@ def interface_config(args: argparse.Namespace, stop_after_labels: int | None = N
                            clip_player=getattr(args, "player_kind", None) or "terminal",
                            keep_typed_ahead=not sys.stdin.isatty(),
                            max_in_flight=None if stop_after_labels else 16,
-                           stop_after_labels=stop_after_labels, seed=args.seed)
+                           stop_after_labels=stop_after_labels, seed=args.seed,
+                           teacher=args.teacher, episode_end_penalty=episode_end_penalty(args),
+                           selection="random" if stop_after_labels else args.query_selection,
+                           oversample=args.oversampling, label_schedule=args.label_schedule,
+                           max_labels=args.max_labels, initial_labels=args.n_initial_prefs,
+                           anneal_every_frames=int(args.anneal_every_frames),
+                           total_frames=int(args.million_timesteps * 1e6) * 4)
+
+
+def episode_end_penalty(args: argparse.Namespace) -> float:
+    """App. A: the synthetic oracle penalises episode ends, except in Pong (where the episode
+    ends only once the game is decided)."""
+    if args.episode_end_penalty is not None:
+        return args.episode_end_penalty
+    return 0.0 if args.env_kind != "atari" or args.env_id.startswith("Pong") else 1.0
 
 
 def preference_status(a2c_stats, interface_stats=None, trainer_stats=None) -> str:
@@ -509,7 +562,7 @@ def train_policy_with_preferences(args, run_dir: Path, ctx) -> int:
     from a2c.train import A2CStats, train_a2c
     from pref_interface.process import InterfaceStats, run_pref_interface
     from reward_predictor.process import TrainerStats, build_ensemble, run_trainer
-    from reward_predictor.reward_fn import PredictedReward, frozen_reward
+    from reward_predictor.reward_fn import PredictedReward, PreferencePredictor, frozen_reward
     from reward_predictor.shared import SharedWeights
 
     if args.frozen_reward_predictor:
@@ -550,7 +603,8 @@ def train_policy_with_preferences(args, run_dir: Path, ctx) -> int:
               ch.stop, tstats, str(run_dir / "tb" / "reward_predictor"))
     sup.start("pref_interface", run_pref_interface, interface_config(args), ch.segments,
               ch.preferences, ch.stop, istats, prefs_path, None, str(run_dir / "tb" / "labels"),
-              ch.answers, tstats.val_accuracy)
+              ch.answers, tstats.val_accuracy, partial(PreferencePredictor, ch.reward_weights, tconfig),
+              a2c_stats.timesteps)
     sup.start("a2c", train_a2c, a2c_config(args, run_dir), str(run_dir / "tb"), a2c_stats,
               partial(PredictedReward, ch.reward_weights, tconfig), ch.a2c_observers(istats),
               ch.stop)

@@ -40,7 +40,8 @@ MILESTONES = {
     "moving_dot": Milestone(
         "MovingDotNoFrameskip-v0", "train_policy_with_preferences",
         ["--synthetic_prefs", "--n_initial_prefs", "200", "--n_initial_epochs", "20",
-         "--reward_predictor_learning_rate", "3e-3", "--million_timesteps", "0.3"],
+         "--reward_predictor_learning_rate", "3e-3", "--million_timesteps", "0.3",
+         "--lr_zero_million_timesteps", "0.3"],
         19.6, 64, "90% of the scripted policy's return, target <= 5 min on 2 cores"),
     # Issue 6: mean true score >= +19 over 10 episodes within 6M agent steps, <= 3,300 labels.
     "pong_prefs": Milestone(

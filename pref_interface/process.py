@@ -16,7 +16,9 @@ import numpy as np
 from pref_interface.pairs import SegmentBuffer
 from pref_interface.segment import Preference, Segment
 from pref_interface.store import PreferenceStore
-from pref_interface.teachers import Labeller, OracleTeacher
+from pref_interface.schedule import FRAMESKIP, LabelSchedule
+from pref_interface.selection import make_pair_scorer
+from pref_interface.teachers import Labeller, make_teacher
 
 SEGMENT_QUEUE_MAXSIZE = 4  # A2C drops segments rather than wait for the interface
 IDLE_SLEEP_S = 0.02
@@ -48,7 +50,27 @@ class InterfaceConfig:
     stop_after_labels: int | None = None
     """Return once the store holds this many labels (gather_initial_prefs: App. A, 500)."""
     seed: int | None = None
-    """Seeds pair choice and the validation split."""
+    """Seeds pair choice, the validation split and noisy teachers."""
+    teacher: str = "oracle"
+    """Synthetic labelling: a `make_teacher` spec, e.g. "oracle", "mistake:eps=0.1"."""
+    episode_end_penalty: float = 0.0
+    """Synthetic labelling: subtracted from a clip's return per episode end in it (App. A: the
+    oracle penalises episode ends, except in Pong)."""
+    selection: str = "random"
+    """Query selection: "random" or "disagreement" (App. A: highest ensemble variance)."""
+    oversample: int = 10
+    """Disagreement selection draws this many times more candidate pairs than it shows."""
+    label_schedule: str = "none"
+    """"none" (as fast as the trainer uses them), "constant" or "annealed" (App. A: rate
+    proportional to 5e6 / (T + 5e6), T frames so far), spending `max_labels` over the run."""
+    max_labels: int = 3300
+    """Label budget of the run for a schedule (the paper's Atari runs: up to 5,500; 3,300 typical)."""
+    total_frames: int = 0
+    """Frames the run will see (agent steps x 4), for a schedule."""
+    anneal_every_frames: int = 5_000_000
+    """Annealed schedule: frames per block of constant rate (App. A: 5e6 for Atari)."""
+    initial_labels: int = 0
+    """Labels given before policy training (App. A: 500), counted in a schedule's budget."""
 
 
 @dataclass
@@ -114,7 +136,9 @@ def make_labeller(config: InterfaceConfig, answers: Any | None = None, stop_even
     of key tokens from the process that owns the terminal; `stop_event`, `stats`, `val_accuracy`
     (the trainer's, or None) and `n_stored` (labels already in the store) feed the prompt."""
     if config.synthetic:
-        return OracleTeacher()
+        return make_teacher(config.teacher, rng=np.random.default_rng(
+            np.random.SeedSequence(config.seed).spawn(3)[2]),
+            episode_end_penalty=config.episode_end_penalty)
     if answers is None:
         raise ValueError("human labelling needs the answers queue of a terminal key reader")
     from pref_interface.human import HumanLabeller
@@ -128,7 +152,8 @@ def make_labeller(config: InterfaceConfig, answers: Any | None = None, stop_even
 def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any | None, stop_event: Any,
                        stats: InterfaceStats, store_path: str, labeller: Labeller | None = None,
                        log_dir: str | None = None, answers: Any | None = None,
-                       val_accuracy: Any | None = None) -> None:
+                       val_accuracy: Any | None = None, make_predictor: Any | None = None,
+                       agent_steps: Any | None = None) -> None:
     """Body of the preference-interface process.
 
     Until `stop_event` is set: take the segments A2C sent, pick pairs never shown before, label
@@ -141,6 +166,10 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
         labeller: overrides the one the config chooses (scripted teachers, tests).
         log_dir: where to write TensorBoard scalars (labels so far, labels/s, clips dropped).
         answers, val_accuracy: for a human labeller (see `make_labeller`).
+        make_predictor: builds, in this process, the ensemble's P[left > right] per member
+            (for disagreement selection), e.g. a partial of reward_predictor's
+            `PreferencePredictor`.
+        agent_steps: A2C's shared step counter (for a label schedule and the TensorBoard x-axis).
     """
     if config.max_in_flight is None:
         pref_queue = None  # nobody reads it: putting would only pile labels up in memory
@@ -151,7 +180,12 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
     n_stored = len(store)
     labeller = labeller if labeller is not None else make_labeller(
         config, answers, stop_event, stats, val_accuracy, n_stored)
-    tb = _LabelLog(log_dir, stats, n_stored)
+    tb = _LabelLog(log_dir, stats, n_stored, agent_steps)
+    score = make_pair_scorer(config.selection, make_predictor() if make_predictor else None)
+    schedule = None if config.label_schedule == "none" else LabelSchedule(
+        config.label_schedule, config.max_labels, config.total_frames,
+        n_initial=min(config.initial_labels, config.max_labels),
+        anneal_every=config.anneal_every_frames)
     done = False  # reached stop_after_labels: the reader of pref_queue is expected to drain it
     try:
         while not stop_event.is_set():
@@ -160,23 +194,24 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
                 return
             _drain_segments(seg_queue, buffer, stats)
             tb.maybe_log(n_stored)
-            in_flight_ok = (config.max_in_flight is None
-                            or stats.labels_in_flight < config.max_in_flight)
-            pairs = buffer.sample_new_pairs(1, pair_rng) if in_flight_ok else []
+            wanted = _labels_wanted(config, stats, schedule, n_stored, agent_steps,
+                                    labeller.source == "human")
+            pairs = buffer.sample_new_pairs(wanted, pair_rng, score, config.oversample) \
+                if wanted else []
             if not pairs:
                 time.sleep(IDLE_SLEEP_S)
                 continue
-            _, left, _, right = pairs[0]
-            mu = labeller.label(left, right)
-            if mu is None:  # incomparable: not stored (§2.2.2)
-                continue
-            pref = Preference(left, right, mu, labeller.source,
-                              is_validation=bool(val_rng.random() < config.val_fraction))
-            store.add(pref)  # committed before anyone hears of it
-            n_stored += 1
-            if pref_queue is not None:
-                pref_queue.put(pref)
-            increment(stats.labels_total)
+            for _, left, _, right in pairs:
+                mu = labeller.label(left, right)
+                if mu is None:  # incomparable: not stored (§2.2.2)
+                    continue
+                pref = Preference(left, right, mu, labeller.source,
+                                  is_validation=bool(val_rng.random() < config.val_fraction))
+                store.add(pref)  # committed before anyone hears of it
+                n_stored += 1
+                if pref_queue is not None:
+                    pref_queue.put(pref)
+                increment(stats.labels_total)
     except LabellingStopped:
         done = True  # the trainer (if any) keeps running and drains pref_queue
     except KeyboardInterrupt:
@@ -192,22 +227,36 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
             pref_queue.cancel_join_thread()
 
 
+def _labels_wanted(config: InterfaceConfig, stats: InterfaceStats, schedule: LabelSchedule | None,
+                   n_stored: int, agent_steps: Any | None, human: bool) -> int:
+    """How many pairs to label now: a person gets one at a time; synthetic labels fill the free
+    in-flight slots (so the trainer is never starved nor flooded), within the schedule's budget."""
+    wanted = 16 if config.max_in_flight is None else config.max_in_flight - stats.labels_in_flight
+    if config.stop_after_labels is not None:
+        wanted = min(wanted, config.stop_after_labels - n_stored)
+    if schedule is not None and agent_steps is not None:
+        wanted = min(wanted, schedule.labels_due(agent_steps.value * FRAMESKIP) - n_stored)
+    return max(0, min(wanted, 1 if human else wanted))
+
+
 class _LabelLog:
     """TensorBoard scalars of the labelling side, written every few seconds."""
 
     def __init__(self, log_dir: str | None, stats: InterfaceStats, n_stored: int,
-                 every_s: float = 5.0) -> None:
+                 agent_steps: Any | None = None, every_s: float = 5.0) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir) if log_dir else None
         self.stats, self.every_s = stats, every_s
         self.t_last, self.n_last = time.monotonic(), n_stored
+        self.agent_steps = agent_steps
 
     def maybe_log(self, n_stored: int) -> None:
         now = time.monotonic()
         if self.writer is None or now - self.t_last < self.every_s:
             return
-        step = n_stored
+        # x-axis: agent steps when A2C shares its counter, else the label count
+        step = self.agent_steps.value if self.agent_steps is not None else n_stored
         self.writer.add_scalar("labels/total", n_stored, step)
         self.writer.add_scalar("labels/per_sec", (n_stored - self.n_last) / (now - self.t_last),
                                step)

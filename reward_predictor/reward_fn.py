@@ -45,3 +45,17 @@ def load_ensemble(config: TrainerConfig, ckpt_path: str):
     return ensemble
 
 
+
+
+class PreferencePredictor:
+    """P[left > right] under each ensemble member, from the newest shared weights: what the
+    preference interface needs for disagreement-based query selection (App. A)."""
+
+    def __init__(self, shared_weights: SharedWeights, config: TrainerConfig):
+        self.shared_weights = shared_weights
+        self.ensemble = build_ensemble(config)
+        self.ensemble.eval()
+
+    def __call__(self, left, right) -> np.ndarray:
+        self.shared_weights.pull(self.ensemble)
+        return self.ensemble.predict_preference(left, right)

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Which paper features matter? MovingDot from synthetic preferences, several seeds per setting.
+
+Each setting changes one thing from the baseline (random queries, 3-member ensemble, 10% noise
+model, no adaptive L2, labels as fast as the predictor trains, the perfect oracle). A run stops as
+soon as the mean true return of its last 64 episodes reaches 90% of the scripted go-to-centre
+policy's (19.6, REFERENCE.md), or at --million_timesteps. Reported per setting: how many seeds
+reached it, and the median labels, agent steps and wall-clock (from the command's start, so the
+initial labelling and pretraining are included) at that moment. Results are kept in
+runs/ablations/results.json, so an interrupted ablation continues where it stopped.
+
+    python -m benchmarks.ablations                  # all settings, seeds 0 1 2
+    python -m benchmarks.ablations --report_only    # table and plot from what is done
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from experiments.runlog import RunLog  # noqa: E402
+
+LEVEL = 19.6  # 90% of the scripted policy's ~21.8 per episode
+BASE = ["train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
+        "--n_initial_prefs", "200", "--n_initial_epochs", "20",
+        "--reward_predictor_learning_rate", "3e-3", "--lr_zero_million_timesteps", "0.3"]
+SETTINGS: dict[str, list[str]] = {
+    "baseline": [],
+    "disagreement queries": ["--query_selection", "disagreement"],
+    "ensemble of 1": ["--ensemble_size", "1"],
+    "no noise model": ["--label_noise", "0"],
+    "adaptive L2": ["--adaptive_l2"],
+    "constant schedule, 1500 labels": ["--label_schedule", "constant", "--max_labels", "1500"],
+    "annealed schedule, 1500 labels": ["--label_schedule", "annealed", "--max_labels", "1500",
+                                       "--anneal_every_frames", "2e5"],
+    "teacher errs 10%": ["--teacher", "mistake:eps=0.1"],
+}
+OUT = ROOT / "runs" / "ablations"
+
+
+def slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name).strip("_")
+
+
+def run_one(name: str, seed: int, million: float, poll_s: float = 5.0) -> dict:
+    d = OUT / f"{slug(name)}-seed{seed}"
+    if d.exists():
+        import shutil
+        shutil.rmtree(d)  # an unfinished run from an earlier attempt: start it again
+    t0 = time.time()
+    proc = subprocess.Popen([sys.executable, "run.py", *BASE, *SETTINGS[name], "--seed", str(seed),
+                             "--million_timesteps", str(million), "--log_dir", str(d)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    hit = None
+    while proc.poll() is None:
+        time.sleep(poll_s)
+        if (d / "tb").is_dir():
+            hit = RunLog(d).first_time_at(LEVEL)
+            if hit is not None:
+                os.killpg(proc.pid, signal.SIGINT)  # a clean stop, as Ctrl-C
+                proc.wait(60)
+                break
+    log = RunLog(d)
+    hit = hit or log.first_time_at(LEVEL)
+    result = {"setting": name, "seed": seed, "reached": hit is not None}
+    if hit is not None:
+        steps, _ = hit
+        ls, n = log.labels()
+        sps = log.sps
+        reach_wall = float(np.interp(steps, sps[:, 1], sps[:, 0])) if len(sps) else t0
+        result.update(steps=steps, wall_s=reach_wall - t0,
+                      labels=float(n[ls <= steps][-1]) if (ls <= steps).any() else float("nan"))
+    return result
+
+
+def report(results: list[dict], out_png: Path) -> None:
+    print("| setting | seeds reaching 19.6 | median labels | median agent steps | median wall-clock |")
+    print("|---|---|---|---|---|")
+    rows = []
+    for name in SETTINGS:
+        rs = [r for r in results if r["setting"] == name]
+        if not rs:
+            continue
+        ok = [r for r in rs if r["reached"]]
+        med = (lambda k: float(np.median([r[k] for r in ok]))) if ok else (lambda k: float("nan"))
+        rows.append((name, ok, rs))
+        print(f"| {name} | {len(ok)}/{len(rs)} | {med('labels'):,.0f} | {med('steps'):,.0f} | "
+              f"{med('wall_s') / 60:.1f} min |")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    for i, (name, ok, rs) in enumerate(rows):
+        for ax, key, scale in ((axes[0], "labels", 1), (axes[1], "wall_s", 1 / 60)):
+            ax.scatter([r[key] * scale for r in ok], [i] * len(ok), color="C0")
+            if len(ok) < len(rs):
+                ax.scatter([], [])
+    for ax, label in ((axes[0], "labels to reach 90% of scripted"),
+                      (axes[1], "minutes to reach 90% of scripted")):
+        ax.set_yticks(range(len(rows)), [f"{n} ({len(ok)}/{len(rs)})" for n, ok, rs in rows])
+        ax.set_xlabel(label)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_title("MovingDot, synthetic preferences: one dot per seed")
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=80)
+    print(f"wrote {out_png}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    p.add_argument("--million_timesteps", type=float, default=0.3)
+    p.add_argument("--report_only", action="store_true")
+    p.add_argument("--out", default=str(ROOT / "docs" / "ablations.png"))
+    a = p.parse_args(argv)
+    OUT.mkdir(parents=True, exist_ok=True)
+    results_file = OUT / "results.json"
+    results = json.loads(results_file.read_text()) if results_file.is_file() else []
+    if not a.report_only:
+        for seed in a.seeds:
+            for name in a.settings:
+                if any(r["setting"] == name and r["seed"] == seed for r in results):
+                    continue
+                r = run_one(name, seed, a.million_timesteps)
+                print(json.dumps(r), flush=True)
+                results.append(r)
+                results_file.write_text(json.dumps(results, indent=1) + "\n")
+    report(results, Path(a.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
