@@ -45,12 +45,14 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--log_dir", help="directory for this run (must not exist yet)")
     where.add_argument("--run_name", help="name of the run directory under runs/")
     g.add_argument("--seed", type=int, default=0, help="random seed")
-    g.add_argument("--torch_threads", type=int, default=1,
-                   help="torch threads in the A2C process")
-    g.add_argument("--env_threads", type=int, default=1, help="ale-py env threads")
+    g.add_argument("--torch_threads", type=int, default=None,
+                   help="torch threads in the A2C process; default: 2 with original rewards, 1 "
+                        "when the predictor trainer shares the 2 cores")
+    g.add_argument("--env_threads", type=int, default=None,
+                   help="ale-py env threads; default: as --torch_threads")
     g.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
-                   help="policy arithmetic; auto: bfloat16 autocast where the CPU has native "
-                        "bf16 (AVX512-BF16), else fp32")
+                   help="arithmetic of the policy and reward nets; auto: bfloat16 autocast where "
+                        "the CPU has native bf16 (AVX512-BF16), else fp32")
     g = p.add_argument_group("A2C (defaults: the paper's, App. A.2)")
     g.add_argument("--n_envs", type=int, default=16, help="parallel environments")
     g.add_argument("--million_timesteps", type=float, default=10.0,
@@ -126,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "continuous episode); life loss is never an episode end")
     g.add_argument("--reward_std", type=float, default=0.05,
                    help="std the predicted reward is normalised to (App. A.2: 0.05 for Atari)")
+    g.add_argument("--reward_predictor_duty", type=float, default=0.5,
+                   help="fraction of wall-clock time the trainer spends training while the "
+                        "policy trains (it rests the rest, leaving the cores to A2C)")
     g.add_argument("--reward_predictor_threads", type=int, default=1,
                    help="torch threads in the reward-predictor trainer process")
     return p
@@ -172,6 +177,9 @@ def check_args(args: argparse.Namespace) -> None:
         args.env_kind = env_kind(args.env_id)
     except UnknownEnvError as e:
         raise UsageError(str(e)) from None
+    threads = 2 if args.mode == ORIGINAL else 1  # measured: see the README's figures
+    args.torch_threads = threads if args.torch_threads is None else args.torch_threads
+    args.env_threads = threads if args.env_threads is None else args.env_threads
     for name in ("million_timesteps", "n_envs", "policy_ckpt_interval", "lr", "torch_threads",
                  "n_initial_prefs", "max_prefs", "max_segs", "ensemble_size",
                  "reward_predictor_learning_rate", "reward_predictor_ckpt_interval",
@@ -184,6 +192,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("--ent_coef and --env_threads must not be negative")
     if not 0.0 <= args.label_noise < 1.0 or args.oversampling < 1 or args.max_labels < 1:
         raise UsageError("--label_noise is in [0, 1); --oversampling and --max_labels >= 1")
+    if not 0.0 < args.reward_predictor_duty <= 1.0:
+        raise UsageError("--reward_predictor_duty must be in (0, 1]")
     if args.anneal_every_frames <= 0:
         raise UsageError("--anneal_every_frames must be positive")
     try:
@@ -440,7 +450,16 @@ def trainer_config(args: argparse.Namespace, run_dir: Path | None):
         ckpt_path=str(run_dir / "reward_predictor" / PREDICTOR_FILE) if run_dir else None,
         load_ckpt_path=args.reward_ckpt_path, torch_threads=args.reward_predictor_threads,
         reward_std=args.reward_std, label_noise=args.label_noise, adaptive_l2=args.adaptive_l2,
-        seed=args.seed)
+        duty=args.reward_predictor_duty, seed=args.seed,
+        # MovingDot's small net reads sub-pixel dot positions: bf16's 8-bit mantissa blurs them.
+        bf16=use_bf16(args) and args.env_kind == "atari")
+
+
+def use_bf16(args: argparse.Namespace) -> bool:
+    if args.precision == "auto":
+        from a2c.rollout import bf16_is_fast
+        return bf16_is_fast()
+    return args.precision == "bf16"
 
 
 def interface_config(args: argparse.Namespace, stop_after_labels: int | None = None):
@@ -449,7 +468,7 @@ def interface_config(args: argparse.Namespace, stop_after_labels: int | None = N
     return InterfaceConfig(max_segs=args.max_segs, synthetic=args.synthetic_prefs,
                            clip_player=getattr(args, "player_kind", None) or "terminal",
                            keep_typed_ahead=not sys.stdin.isatty(),
-                           max_in_flight=None if stop_after_labels else 16,
+                           max_in_flight=None if stop_after_labels else 4,
                            stop_after_labels=stop_after_labels, seed=args.seed,
                            teacher=args.teacher, episode_end_penalty=episode_end_penalty(args),
                            selection="random" if stop_after_labels else args.query_selection,

@@ -81,6 +81,7 @@ class RewardPredictorEnsemble(nn.Module):
         self.optimizers = [torch.optim.Adam(m.parameters(), lr=lr) for m in self.members]
         self.l2 = [float(l2)] * n_members  # per member: adaptive L2 adjusts each one separately
         self.noise = noise
+        self.bf16 = False  # set by the owner (see `_autocast`)
 
     @property
     def n_members(self) -> int:
@@ -96,11 +97,17 @@ class RewardPredictorEnsemble(nn.Module):
         self.eval()
         total = torch.zeros(obs.shape[0])
         for net, norm in zip(self.members, self.normalisers):
-            raw = torch.cat([net(o, a) for o, a in zip(obs.split(MAX_FRAMES_PER_FORWARD),
-                                                       actions.split(MAX_FRAMES_PER_FORWARD))])
-            total += norm(raw)
+            with self._autocast():
+                raw = torch.cat([net(o, a) for o, a in zip(obs.split(MAX_FRAMES_PER_FORWARD),
+                                                           actions.split(MAX_FRAMES_PER_FORWARD))])
+            total += norm(raw.float())
         self.train(was_training)
         return (total / self.n_members).numpy().astype(np.float32)
+
+    def _autocast(self):
+        """bfloat16 autocast for the nets' forward (and so backward) passes when `bf16` is set:
+        about twice as fast on CPUs with native bf16; weights, loss and normalisers stay fp32."""
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16)
 
     def _weight_penalty(self, net: nn.Module) -> torch.Tensor:
         """Sum of squared weights of conv and linear layers (biases and batch-norm gains excluded)."""
@@ -122,7 +129,9 @@ class RewardPredictorEnsemble(nn.Module):
             b = len(prefs)
             segments = [p.left for p in prefs] + [p.right for p in prefs]
             mu = torch.tensor([p.mu for p in prefs], dtype=torch.float32)
-            returns, raw = segment_returns(net, segments)  # one pass over all 2B segments
+            with self._autocast():
+                returns, raw = segment_returns(net, segments)  # one pass over all 2B segments
+            returns, raw = returns.float(), raw.float()
             loss, acc = preference_loss(returns[:b], returns[b:], mu, self.noise)
             total = loss
             if self.l2[m] > 0.0:

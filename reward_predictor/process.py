@@ -46,6 +46,8 @@ class TrainerConfig:
     reward_std: float = 0.05  # App. A.2: the agent's reward has std 0.05 (Atari)
     label_noise: float = 0.1  # App. A: a 10% chance the labeller answered at random; 0: plain BT
     adaptive_l2: bool = False  # App. A: keep validation loss at 1.1-1.5x training loss
+    duty: float = 1.0  # fraction of the time spent training; the rest is left to A2C (2 cores)
+    bf16: bool = False  # bfloat16 autocast in the nets (where the CPU has native bf16)
     initial_prefs_path: str | None = None  # a preference store whose latest labels start the buffer
 
 
@@ -64,10 +66,12 @@ class TrainerStats:
 
 def build_ensemble(config: TrainerConfig) -> RewardPredictorEnsemble:
     """The ensemble the config describes (also the template for SharedWeights)."""
-    return RewardPredictorEnsemble(
+    ensemble = RewardPredictorEnsemble(
         lambda: make_reward_net(config.env_kind, config.dropout, config.batchnorm),
         n_members=config.n_members, lr=config.lr, l2=config.l2, reward_std=config.reward_std,
         noise=config.label_noise)
+    ensemble.bf16 = config.bf16
+    return ensemble
 
 
 def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWeights,
@@ -106,9 +110,12 @@ def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWe
             if trainer.n_train == 0:
                 time.sleep(IDLE_SLEEP_S)
                 continue
+            t_step = time.monotonic()
             metrics = trainer.train_steps(1)
             step = trainer.steps
             now = time.monotonic()
+            if config.duty < 1.0:  # leave the agent its share of the cores
+                stop_event.wait((now - t_step) * (1.0 - config.duty) / config.duty)
             if (step - last_publish_step >= config.publish_every_steps
                     or now - last_publish_t >= config.publish_every_s):
                 shared_weights.publish(ensemble)

@@ -18,7 +18,8 @@ def test_synthetic_preferences_teach_moving_dot_to_approach_the_centre(tmp_path)
     r = subprocess.run(
         [sys.executable, "run.py", "train_policy_with_preferences", "MovingDotNoFrameskip-v0",
          "--synthetic_prefs", "--n_initial_prefs", "200", "--n_initial_epochs", "20",
-         "--reward_predictor_learning_rate", "3e-3", "--million_timesteps", "0.1",
+         "--reward_predictor_learning_rate", "3e-3", "--million_timesteps", "0.15",
+         "--lr_zero_million_timesteps", "0.15",
          "--log_dir", str(d)], cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stderr
     policy = make_policy("moving_dot", 5)
