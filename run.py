@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
 import shlex
 import signal
 import sys

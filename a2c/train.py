@@ -4,7 +4,6 @@ from __future__ import annotations
 import collections
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import numpy as np

@@ -2,6 +2,9 @@
 on a batch of 16 pairs x 25 steps (800 observations forward and backward), one member.
 
     .venv/bin/python benchmarks/bench_reward_predictor_step.py [--steps 10] [--threads 1 2]
+
+Each thread count is timed in fp32 and with bfloat16 autocast (what `--precision auto` uses on
+CPUs with native bf16).
 """
 from __future__ import annotations
 
@@ -27,11 +30,13 @@ def make_batch(rng: np.random.Generator, pairs: int, t: int) -> list[Preference]
     return [Preference(seg(), seg(), float(rng.choice([0.0, 1.0]))) for _ in range(pairs)]
 
 
-def time_steps(threads: int, steps: int, warmup: int, pairs: int, t: int) -> list[float]:
+def time_steps(threads: int, steps: int, warmup: int, pairs: int, t: int,
+               bf16: bool = False) -> list[float]:
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), n_members=1)
+    ens.bf16 = bf16
     batches = [make_batch(rng, pairs, t) for _ in range(2)]
     times = []
     for i in range(warmup + steps):
@@ -51,9 +56,9 @@ def main() -> None:
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, batch {args.pairs} pairs x "
           f"{args.length} steps = {2 * args.pairs * args.length} observations")
-    for threads in args.threads:
-        times = time_steps(threads, args.steps, args.warmup, args.pairs, args.length)
-        print(f"threads {threads}: median {np.median(times) * 1000:.0f} ms/step "
+    for threads, bf16 in [(th, bf) for th in args.threads for bf in (False, True)]:
+        times = time_steps(threads, args.steps, args.warmup, args.pairs, args.length, bf16)
+        print(f"threads {threads}, {'bf16 autocast' if bf16 else 'fp32'}: median {np.median(times) * 1000:.0f} ms/step "
               f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f})")
 
 

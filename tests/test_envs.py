@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from envs import UnknownEnvError, env_kind, make_vec_env
-from envs.moving_dot import CENTRE_X, CENTRE_Y, MovingDotVecEnv
+from envs.moving_dot import CENTRE_Y, MovingDotVecEnv
 
 
 def test_moving_dot_rewards_closer_plus_one_farther_minus_one():
@@ -70,7 +70,7 @@ def test_scripted_policy_beats_random_on_moving_dot():
                                          ("EnduroNoFrameskip-v4", (62, 84))])
 def test_atari_observations_are_uint8_stacks_with_the_score_blanked(env_id, rows):
     env = make_vec_env(env_id, 2, seed=0, num_threads=1)
-    obs = env.reset()
+    env.reset()
     for _ in range(60):
         result = env.step(np.ones(2, dtype=np.int64))
     assert result.obs.shape == (2, 4, 84, 84) and result.obs.dtype == np.uint8

@@ -3,7 +3,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 
 from a2c.checkpoint import load_policy
 from a2c.policies import make_policy
