@@ -434,9 +434,14 @@ def a2c_config(args: argparse.Namespace, run_dir: Path):
         hide_episode_ends=not args.show_episode_ends and args.mode != ORIGINAL)
 
 
+def percent(value: float) -> str:
+    return "-" if value != value else f"{value:.0%}"  # NaN until the first validation
+
+
 def a2c_status(stats) -> str:
-    return (f"steps {stats.timesteps.value:,} | {stats.steps_per_sec.value:,.0f} steps/s | "
-            f"episodes {stats.episodes.value} | recent return {stats.recent_return.value:.1f}")
+    """One short line (fits 80 columns with the preference counters)."""
+    return (f"steps {stats.timesteps.value / 1e3:,.1f}k | {stats.steps_per_sec.value:,.0f}/s | "
+            f"ep {stats.episodes.value} | return {stats.recent_return.value:.1f}")
 
 
 def trainer_config(args: argparse.Namespace, run_dir: Path | None):
@@ -488,10 +493,11 @@ def episode_end_penalty(args: argparse.Namespace) -> float:
 def preference_status(a2c_stats, interface_stats=None, trainer_stats=None) -> str:
     line = a2c_status(a2c_stats)
     if interface_stats is not None:
-        line += (f" | labels {interface_stats.labels_total.value}"
-                 f" | clips dropped {interface_stats.segments_dropped.value}")
+        line += f" | labels {interface_stats.labels_total.value}"
+        if interface_stats.segments_dropped.value:
+            line += f" ({interface_stats.segments_dropped.value} clips dropped)"
     if trainer_stats is not None:
-        line += f" | predictor val acc {trainer_stats.val_accuracy.value:.0%}"
+        line += f" | val acc {percent(trainer_stats.val_accuracy.value)}"
     return line
 
 
@@ -537,7 +543,7 @@ def pretrain_phase(args, run_dir: Path, ctx, prefs_path: str) -> int:
     sup.start("reward_predictor", run_pretraining, trainer_config(args, run_dir), prefs_path,
               epochs, sup.stop_event, stats, str(run_dir / "tb" / "pretrain"))
     code = sup.wait(lambda: f"pretraining epoch {done + stats.epoch.value}/"
-                            f"{args.n_initial_epochs} | val acc {stats.val_accuracy.value:.0%}")
+                            f"{args.n_initial_epochs} | val acc {percent(stats.val_accuracy.value)}")
     args.reward_ckpt_path = str(run_dir / "reward_predictor" / PREDICTOR_FILE)
     if Path(args.reward_ckpt_path).is_file():
         progress_file.write_text(json.dumps({"epochs_done": done + stats.epoch.value}) + "\n")
