@@ -1,0 +1,13 @@
+"""Process bodies for the supervisor tests (spawned children import them from here)."""
+import time
+
+
+def crash_after(seconds: float) -> None:
+    time.sleep(seconds)
+    raise RuntimeError("the child broke on purpose")
+
+
+def work_until_stopped(stop_event, finished) -> None:
+    while not stop_event.is_set():
+        time.sleep(0.05)
+    finished.value = 1  # it noticed the stop and ended cleanly

@@ -1,0 +1,22 @@
+"""A crashing child: its error is printed, the others are stopped within seconds, status 1."""
+import multiprocessing as mp
+import time
+
+from run import Supervisor
+from tests.supervised_targets import crash_after, work_until_stopped
+
+
+def test_a_crashed_child_stops_the_others_and_the_run_fails(capsys):
+    ctx = mp.get_context("spawn")
+    sup = Supervisor(ctx, ctx.Event())
+    finished = ctx.Value("i", 0)
+    sup.start("worker", work_until_stopped, sup.stop_event, finished)
+    sup.start("crasher", crash_after, 1.0)
+    t0 = time.monotonic()
+    code = sup.wait()
+    assert code == 1
+    assert time.monotonic() - t0 < 15
+    assert not any(p.is_alive() for p in sup.procs.values())
+    assert finished.value == 1  # the healthy child was asked to stop, not killed
+    err = capsys.readouterr().err
+    assert "process 'crasher' failed" in err and "the child broke on purpose" in err
