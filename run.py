@@ -44,11 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--log_dir", help="directory for this run (must not exist yet)")
     where.add_argument("--run_name", help="name of the run directory under runs/")
     g.add_argument("--seed", type=int, default=0, help="random seed")
-    g.add_argument("--torch_threads", type=int, default=None,
-                   help="torch threads in the A2C process; default: 2 with original rewards, 1 "
-                        "when the predictor trainer shares the 2 cores")
-    g.add_argument("--env_threads", type=int, default=None,
-                   help="ale-py env threads; default: as --torch_threads")
+    g.add_argument("--torch_threads", type=int, default=1,
+                   help="torch threads in the A2C process (2 is ~25%% faster for plain A2C on an "
+                        "otherwise idle 2-core machine, but stalls badly when the cores are busy)")
+    g.add_argument("--env_threads", type=int, default=1, help="ale-py env threads")
     g.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="arithmetic of the policy and reward nets; auto: bfloat16 autocast where "
                         "the CPU has native bf16 (AVX512-BF16), else fp32")
@@ -176,9 +175,6 @@ def check_args(args: argparse.Namespace) -> None:
         args.env_kind = env_kind(args.env_id)
     except UnknownEnvError as e:
         raise UsageError(str(e)) from None
-    threads = 2 if args.mode == ORIGINAL else 1  # measured: see the README's figures
-    args.torch_threads = threads if args.torch_threads is None else args.torch_threads
-    args.env_threads = threads if args.env_threads is None else args.env_threads
     for name in ("million_timesteps", "n_envs", "policy_ckpt_interval", "lr", "torch_threads",
                  "n_initial_prefs", "max_prefs", "max_segs", "ensemble_size",
                  "reward_predictor_learning_rate", "reward_predictor_ckpt_interval",
