@@ -14,8 +14,8 @@ class SegmentCutter:
     The clip under construction belongs to one env; when it is complete the next clip starts in
     the next env (i, i+1 mod N, ...), so every worker contributes while the rate stays at one
     segment per `segment_length` agent steps in total. Each step copies only the new frame of that
-    one env (consecutive 4-frame stacks share three frames). A clip cut short by an episode end is
-    discarded, and the next clip starts in the next env.
+    one env (consecutive 4-frame stacks share three frames). A clip may span an episode end (its
+    `dones` say where), so the synthetic teacher can penalise it (App. A).
 
     Attributes `n_emitted` and `n_discarded` count segments made and abandoned.
     """
@@ -61,7 +61,11 @@ class SegmentCutter:
             i, n = self._env, self._n
             if n == 0:
                 self._frames[:STACK] = obs[t, i]
-            elif np.array_equal(obs[t, i, :-1], self._frames[n:n + STACK - 1]):
+            elif self._dones[max(0, n - STACK + 1):n].any() or np.array_equal(
+                    obs[t, i, :-1], self._frames[n:n + STACK - 1]):
+                # After an episode end the new episode's stack starts afresh; the clip keeps only
+                # its newest frame, so the next three stacks show the old episode's last frames
+                # where the agent saw the new episode's padding (an approximation for 3 steps).
                 self._frames[n + STACK - 1] = obs[t, i, -1]
             else:
                 # The stacks stopped overlapping without a reset in `dones` (e.g. an env whose
@@ -74,18 +78,14 @@ class SegmentCutter:
                 self._frames[:STACK] = obs[t, i]
             self._actions[n] = actions[t, i]
             self._rewards[n] = true_rewards[t, i]
-            # Only a clip's last step can be an episode end (a reset mid-clip discards the clip);
-            # kept so a synthetic teacher can penalise it (App. A).
+            # Episode ends are kept so a synthetic teacher can penalise them (App. A).
             self._dones[n] = dones[t, i]
             self._n = n + 1
-            if self._n == self.segment_length:  # complete; may end exactly on an episode's last step
-                done_segments.append(Segment(self._frames, self._actions, self._rewards, self._dones))
-                self._new_buffers()
-                self.n_emitted += 1
-            elif dones[t, i]:  # broken by an episode end: the frames would jump to a new episode
-                self.n_discarded += 1
-            else:
+            if self._n < self.segment_length:
                 continue
+            done_segments.append(Segment(self._frames, self._actions, self._rewards, self._dones))
+            self._new_buffers()
+            self.n_emitted += 1
             self._n = 0
             self._env = (i + 1) % self.n_envs
         return done_segments

@@ -73,20 +73,27 @@ def cut(env: FakeVecEnv, lengths, segment_length: int = 25) -> tuple[list[Segmen
 def test_cutter_clips_are_exactly_what_the_agent_saw_from_every_env():
     env = FakeVecEnv(n_envs=4, n_steps=600, episode_len=(20, 90))
     segments, cutter = cut(env, [5] * 200)
-    assert len(segments) == cutter.n_emitted > 10 and cutter.n_discarded > 0  # some clips broke
-    envs_used, last_end = [], -1
+    assert len(segments) == cutter.n_emitted > 10 and cutter.n_discarded == 0
+    envs_used, last_end, crossing = [], -1, 0
     for seg in segments:
         steps, envs = seg.actions // env.n_envs, seg.actions % env.n_envs
         i, start = int(envs[0]), int(steps[0])
         assert len(seg) == 25 and (envs == i).all() and (steps == start + np.arange(25)).all()
-        assert np.array_equal(seg.stacks(), env.obs[steps, i])  # the frames rebuild every stack
         assert np.array_equal(seg.true_rewards, env.rewards[steps, i])
-        # Never across an episode end; a clip may end on an episode's last step.
-        assert len(set(env.episode[steps, i])) == 1 and not env.dones[steps[:-1], i].any()
+        assert np.array_equal(seg.dones, env.dones[steps, i])  # episode ends are marked
+        # The frames rebuild every stack the agent saw, but the 3 after an episode end, whose
+        # older frames come from the episode before.
+        stale = np.zeros(25, bool)
+        for k in np.flatnonzero(seg.dones[:-1]):
+            stale[k + 1:k + 4] = True
+        assert np.array_equal(seg.stacks()[~stale], env.obs[steps[~stale], i])
+        assert np.array_equal(seg.stacks()[:, -1], env.obs[steps, i, -1])  # newest frames all right
+        crossing += int(seg.dones[:-1].any())
         assert start > last_end  # one clip at a time
         last_end = int(steps[-1])
         envs_used.append(i)
     assert set(envs_used) == set(range(env.n_envs))
+    assert crossing > 0  # clips that span an episode end are kept (App. A: they get a penalty)
 
     long_episodes = FakeVecEnv(n_envs=3, n_steps=300, episode_len=(1000, 1001))
     segments, _ = cut(long_episodes, [5] * 60)
