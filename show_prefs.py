@@ -12,6 +12,7 @@ is loaded (pretraining, --load_prefs_dir, --resume).
 from __future__ import annotations
 
 import argparse
+import os
 import queue
 import sys
 from pathlib import Path
@@ -109,14 +110,39 @@ class Browser:
         self.player.close(f"{len(self.ids)} labels in {self.store.path}")
 
 
+def export_or_import(path: str, export: str | None, import_file: str | None) -> int:
+    """Share a label set as a plain .npz (nothing pickled), or add one to a store."""
+    try:
+        if import_file and not os.path.isfile(import_file):
+            raise StoreError(f"{import_file} does not exist")
+        with PreferenceStore(path, create=bool(import_file)) as store:
+            if import_file:
+                n = store.import_npz(import_file)
+                print(f"imported {n} labels into {path} (now {len(store)})")
+            if export:
+                n = store.export_npz(export)
+                print(f"exported {n} labels to {export}")
+    except (StoreError, ValueError, OSError) as e:
+        print(f"show_prefs.py: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="show_prefs.py", description=__doc__.splitlines()[0])
     parser.add_argument("store", metavar="RUN_DIR_OR_STORE",
                         help="a run directory (its prefs.sqlite) or a preference store file")
     parser.add_argument("--clip_player", choices=("auto", "window", "terminal"), default="auto",
                         help="where the clips play; auto: a window when a display is available")
+    parser.add_argument("--export", metavar="FILE.npz",
+                        help="write every label to a plain .npz file for sharing, then exit")
+    parser.add_argument("--import", dest="import_file", metavar="FILE.npz",
+                        help="add the labels of an exported .npz to the store (created if "
+                             "missing), then exit")
     args = parser.parse_args(argv)
     path = store_path(args.store)
+    if args.export or args.import_file:
+        return export_or_import(path, args.export, args.import_file)
     try:
         kind = resolve_player(args.clip_player)
         store = PreferenceStore(path, create=False)
