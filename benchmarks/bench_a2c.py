@@ -45,7 +45,7 @@ from a2c.a2c import A2CConfig  # noqa: E402
 from a2c.rollout import Rollout  # noqa: E402
 from a2c.train import A2CRunConfig, train_a2c  # noqa: E402
 from envs import make_vec_env  # noqa: E402
-from envs.atari import DEFAULT_MAX_FRAMES, MAX_AGENT_STEPS, game_from_env_id  # noqa: E402
+from envs.atari import game_from_env_id, make_ale_vector_env  # noqa: E402
 
 SWEEP_THREADS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 1), (2, 2))  # (torch, env)
 
@@ -143,8 +143,6 @@ def make_sb3_vec_env(game: str, num_envs: int, seed: int, env_threads: int) -> A
 
     Built inside a function so stable-baselines3 (a dev dependency) is imported only here.
     """
-    from ale_py.vector_env import AtariVectorEnv
-    from gymnasium.vector import AutoresetMode
     from stable_baselines3.common.vec_env.base_vec_env import VecEnv as SB3VecEnv
 
     class AleSB3VecEnv(SB3VecEnv):
@@ -157,12 +155,7 @@ def make_sb3_vec_env(game: str, num_envs: int, seed: int, env_threads: int) -> A
         """
 
         def __init__(self) -> None:
-            max_steps = MAX_AGENT_STEPS.get(game)
-            self.env = AtariVectorEnv(
-                game, num_envs, num_threads=env_threads, frameskip=4, noop_max=30, maxpool=True,
-                episodic_life=False, reward_clipping=True, use_fire_reset=True,
-                repeat_action_probability=0.0, autoreset_mode=AutoresetMode.SAME_STEP,
-                max_num_frames_per_episode=max_steps * 4 if max_steps else DEFAULT_MAX_FRAMES)
+            self.env = make_ale_vector_env(game, num_envs, env_threads, reward_clipping=True)
             self.render_mode = None
             self._returns = np.zeros(num_envs, dtype=np.float64)
             self._lengths = np.zeros(num_envs, dtype=np.int64)
