@@ -127,3 +127,22 @@ def test_show_prefs_exports_and_imports_a_label_set_as_plain_npz(tmp_path):
     r = subprocess.run([*show, str(tmp_path / "c.sqlite"), "--import", str(tmp_path / "no.npz")],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1
+
+
+def test_a_preference_run_resumes_without_gathering_or_pretraining_again(tmp_path):
+    d = tmp_path / "run"
+    first = ["train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
+             "--n_initial_prefs", "30", "--n_initial_epochs", "2", "--million_timesteps", "0.006",
+             "--log_dir", str(d), *TINY]
+    assert run(*first).returncode == 0
+    n_labels = labels(d)
+    predictor_steps = torch.load(d / "reward_predictor" / "reward_predictor.pt",
+                                 weights_only=True)["steps"]
+    r = run("--resume", str(d), "--million_timesteps", "0.012")
+    assert r.returncode == 0, r.stderr
+    assert "gathering" not in r.stderr and "pretraining" not in r.stderr
+    newest = sorted((d / "policy").glob("policy-*.pt"))[-1]
+    assert torch.load(newest, weights_only=True)["timesteps"] == 12000
+    assert labels(d) > n_labels  # the same store goes on growing
+    assert torch.load(d / "reward_predictor" / "reward_predictor.pt",
+                      weights_only=True)["steps"] > predictor_steps
