@@ -650,8 +650,16 @@ def train_policy_with_original_rewards(args, run_dir: Path, ctx) -> int:
     return sup.wait(lambda: a2c_status(stats), until=lambda: not sup.procs["a2c"].is_alive())
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # Ctrl-C and `kill -INT/-TERM` stop the run cleanly even when it was started in the
+    # background of a script, where the shell leaves SIGINT ignored.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         args = build_parser().parse_args(argv)
         if args.resume:

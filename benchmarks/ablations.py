@@ -69,7 +69,7 @@ def run_one(name: str, seed: int, million: float, poll_s: float = 5.0) -> dict:
             hit = RunLog(d).first_time_at(LEVEL)
             if hit is not None:
                 os.killpg(proc.pid, signal.SIGINT)  # a clean stop, as Ctrl-C
-                proc.wait(60)
+                proc.wait(300)
                 break
     log = RunLog(d)
     hit = hit or log.first_time_at(LEVEL)
