@@ -58,12 +58,19 @@ def test_existing_run_directory_is_never_overwritten(tmp_path):
     assert os.listdir(d) == ["keep.txt"]
 
 
-def test_ctrl_c_saves_a_checkpoint_leaves_no_process_and_exits_130(tmp_path):
+def _ignore_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell does for a script's `cmd &`
+
+
+@pytest.mark.parametrize("started_in_background", [False, True])
+def test_ctrl_c_saves_a_checkpoint_leaves_no_process_and_exits_130(tmp_path,
+                                                                    started_in_background):
     d = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "run.py", "train_policy_with_original_rewards",
                              "MovingDotNoFrameskip-v0", "--log_dir", str(d)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=_ignore_sigint if started_in_background else None)
     deadline = time.time() + 60
     while not list(d.glob("tb/events*")) and time.time() < deadline:
         time.sleep(0.5)
