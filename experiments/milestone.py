@@ -46,7 +46,10 @@ MILESTONES = {
     # Issue 6: mean true score >= +19 over 10 episodes within 6M agent steps, <= 3,300 labels.
     "pong_prefs": Milestone(
         "PongNoFrameskip-v4", "train_policy_with_preferences",
-        ["--synthetic_prefs", "--dropout", "0.5", "--batchnorm", "--million_timesteps", "6"],
+        ["--synthetic_prefs", "--dropout", "0.5", "--batchnorm", "--million_timesteps", "6",
+         "--label_schedule", "annealed", "--max_labels", "3300",
+         # App. A pretrains 200 epochs; on 2 CPU cores that alone takes about an hour.
+         "--n_initial_epochs", "20"],
         19.0, 10, "mean of 10 episodes >= +19 within 6M steps and 3,300 labels"),
     "pong_true": Milestone(
         "PongNoFrameskip-v4", "train_policy_with_original_rewards",
