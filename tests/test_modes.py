@@ -60,9 +60,10 @@ def test_full_preference_pipeline_from_nothing(tmp_path):
     d = tmp_path / "run"
     r = run("train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
             "--n_initial_prefs", "30", "--n_initial_epochs", "2", "--million_timesteps", "0.008",
-            "--log_dir", str(d), *TINY)
+            "--query_selection", "disagreement", "--adaptive_l2", "--label_schedule", "constant",
+            "--max_labels", "60", "--teacher", "mistake:eps=0.1", "--log_dir", str(d), *TINY)
     assert r.returncode == 0, r.stderr
-    assert labels(d) >= 30
+    assert 30 < labels(d) <= 60  # the schedule's budget holds
     assert json.loads((d / "reward_predictor" / "pretraining.json").read_text()) == {
         "epochs_done": 2}
     tags = {p.parent.name for p in d.glob("tb/**/events.out.tfevents.*")}
