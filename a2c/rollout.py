@@ -98,16 +98,14 @@ class RolloutCollector:
         return rollout
 
     def _track_train_return(self, rollout: Rollout) -> None:
-        """Attach the summed training reward to each finished episode record."""
-        ends = {}
+        """Attach the summed training reward to each finished episode record (the records come
+        in step order and, within a step, in env order)."""
+        records = iter(rollout.finished)
         for t in range(rollout.rewards.shape[0]):
             self.train_return += rollout.rewards[t]
             for i in np.flatnonzero(rollout.dones[t]):
-                ends[(t, int(i))] = float(self.train_return[i])
+                next(records).train_return = float(self.train_return[i])
                 self.train_return[i] = 0.0
-        # Records arrive in step order, so pair them with the ends in the same order.
-        for record, (_, value) in zip(rollout.finished, sorted(ends.items())):
-            record.train_return = value
 
 
 def sample_actions(policy: torch.nn.Module, obs: np.ndarray, greedy: bool = False) -> np.ndarray:

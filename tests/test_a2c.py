@@ -93,3 +93,24 @@ def test_a2c_on_original_rewards_approaches_the_scripted_policy_on_moving_dot(tm
     policy.load_state_dict(load_policy(tmp_path / "p")["policy"])
     learned, scripted = evaluate(policy), scripted_return()
     assert learned >= 0.8 * scripted, (learned, scripted)
+
+
+def test_a_given_reward_function_replaces_the_env_reward_and_is_summed_per_episode():
+    from a2c.rollout import RolloutCollector
+    from envs import make_vec_env
+
+    env = make_vec_env("MovingDotNoFrameskip-v0", 4)
+    seen = []
+
+    def reward_fn(obs, actions):
+        seen.append(obs.shape)
+        return np.full(len(actions), 0.5, np.float32)
+
+    collector = RolloutCollector(env, make_policy("moving_dot", 5), 5, reward_fn=reward_fn)
+    episodes = []
+    for _ in range(60):
+        rollout = collector.collect()
+        assert (rollout.rewards == 0.5).all()
+        episodes += rollout.finished
+    assert seen[0] == (20, 4, 84, 84)  # one batched call per rollout, all T x N steps
+    assert len(episodes) == 4 and all(e.train_return == 125.0 for e in episodes)
