@@ -147,10 +147,6 @@ def load_prefs(path: str | None, max_prefs: int) -> list[Preference]:
         return store.latest(max_prefs)
 
 
-class _Stopped(Exception):
-    pass
-
-
 def run_pretraining(config: TrainerConfig, prefs_path: str, n_epochs: int, stop_event: Any,
                     stats: TrainerStats, log_dir: str) -> None:
     """Body of the pretraining process: fit the ensemble to the stored labels for `n_epochs`
@@ -172,13 +168,9 @@ def run_pretraining(config: TrainerConfig, prefs_path: str, n_epochs: int, stop_
         stats.epoch.value = epoch
         if epoch % 5 == 0 or epoch == n_epochs:
             _log_progress(trainer, metrics, 0.0, stats, writer, config.val_max_pairs)
-        if stop_event.is_set():
-            raise _Stopped
 
     try:
-        trainer.pretrain(n_epochs, progress)
-    except _Stopped:
-        pass
+        trainer.pretrain(n_epochs, progress, should_stop=stop_event.is_set)
     finally:
         if config.ckpt_path:
             trainer.save(config.ckpt_path)

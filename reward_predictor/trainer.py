@@ -113,15 +113,20 @@ class RewardPredictorTrainer:
             self.steps += 1
         return metrics
 
-    def pretrain(self, n_epochs: int, progress_cb: Callable[[int, dict], None] | None = None) -> dict:
+    def pretrain(self, n_epochs: int, progress_cb: Callable[[int, dict], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> dict:
         """Train for `n_epochs` passes over the training labels (App. A: 200 epochs on the initial
         500 labels before RL starts). An epoch is ceil(n_train / batch_size) steps; `progress_cb`
-        gets (epoch number from 1, metrics of the epoch's last step)."""
+        gets (epoch number from 1, metrics of the epoch's last step). `should_stop` is asked
+        before every step, so a stop request is honoured within one step."""
         assert self._train, "no training labels to pretrain on"
         metrics: dict = {}
         steps_per_epoch = math.ceil(self.n_train / self.batch_size)
         for epoch in range(1, n_epochs + 1):
-            metrics = self.train_steps(steps_per_epoch)
+            for _ in range(steps_per_epoch):
+                if should_stop is not None and should_stop():
+                    return metrics
+                metrics = self.train_steps(1)
             if progress_cb is not None:
                 progress_cb(epoch, metrics)
         return metrics
