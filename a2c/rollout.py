@@ -62,7 +62,13 @@ class RolloutCollector:
         # Per-env sum of the reward A2C trains on, for the "predicted return" of each episode.
         self.train_return = np.zeros(n, dtype=np.float64)
 
-    def collect(self) -> Rollout:
+    def collect(self, keep_graph: bool = True) -> Rollout:
+        """One rollout; with `keep_graph=False` (acting without learning) no autograd graph is
+        built and the logits and values come back detached."""
+        with torch.set_grad_enabled(keep_graph):
+            return self._collect()
+
+    def _collect(self) -> Rollout:
         T, n = self.n_steps, self.env.num_envs
         actions = np.empty((T, n), dtype=np.int64)
         true_rewards = np.empty((T, n), dtype=np.float32)

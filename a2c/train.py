@@ -79,7 +79,7 @@ def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
     t_last, steps_last = time.perf_counter(), timesteps
     try:
         while timesteps < config.total_timesteps and not (stop_event and stop_event.is_set()):
-            r = collector.collect()
+            r = collector.collect(keep_graph=config.learn)
             timesteps += c.n_steps * c.n_envs
             loss_stats = {}
             if config.learn:

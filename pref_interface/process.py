@@ -181,7 +181,8 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
     labeller = labeller if labeller is not None else make_labeller(
         config, answers, stop_event, stats, val_accuracy, n_stored)
     tb = _LabelLog(log_dir, stats, n_stored, agent_steps)
-    score = make_pair_scorer(config.selection, make_predictor() if make_predictor else None)
+    predictor = make_predictor() if make_predictor and config.selection != "random" else None
+    score = make_pair_scorer(config.selection, predictor)
     schedule = None if config.label_schedule == "none" else LabelSchedule(
         config.label_schedule, config.max_labels, config.total_frames,
         n_initial=min(config.initial_labels, config.max_labels),
