@@ -115,9 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--frozen_reward_predictor", action="store_true",
                    help="train the policy on the loaded predictor without collecting labels "
                         "or training the predictor")
-    g.add_argument("--adaptive_l2", action="store_true",
+    g.add_argument("--adaptive_l2", action="store_true", default=True,
                    help="adjust each member's L2 to keep validation loss at 1.1-1.5x training "
-                        "loss (App. A; starts at 1e-4)")
+                        "loss (App. A; starts at 1e-4); the default")
+    g.add_argument("--no_adaptive_l2", dest="adaptive_l2", action="store_false",
+                   help="train the predictor without L2 regularisation")
     g.add_argument("--label_noise", type=float, default=0.1,
                    help="assumed chance the labeller answered at random (App. A: 0.1); 0 gives "
                         "the plain Bradley-Terry model")
