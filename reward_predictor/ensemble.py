@@ -14,6 +14,8 @@ from reward_predictor.normaliser import REWARD_STD, RunningNormaliser
 
 LEARNING_RATE = 2e-4  # the earlier reproduction's --reward_predictor_learning_rate
 MAX_FRAMES_PER_FORWARD = 2000  # chunk size for evaluation passes over many segments
+# Segments of each training batch that a member's normaliser sees in eval mode (see train_step).
+NORMALISER_SEGMENTS = 8
 
 
 def bootstrap_counts(n_labels: int, n_members: int, rng: np.random.Generator) -> np.ndarray:
@@ -26,6 +28,12 @@ def bootstrap_counts(n_labels: int, n_members: int, rng: np.random.Generator) ->
     if n_members == 1:
         return np.ones((n_labels, 1), dtype=np.int64)
     return rng.poisson(1.0, size=(n_labels, n_members)).astype(np.int64)
+
+
+def _modes_differ(net: nn.Module) -> bool:
+    """Whether `net` computes something else in training mode (dropout or batch norm)."""
+    return getattr(net, "dropout", 0.0) > 0.0 or any(
+        isinstance(m, nn.modules.batchnorm._BatchNorm) for m in net.modules())
 
 
 def segments_to_batch(segments: Sequence[Segment]) -> list[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
@@ -117,7 +125,11 @@ class RewardPredictorEnsemble(nn.Module):
         """One Adam step per member on its own batch of labels.
 
         Loss = preference cross-entropy on the members' raw summed rewards + l2 * sum of squared
-        weights. Each member's normaliser is then updated with the raw predictions of its batch.
+        weights. Each member's normaliser is then updated with raw predictions on its batch as the
+        agent gets them: in eval mode. Dropout makes training-mode outputs several times more
+        spread out (7x for the paper's Atari net with dropout 0.5), and normalising by that
+        spread would shrink the agent's reward far below the intended std; so where the modes
+        differ, an eval-mode pass over NORMALISER_SEGMENTS of the batch's segments feeds it.
         Returns mean `loss` (preference term only, comparable with validation), `accuracy`,
         `l2_penalty`, and the per-member lists `member_loss`, `member_accuracy`.
         """
@@ -143,13 +155,23 @@ class RewardPredictorEnsemble(nn.Module):
             opt.zero_grad(set_to_none=True)
             total.backward()
             opt.step()
-            norm.update(raw.detach())
+            norm.update(self._agent_view(net, segments[:NORMALISER_SEGMENTS])
+                        if _modes_differ(net) else raw.detach())
             losses.append(float(loss.detach()))
             accs.append(acc)
             penalties.append(float(penalty.detach()))
         return {"loss": float(np.mean(losses)), "accuracy": _nanmean(accs),
                 "l2_penalty": float(np.mean(penalties)),
                 "member_loss": losses, "member_accuracy": accs}
+
+    @torch.no_grad()
+    def _agent_view(self, net: nn.Module, segments: Sequence[Segment]) -> torch.Tensor:
+        """Raw per-step predictions of `net` in eval mode, as the agent's reward function sees them."""
+        net.eval()
+        with self._autocast():
+            raw = segment_returns(net, segments)[1].float()
+        net.train()
+        return raw
 
     @torch.no_grad()
     def member_returns(self, segments: Sequence[Segment]) -> torch.Tensor:

@@ -131,6 +131,23 @@ def test_rewards_are_normalised_to_mean_zero_and_std_0_05():
     assert set(norm.state_dict()) == {"count", "mean", "var"}
 
 
+def test_the_agent_gets_rewards_of_the_target_std_despite_dropout():
+    # Training-mode outputs with dropout 0.5 are far more spread out than the eval-mode outputs
+    # the agent receives; a normaliser fit to the former gave the agent ~1/50 of the target std.
+    rng = np.random.default_rng(0)
+    torch.manual_seed(0)
+    prefs = [random_pref(rng) for _ in range(64)]
+    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True),
+                                  n_members=1, lr=1e-3)
+    for _ in range(12):
+        ens.train_step([[prefs[j] for j in rng.integers(0, 64, 8)]])
+    windows = np.stack([np.lib.stride_tricks.sliding_window_view(p.left.frames, 4, axis=0)
+                        for p in prefs[:16]])  # (16, 25, 84, 84, 4)
+    obs = windows.transpose(0, 1, 4, 2, 3).reshape(-1, 4, 84, 84)
+    std = ens.reward(obs, np.zeros(len(obs), np.int64)).std()
+    assert 0.025 < std < 0.1, std  # App. A.2: std 0.05
+
+
 def test_normaliser_merges_batches_exactly():
     rng = np.random.default_rng(0)
     batches = [rng.normal(i, 1 + i, size=n) for i, n in enumerate([5, 100, 37, 1])]
