@@ -19,6 +19,9 @@ def scalars(event_dir: Path, tag: str) -> np.ndarray:
     return np.array([(e.wall_time, e.step, e.value) for e in ea.Scalars(tag)])
 
 
+STOPPED_GAP_S = 60.0  # A2C logs every second; a longer silence is a stop before a resume
+
+
 class RunLog:
     """One run's curves. Scalars logged by other processes (labels, predictor) are mapped to agent
     steps through wall-clock time, using the A2C process's own (time, step) points."""
@@ -47,19 +50,28 @@ class RunLog:
         r = scalars(self.tb / "reward_predictor", "reward_predictor/val_accuracy")
         return self._to_steps(r[:, 0]), r[:, 2]
 
+    def _active_s(self, wall_time: np.ndarray) -> np.ndarray:
+        """Seconds of policy training up to each `wall_time`, not counting the time a resumed run
+        was stopped (a gap of over STOPPED_GAP_S between A2C points)."""
+        if len(self.sps) == 0:
+            return np.zeros_like(wall_time)
+        gaps = np.diff(self.sps[:, 0], prepend=self.sps[0, 0])
+        active = np.cumsum(np.where(gaps > STOPPED_GAP_S, 0.0, gaps))
+        return np.interp(wall_time, self.sps[:, 0], active)
+
     def wall_clock_s(self) -> float:
-        """Seconds from the first to the last A2C point of the policy-training phase."""
-        return float(self.sps[-1, 0] - self.sps[0, 0]) if len(self.sps) > 1 else 0.0
+        """Seconds of policy training from the first to the last A2C point (stops excluded)."""
+        return float(self._active_s(self.sps[-1:, 0])[0]) if len(self.sps) > 1 else 0.0
 
     def first_time_at(self, level: float, window: int = 64) -> tuple[float, float] | None:
         """(agent steps, seconds since training started) when the mean of the last `window`
-        episodes' true returns first reaches `level`; None if it never does."""
+        episodes' true returns first reaches `level` (time stopped not counted); None if it never
+        does."""
         steps, values = self.returns()
         r = scalars(self.tb, "charts/episodic_return")
         for i in range(window, len(values) + 1):
             if values[i - window:i].mean() >= level:
-                t0 = self.sps[0, 0] if len(self.sps) else r[0, 0]
-                return float(steps[i - 1]), float(r[i - 1, 0] - t0)
+                return float(steps[i - 1]), float(self._active_s(r[i - 1:i, 0])[0])
         return None
 
 
