@@ -127,7 +127,7 @@ class RewardPredictorEnsemble(nn.Module):
         Loss = preference cross-entropy on the members' raw summed rewards + l2 * sum of squared
         weights. Each member's normaliser is then updated with raw predictions on its batch as the
         agent gets them: in eval mode. Dropout makes training-mode outputs several times more
-        spread out (7x for the paper's Atari net with dropout 0.5), and normalising by that
+        spread out (2-7x on Pong for the paper's net with dropout 0.5), and normalising by that
         spread would shrink the agent's reward far below the intended std; so where the modes
         differ, an eval-mode pass over NORMALISER_SEGMENTS of the batch's segments feeds it.
         Returns mean `loss` (preference term only, comparable with validation), `accuracy`,
