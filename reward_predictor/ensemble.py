@@ -16,6 +16,11 @@ LEARNING_RATE = 2e-4  # the earlier reproduction's --reward_predictor_learning_r
 MAX_FRAMES_PER_FORWARD = 2000  # chunk size for evaluation passes over many segments
 # Segments of each training batch that a member's normaliser sees in eval mode (see train_step).
 NORMALISER_SEGMENTS = 8
+# Frames a normaliser remembers: 1e5 when it sees every frame of a default batch (32 segments of
+# 25 steps, i.e. ~125 training steps); scaled down for the eval-mode subset to keep the same
+# memory in training steps, so the statistics follow the predictor as fast.
+NORMALISER_MEMORY = 1e5
+EVAL_NORMALISER_MEMORY = NORMALISER_MEMORY * NORMALISER_SEGMENTS / 32
 
 
 def bootstrap_counts(n_labels: int, n_members: int, rng: np.random.Generator) -> np.ndarray:
@@ -85,7 +90,9 @@ class RewardPredictorEnsemble(nn.Module):
         super().__init__()
         assert n_members >= 1, n_members
         self.members = nn.ModuleList(make_net() for _ in range(n_members))
-        self.normalisers = nn.ModuleList(RunningNormaliser(reward_std) for _ in range(n_members))
+        self.normalisers = nn.ModuleList(
+            RunningNormaliser(reward_std, EVAL_NORMALISER_MEMORY if _modes_differ(net)
+                              else NORMALISER_MEMORY) for net in self.members)
         self.optimizers = [torch.optim.Adam(m.parameters(), lr=lr) for m in self.members]
         self.l2 = [float(l2)] * n_members  # per member: adaptive L2 adjusts each one separately
         self.noise = noise
