@@ -90,9 +90,11 @@ class RewardPredictorEnsemble(nn.Module):
         super().__init__()
         assert n_members >= 1, n_members
         self.members = nn.ModuleList(make_net() for _ in range(n_members))
+        # Members whose training-mode outputs differ from what the agent gets (see train_step).
+        self._eval_normalised = [_modes_differ(net) for net in self.members]
         self.normalisers = nn.ModuleList(
-            RunningNormaliser(reward_std, EVAL_NORMALISER_MEMORY if _modes_differ(net)
-                              else NORMALISER_MEMORY) for net in self.members)
+            RunningNormaliser(reward_std, EVAL_NORMALISER_MEMORY if differ else NORMALISER_MEMORY)
+            for differ in self._eval_normalised)
         self.optimizers = [torch.optim.Adam(m.parameters(), lr=lr) for m in self.members]
         self.l2 = [float(l2)] * n_members  # per member: adaptive L2 adjusts each one separately
         self.noise = noise
@@ -163,7 +165,7 @@ class RewardPredictorEnsemble(nn.Module):
             total.backward()
             opt.step()
             norm.update(self._agent_view(net, segments[:NORMALISER_SEGMENTS])
-                        if _modes_differ(net) else raw.detach())
+                        if self._eval_normalised[m] else raw.detach())
             losses.append(float(loss.detach()))
             accs.append(acc)
             penalties.append(float(penalty.detach()))
