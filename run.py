@@ -133,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "policy trains (it rests the rest, leaving the cores to A2C)")
     g.add_argument("--reward_predictor_threads", type=int, default=1,
                    help="torch threads in the reward-predictor trainer process")
+    g.add_argument("--reward_predictor_device", default="cpu",
+                   help="where the trainer trains the predictor: cpu, cuda, cuda:N, or auto "
+                        "(cuda when torch sees a GPU); A2C still computes rewards on the CPU")
     return p
 
 
@@ -193,6 +196,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("--reward_predictor_duty must be in (0, 1]")
     if args.anneal_every_frames <= 0:
         raise UsageError("--anneal_every_frames must be positive")
+    args.predictor_device = resolve_device(args.reward_predictor_device)
     try:
         from pref_interface.teachers import make_teacher
         make_teacher(args.teacher)
@@ -222,6 +226,28 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"run directory {run_dir} already exists; choose another "
                          "--log_dir/--run_name")
     args.run_dir = run_dir
+
+
+def resolve_device(name: str) -> str:
+    """A torch device name from --reward_predictor_device; UsageError when it is not there."""
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"--reward_predictor_device: unknown device {name!r} "
+                         "(cpu, cuda, cuda:N or auto)") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"--reward_predictor_device {name}: torch sees no GPU here")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise UsageError(f"--reward_predictor_device {name}: only "
+                             f"{torch.cuda.device_count()} GPU(s) here")
+    elif device.type != "cpu":
+        raise UsageError(f"--reward_predictor_device: {name!r} is not supported (cpu or cuda)")
+    return name
 
 
 def check_preference_args(args: argparse.Namespace) -> None:
@@ -273,7 +299,8 @@ def make_run_dir(args: argparse.Namespace) -> Path:
         f.write(shlex.join([sys.executable] + sys.argv) + "\n")
     if not args.resume:
         settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                    if k not in ("run_dir", "env_kind", "prefs_path", "reward_ckpt_path")}
+                    if k not in ("run_dir", "env_kind", "prefs_path", "reward_ckpt_path",
+                                 "predictor_device")}
         (run_dir / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
     return run_dir
 
@@ -452,7 +479,7 @@ def trainer_config(args: argparse.Namespace, run_dir: Path | None):
         ckpt_path=str(run_dir / "reward_predictor" / PREDICTOR_FILE) if run_dir else None,
         load_ckpt_path=args.reward_ckpt_path, torch_threads=args.reward_predictor_threads,
         reward_std=args.reward_std, label_noise=args.label_noise, adaptive_l2=args.adaptive_l2,
-        duty=args.reward_predictor_duty, seed=args.seed,
+        duty=args.reward_predictor_duty, seed=args.seed, device=args.predictor_device,
         # MovingDot's small net reads sub-pixel dot positions: bf16's 8-bit mantissa blurs them.
         bf16=use_bf16(args) and args.env_kind == "atari")
 

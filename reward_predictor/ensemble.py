@@ -41,21 +41,27 @@ def _modes_differ(net: nn.Module) -> bool:
         isinstance(m, nn.modules.batchnorm._BatchNorm) for m in net.modules())
 
 
-def segments_to_batch(segments: Sequence[Segment]) -> list[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
-    """Group segments by length into network inputs.
+def _device_of(net: nn.Module) -> torch.device:
+    return next(net.parameters()).device
+
+
+def segments_to_batch(segments: Sequence[Segment], device: torch.device | str = "cpu"
+                      ) -> list[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
+    """Group segments by length into network inputs on `device`.
 
     Returns a list of (indices into `segments`, obs uint8 (N, T, 4, 84, 84), actions int64 (N, T)).
     `obs` is a strided view of the stacked (N, T + 3, 84, 84) frames: the overlapping windows are
-    never copied as uint8; the net's float conversion is the only full-size copy.
+    never copied as uint8 (nor sent to a GPU twice); the net's float conversion is the only
+    full-size copy.
     """
     by_length: dict[int, list[int]] = defaultdict(list)
     for i, seg in enumerate(segments):
         by_length[len(seg)].append(i)
     groups = []
     for idx in by_length.values():
-        frames = torch.from_numpy(np.stack([segments[i].frames for i in idx]))  # (N, T+3, 84, 84)
+        frames = torch.from_numpy(np.stack([segments[i].frames for i in idx])).to(device)
         obs = frames.unfold(1, STACK, 1).permute(0, 1, 4, 2, 3)  # (N, T, 4, 84, 84) view
-        actions = torch.from_numpy(np.stack([segments[i].actions for i in idx]))
+        actions = torch.from_numpy(np.stack([segments[i].actions for i in idx])).to(device)
         groups.append((np.asarray(idx), obs, actions))
     return groups
 
@@ -63,18 +69,20 @@ def segments_to_batch(segments: Sequence[Segment]) -> list[tuple[np.ndarray, tor
 def segment_returns(net: nn.Module, segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
     """Run `net` over every step of `segments` (one forward pass when all have the same length).
 
-    Returns (summed raw reward of each segment (N,), raw reward of every step (sum of T,)).
+    Returns (summed raw reward of each segment (N,), raw reward of every step (sum of T,)), both
+    on the net's device.
     """
-    groups = segments_to_batch(segments)
+    device = _device_of(net)
+    groups = segments_to_batch(segments, device)
     if len(groups) == 1:
         _, obs, actions = groups[0]
         raw = net(obs, actions)  # (N, T)
         return raw.sum(1), raw.reshape(-1)
-    returns = torch.zeros(len(segments))
+    returns = torch.zeros(len(segments), device=device)
     raws = []
     for idx, obs, actions in groups:
         raw = net(obs, actions)
-        returns = returns.index_add(0, torch.from_numpy(idx), raw.sum(1))
+        returns = returns.index_add(0, torch.from_numpy(idx).to(device), raw.sum(1).float())
         raws.append(raw.reshape(-1))
     return returns, torch.cat(raws)
 
@@ -104,27 +112,33 @@ class RewardPredictorEnsemble(nn.Module):
     def n_members(self) -> int:
         return len(self.members)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the members' weights live (all members share it: move the ensemble with `.to`,
+        before its optimisers get any state)."""
+        return _device_of(self.members[0])
+
     @torch.no_grad()
     def reward(self, obs: np.ndarray | torch.Tensor, actions: np.ndarray | torch.Tensor) -> np.ndarray:
         """Predicted reward for obs uint8 (B, 4, 84, 84) and actions int64 (B,): float32 (B,)."""
-        obs = torch.as_tensor(obs)
-        actions = torch.as_tensor(actions)
+        obs = torch.as_tensor(obs, device=self.device)
+        actions = torch.as_tensor(actions, device=self.device)
         assert obs.dtype == torch.uint8 and obs.shape[-3:] == (STACK, 84, 84), (obs.dtype, obs.shape)
         was_training = self.training
         self.eval()
-        total = torch.zeros(obs.shape[0])
+        total = torch.zeros(obs.shape[0], device=self.device)
         for net, norm in zip(self.members, self.normalisers):
             with self._autocast():
                 raw = torch.cat([net(o, a) for o, a in zip(obs.split(MAX_FRAMES_PER_FORWARD),
                                                            actions.split(MAX_FRAMES_PER_FORWARD))])
             total += norm(raw.float())
         self.train(was_training)
-        return (total / self.n_members).numpy().astype(np.float32)
+        return (total / self.n_members).cpu().numpy().astype(np.float32)
 
     def _autocast(self):
         """bfloat16 autocast for the nets' forward (and so backward) passes when `bf16` is set:
         about twice as fast on CPUs with native bf16; weights, loss and normalisers stay fp32."""
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16)
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
 
     def _weight_penalty(self, net: nn.Module) -> torch.Tensor:
         """Sum of squared weights of conv and linear layers (biases and batch-norm gains excluded)."""
@@ -149,7 +163,7 @@ class RewardPredictorEnsemble(nn.Module):
             net, norm, opt = self.members[m], self.normalisers[m], self.optimizers[m]
             b = len(prefs)
             segments = [p.left for p in prefs] + [p.right for p in prefs]
-            mu = torch.tensor([p.mu for p in prefs], dtype=torch.float32)
+            mu = torch.tensor([p.mu for p in prefs], dtype=torch.float32, device=self.device)
             with self._autocast():
                 returns, raw = segment_returns(net, segments)  # one pass over all 2B segments
             returns, raw = returns.float(), raw.float()
@@ -184,7 +198,8 @@ class RewardPredictorEnsemble(nn.Module):
 
     @torch.no_grad()
     def member_returns(self, segments: Sequence[Segment]) -> torch.Tensor:
-        """Raw summed reward of each segment under each member, eval mode: (n_members, N)."""
+        """Raw summed reward of each segment under each member, eval mode: (n_members, N) on the
+        CPU."""
         was_training = self.training
         self.eval()
         out = torch.empty(self.n_members, len(segments))
@@ -193,7 +208,7 @@ class RewardPredictorEnsemble(nn.Module):
         for start in range(0, len(segments), per_chunk):
             chunk = segments[start:start + per_chunk]
             for m, net in enumerate(self.members):
-                out[m, start:start + len(chunk)] = segment_returns(net, chunk)[0]
+                out[m, start:start + len(chunk)] = segment_returns(net, chunk)[0].float().cpu()
         self.train(was_training)
         return out
 
@@ -227,7 +242,7 @@ class RewardPredictorEnsemble(nn.Module):
             accs.append(acc)
         # A normaliser is affine, so a segment's normalised return is T * normalise(R / T).
         lengths = torch.tensor([float(len(seg)) for seg in segments])
-        normalised = torch.stack([norm(returns[m] / lengths) * lengths
+        normalised = torch.stack([norm((returns[m] / lengths).to(self.device)).cpu() * lengths
                                   for m, norm in enumerate(self.normalisers)]).mean(0)
         _, ensemble_acc = preference_loss(normalised[:b], normalised[b:], mu, self.noise)
         out = {"loss": float(np.mean(losses)), "accuracy": ensemble_acc,

@@ -68,7 +68,7 @@ class AtariRewardNet(nn.Module):
             else:
                 x = conv(x)
             x = F.leaky_relu(norm(x), LEAKY_SLOPE)
-            if self.training and self.dropout == 0.5:
+            if self.training and self.dropout == 0.5 and x.device.type == "cpu":
                 x = dropout_half(x)
             elif self.dropout > 0.0:
                 x = F.dropout(x, self.dropout, self.training)

@@ -49,6 +49,7 @@ class TrainerConfig:
     duty: float = 1.0  # fraction of the time spent training; the rest is left to A2C (2 cores)
     bf16: bool = False  # bfloat16 autocast in the nets (where the CPU has native bf16)
     initial_prefs_path: str | None = None  # a preference store whose latest labels start the buffer
+    device: str = "cpu"  # where the trainer trains ("cuda": a GPU); consumers always use the CPU
 
 
 @dataclass
@@ -64,14 +65,15 @@ class TrainerStats:
         return TrainerStats(ctx.Value("i", 0), ctx.Value("d", float("nan")), ctx.Value("i", 0))
 
 
-def build_ensemble(config: TrainerConfig) -> RewardPredictorEnsemble:
-    """The ensemble the config describes (also the template for SharedWeights)."""
+def build_ensemble(config: TrainerConfig, device: str = "cpu") -> RewardPredictorEnsemble:
+    """The ensemble the config describes, on `device` (on the CPU it is also the template for
+    SharedWeights and the consumers' copy)."""
     ensemble = RewardPredictorEnsemble(
         lambda: make_reward_net(config.env_kind, config.dropout, config.batchnorm),
         n_members=config.n_members, lr=config.lr, l2=config.l2, reward_std=config.reward_std,
         noise=config.label_noise)
     ensemble.bf16 = config.bf16
-    return ensemble
+    return ensemble.to(device)  # before any optimiser state exists, so that follows the weights
 
 
 def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWeights,
@@ -87,7 +89,7 @@ def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWe
 
     torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
-    ensemble = build_ensemble(config)
+    ensemble = build_ensemble(config, config.device)
     trainer = RewardPredictorTrainer(ensemble, config.max_prefs, config.batch_size, config.seed,
                                      adaptive_l2=config.adaptive_l2)
     if config.load_ckpt_path:
@@ -155,8 +157,8 @@ def run_pretraining(config: TrainerConfig, prefs_path: str, n_epochs: int, stop_
 
     torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
-    trainer = RewardPredictorTrainer(build_ensemble(config), config.max_prefs, config.batch_size,
-                                     config.seed, adaptive_l2=config.adaptive_l2)
+    trainer = RewardPredictorTrainer(build_ensemble(config, config.device), config.max_prefs,
+                                     config.batch_size, config.seed, adaptive_l2=config.adaptive_l2)
     if config.load_ckpt_path:
         trainer.load(config.load_ckpt_path)
     for pref in load_prefs(prefs_path, config.max_prefs):

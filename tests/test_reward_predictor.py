@@ -387,6 +387,45 @@ def test_checkpoint_round_trip(tmp_path):
                                   restored.ensemble.reward(obs, np.zeros(3, np.int64)))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_a_predictor_trained_on_the_gpu_gives_the_same_rewards_on_the_cpu(tmp_path):
+    """--reward_predictor_device cuda: the trainer's ensemble lives on the GPU, its consumers
+    (A2C's reward, query selection) get CPU copies through SharedWeights and checkpoints."""
+    rng = np.random.default_rng(6)
+    config = TrainerConfig(env_kind="atari", n_members=2, dropout=0.5, batchnorm=True,
+                           batch_size=4, adaptive_l2=True)
+    trainer = RewardPredictorTrainer(build_ensemble(config, "cuda"), batch_size=4, adaptive_l2=True)
+    assert trainer.ensemble.device.type == "cuda"
+    for i in range(12):
+        trainer.add(random_pref(rng, is_validation=i % 4 == 0, t=5))
+    before = _checksum(trainer.ensemble)
+    metrics = trainer.train_steps(3)
+    assert np.isfinite(metrics["loss"]) and _checksum(trainer.ensemble) != before
+    val = trainer.validate()
+    trainer.adapt_regularisation(val)
+    assert np.isfinite(val["val_loss"]) and not math.isnan(trainer.return_correlation())
+
+    consumer = build_ensemble(config)  # CPU, as in the A2C process
+    shared = SharedWeights(build_ensemble(config))
+    shared.publish(trainer.ensemble)
+    assert shared.pull(consumer)
+    obs = rng.integers(0, 256, (6, 4, 84, 84), dtype=np.uint8)
+    actions = np.zeros(6, np.int64)
+    on_gpu = trainer.ensemble.reward(obs, actions)
+    np.testing.assert_allclose(consumer.reward(obs, actions), on_gpu, rtol=1e-2, atol=1e-3)
+
+    path = str(tmp_path / "ckpt.pt")
+    trainer.save(path)
+    restored = RewardPredictorTrainer(build_ensemble(config))
+    restored.load(path)
+    np.testing.assert_allclose(restored.ensemble.reward(obs, actions), on_gpu, rtol=1e-2, atol=1e-3)
+    back = RewardPredictorTrainer(build_ensemble(config, "cuda"), batch_size=4)
+    back.load(path)  # a resumed GPU run: optimiser state follows the weights onto the GPU
+    for pref in trainer._train:
+        back.add(pref[1])
+    assert np.isfinite(back.train_steps(1)["loss"])
+
+
 def test_missing_or_corrupt_checkpoint_raises_checkpoint_error(tmp_path):
     trainer = _atari_trainer(0)
     with pytest.raises(CheckpointError, match="not found"):
