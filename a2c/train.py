@@ -76,6 +76,7 @@ def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
                                  bf16=bf16)
     writer = SummaryWriter(log_dir)
     recent = collections.deque(maxlen=100)
+    trained_rewards: list[np.ndarray] = []  # since the last log point (predicted rewards only)
     t_last, steps_last = time.perf_counter(), timesteps
     try:
         while timesteps < config.total_timesteps and not (stop_event and stop_event.is_set()):
@@ -89,6 +90,8 @@ def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
                                          torch.from_numpy(r.rewards), torch.from_numpy(dones),
                                          r.last_value, timesteps)
                 updates += 1
+            if reward_fn is not None:
+                trained_rewards.append(r.rewards)
             for ep in r.finished:
                 recent.append(ep.true_return)
                 writer.add_scalar("charts/episodic_return", ep.true_return, timesteps)
@@ -100,6 +103,9 @@ def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
                 sps = (timesteps - steps_last) / (now - t_last)
                 t_last, steps_last = now, timesteps
                 writer.add_scalar("charts/SPS", sps, timesteps)
+                if trained_rewards:  # the predicted reward's spread on the policy's own frames
+                    writer.add_scalar("charts/reward_std", float(np.std(trained_rewards)), timesteps)
+                    trained_rewards.clear()
                 for k, v in loss_stats.items():
                     writer.add_scalar(f"losses/{k}" if k != "learning_rate" else
                                       "charts/learning_rate", v, timesteps)

@@ -44,6 +44,10 @@ def test_every_mode_runs_and_hands_its_results_to_the_next(tmp_path):
             "--million_timesteps", "0.01", "--log_dir", str(train), *TINY)
     assert r.returncode == 0, r.stderr
     assert labels(train) > 40  # labelling went on while the policy trained
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(train / "tb")).Reload()
+    spread = [e.value for e in events.Scalars("charts/reward_std")]
+    assert spread and all(0 < v < 1 for v in spread)  # the reward A2C trained on, as it got it
     assert list((train / "policy").glob("policy-*.pt"))
     assert (train / "reward_predictor" / "reward_predictor.pt").is_file()
 
