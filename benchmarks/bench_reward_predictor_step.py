@@ -2,9 +2,10 @@
 on a batch of 16 pairs x 25 steps (800 observations forward and backward), one member.
 
     .venv/bin/python benchmarks/bench_reward_predictor_step.py [--steps 10] [--threads 1 2]
+    .venv/bin/python benchmarks/bench_reward_predictor_step.py --device cuda   # on a GPU
 
 Each thread count is timed in fp32 and with bfloat16 autocast (what `--precision auto` uses on
-CPUs with native bf16).
+CPUs with native bf16). `--device cuda` times the step as `--reward_predictor_device cuda` runs it.
 """
 from __future__ import annotations
 
@@ -31,17 +32,20 @@ def make_batch(rng: np.random.Generator, pairs: int, t: int) -> list[Preference]
 
 
 def time_steps(threads: int, steps: int, warmup: int, pairs: int, t: int,
-               bf16: bool = False) -> list[float]:
+               bf16: bool = False, device: str = "cpu") -> list[float]:
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
-    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), n_members=1)
+    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True),
+                                  n_members=1).to(device)
     ens.bf16 = bf16
+    sync = torch.cuda.synchronize if ens.device.type == "cuda" else (lambda: None)
     batches = [make_batch(rng, pairs, t) for _ in range(2)]
     times = []
     for i in range(warmup + steps):
         start = time.perf_counter()
         ens.train_step([batches[i % 2]])
+        sync()
         times.append(time.perf_counter() - start)
     return times[warmup:]
 
@@ -53,11 +57,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch thread counts")
     parser.add_argument("--pairs", type=int, default=16, help="segment pairs per batch")
     parser.add_argument("--length", type=int, default=25, help="steps per segment")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     args = parser.parse_args()
-    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, batch {args.pairs} pairs x "
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.device}, batch {args.pairs} pairs x "
           f"{args.length} steps = {2 * args.pairs * args.length} observations")
     for threads, bf16 in [(th, bf) for th in args.threads for bf in (False, True)]:
-        times = time_steps(threads, args.steps, args.warmup, args.pairs, args.length, bf16)
+        times = time_steps(threads, args.steps, args.warmup, args.pairs, args.length, bf16,
+                           args.device)
         print(f"threads {threads}, {'bf16 autocast' if bf16 else 'fp32'}: median {np.median(times) * 1000:.0f} ms/step "
               f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f})")
 
