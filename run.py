@@ -159,6 +159,7 @@ def apply_resume(args: argparse.Namespace, argv: list[str]) -> argparse.Namespac
             raise UsageError(f"--resume: this run's {positional} is {saved[positional]}")
     merged = argparse.Namespace(**{**saved, **given})
     merged.resume, merged.run_dir = str(run_dir), run_dir
+    merged.overrides = {k: v for k, v in given.items() if k != "resume"}
     merged.load_policy_ckpt_dir = (str(run_dir / "policy")
                                    if list((run_dir / "policy").glob("policy-*.pt")) else None)
     predictor = run_dir / "reward_predictor" / PREDICTOR_FILE
@@ -292,7 +293,8 @@ def labels_by_person(args: argparse.Namespace) -> bool:
 
 def make_run_dir(args: argparse.Namespace) -> Path:
     """Create the run directory and record the exact command and settings (a resumed run
-    appends its command and keeps the first settings file)."""
+    appends its command and writes the flags it overrode into the settings file, so that the
+    next resume keeps them)."""
     run_dir: Path = args.run_dir
     run_dir.mkdir(parents=True, exist_ok=bool(args.resume))
     with open(run_dir / "command.txt", "a") as f:
@@ -301,7 +303,11 @@ def make_run_dir(args: argparse.Namespace) -> Path:
         settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                     if k not in ("run_dir", "env_kind", "prefs_path", "reward_ckpt_path",
                                  "predictor_device")}
-        (run_dir / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
+    else:
+        settings = {**json.loads((run_dir / "settings.json").read_text()), **args.overrides}
+    tmp = run_dir / "settings.json.tmp"
+    tmp.write_text(json.dumps(settings, indent=2) + "\n")
+    tmp.replace(run_dir / "settings.json")  # never a half-written settings file
     return run_dir
 
 

@@ -79,12 +79,15 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
     r = run("train_policy_with_original_rewards", "MovingDotNoFrameskip-v0",
             "--million_timesteps", "0.004", "--n_envs", "4", "--log_dir", str(d))
     assert r.returncode == 0, r.stderr
-    r = run("--resume", str(d), "--million_timesteps", "0.008")
+    first = json.loads((d / "settings.json").read_text())
+    r = run("--resume", str(d), "--million_timesteps", "0.008", "--ent_coef", "0.02")
     assert r.returncode == 0, r.stderr
     newest = sorted((d / "policy").glob("policy-*.pt"))[-1]
     assert torch.load(newest, weights_only=True)["timesteps"] == 8000
     assert len((d / "command.txt").read_text().splitlines()) == 2
-    assert json.loads((d / "settings.json").read_text())["million_timesteps"] == 0.004
+    # The flags given on resuming are the run's settings from now on (a later --resume keeps them).
+    assert json.loads((d / "settings.json").read_text()) == {
+        **first, "million_timesteps": 0.008, "ent_coef": 0.02}
 
 
 def test_missing_or_corrupt_store_and_checkpoint_are_one_line_errors(tmp_path):

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Probe a run's reward predictor against the game's own reward: what does r̂ see of the score?
+
+    python -m experiments.probe_predictor RUN_DIR                 # random play
+    python -m experiments.probe_predictor RUN_DIR --policy run    # the run's newest policy
+
+Plays the run's env, scores every step with the run's saved predictor exactly as A2C gets it
+(eval mode, each member normalised, members averaged), and prints:
+- the predicted reward's mean and std on these frames (A2C's scale: `--reward_std` is the target);
+- its correlation with the true reward per step and over 25-step clips (what labels compare);
+- clip agreement: for random pairs of clips whose true returns differ, how often the predicted
+  returns order them the same way (the synthetic labeller's answer on this policy's clips);
+- the mean predicted reward in the steps around true reward events (a miss in Pong is -1).
+With `--out` it draws the last two. Comparing `--policy random` with `--policy run` shows reward
+hacking: the policy's own clips scored well by r̂ but badly by the game.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CLIP = 25  # App. A: clips of 25 agent steps
+LAGS = np.arange(-20, 6)  # steps around an event, negative before it
+
+
+@dataclass
+class Probe:
+    """Predicted (T, N) and true (T, N) rewards of T steps of N envs, and what they tell."""
+
+    predicted: np.ndarray
+    true: np.ndarray
+
+    def step_correlation(self) -> float:
+        return _corr(self.predicted.ravel(), self.true.ravel())
+
+    def clip_returns(self) -> tuple[np.ndarray, np.ndarray]:
+        """Summed rewards of every CLIP-step window (overlapping), predicted and true."""
+        def windows(x: np.ndarray) -> np.ndarray:
+            c = np.concatenate([np.zeros((1, x.shape[1])), np.cumsum(x, 0)])
+            return (c[CLIP:] - c[:-CLIP]).ravel()
+        return windows(self.predicted), windows(self.true)
+
+    def clip_correlation(self) -> float:
+        return _corr(*self.clip_returns())
+
+    def clip_agreement(self, n_pairs: int = 20_000, seed: int = 0) -> float:
+        """Fraction of random clip pairs with different true returns that r̂ orders the same way
+        (NaN when every clip has the same true return)."""
+        pred, true = self.clip_returns()
+        rng = np.random.default_rng(seed)
+        i, j = rng.integers(0, len(true), (2, n_pairs))
+        decisive = true[i] != true[j]
+        if not decisive.any():
+            return float("nan")
+        same = np.sign(pred[i] - pred[j]) == np.sign(true[i] - true[j])
+        return float(same[decisive].mean())
+
+    def around_events(self, sign: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """Mean and standard error of the predicted reward at LAGS steps from each true reward of
+        this sign, minus the overall mean; and the number of events."""
+        t_max = self.true.shape[0]
+        events = [(t, n) for t, n in np.argwhere(np.sign(self.true) == sign)
+                  if t + LAGS[0] >= 0 and t + LAGS[-1] < t_max]
+        if not events:
+            return np.full(len(LAGS), np.nan), np.full(len(LAGS), np.nan), 0
+        rows = np.array([[self.predicted[t + lag, n] for lag in LAGS] for t, n in events])
+        rows -= self.predicted.mean()
+        return rows.mean(0), rows.std(0) / np.sqrt(len(rows)), len(rows)
+
+
+def _corr(a: np.ndarray, b: np.ndarray) -> float:
+    if a.std() == 0 or b.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def collect(env, reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
+            act: Callable[[np.ndarray], np.ndarray], steps: int) -> Probe:
+    """Play `steps` steps of a vector env, scoring each observation before it is acted on, as
+    A2C's rollout does."""
+    obs = env.reset()
+    predicted, true = [], []
+    for _ in range(steps):
+        actions = act(obs)
+        predicted.append(reward_fn(obs, actions))
+        result = env.step(actions)
+        true.append(result.rewards)
+        obs = result.obs
+    return Probe(np.array(predicted, dtype=np.float64), np.array(true, dtype=np.float64))
+
+
+def load_run(run_dir: Path, policy: str, n_envs: int, seed: int):
+    """The run's env, its predictor as A2C uses it, and an action function."""
+    import torch
+
+    from a2c.rollout import bf16_is_fast, sample_actions
+    from envs import env_kind, make_vec_env
+    from reward_predictor.process import TrainerConfig
+    from reward_predictor.reward_fn import load_ensemble
+
+    settings = json.loads((run_dir / "settings.json").read_text())
+    kind = env_kind(settings["env_id"])
+    config = TrainerConfig(env_kind=kind, n_members=settings["ensemble_size"],
+                           dropout=settings["dropout"], batchnorm=settings["batchnorm"],
+                           reward_std=settings["reward_std"],
+                           bf16=kind == "atari" and bf16_is_fast())
+    ensemble = load_ensemble(config, str(run_dir / "reward_predictor" / "reward_predictor.pt"))
+    env = make_vec_env(settings["env_id"], n_envs, seed=seed, num_threads=1)
+    if policy == "random":
+        rng = np.random.default_rng(seed)
+        return env, ensemble.reward, lambda obs: rng.integers(0, env.num_actions, len(obs))
+    from a2c.checkpoint import load_policy
+    from a2c.policies import make_policy
+
+    net = make_policy(kind, env.num_actions)
+    net.load_state_dict(load_policy(run_dir / "policy")["policy"])
+    net.eval()
+    torch.manual_seed(seed)
+    return env, ensemble.reward, lambda obs: sample_actions(net, obs)
+
+
+def plot(probe: Probe, out: str, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    for sign, name, colour in ((-1, "true reward < 0", "C3"), (1, "true reward > 0", "C2")):
+        mean, se, n = probe.around_events(sign)
+        if n:
+            ax.errorbar(LAGS, mean, yerr=se, color=colour, capsize=2, label=f"{name} ({n} events)")
+    ax.axhline(0, color="grey", lw=1)
+    ax.axvline(0, color="grey", lw=1, ls="--")
+    ax.set(xlabel="steps from the event", ylabel="predicted reward − its mean",
+           title="r̂ around the game's rewards")
+    ax.legend()
+    pred, true = probe.clip_returns()
+    bx.scatter(true + np.random.default_rng(0).uniform(-0.15, 0.15, len(true)), pred, s=2, alpha=0.2)
+    bx.set(xlabel=f"true return of a {CLIP}-step clip (jittered)",
+           ylabel="predicted return", title=f"clips: correlation {probe.clip_correlation():.2f}")
+    fig.suptitle(title)
+    fig.tight_layout()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def report(probe: Probe) -> str:
+    lines = [f"predicted reward: mean {probe.predicted.mean():+.4f}, std {probe.predicted.std():.4f}",
+             f"correlation with the true reward: per step {probe.step_correlation():.3f}, "
+             f"per {CLIP}-step clip {probe.clip_correlation():.3f}",
+             f"clip agreement (pairs with different true returns): {probe.clip_agreement():.3f}"]
+    for sign, name in ((-1, "negative"), (1, "positive")):
+        mean, _, n = probe.around_events(sign)
+        if n:
+            before = mean[(LAGS >= -10) & (LAGS <= 0)].sum()
+            lines.append(f"{n} {name} true rewards: predicted reward over the 10 steps before "
+                         f"and at them, relative to its mean: {before:+.3f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run_dir", help="a run directory with a saved reward predictor")
+    p.add_argument("--policy", choices=("random", "run"), default="random",
+                   help="who plays: uniformly random actions or the run's newest policy")
+    p.add_argument("--steps", type=int, default=1000, help="steps of each env")
+    p.add_argument("--n_envs", type=int, default=8, help="envs played side by side")
+    p.add_argument("--seed", type=int, default=1, help="env and action seed")
+    p.add_argument("--out", help="write the figure here (.png)")
+    a = p.parse_args(argv)
+    run_dir = Path(a.run_dir)
+    if not (run_dir / "settings.json").is_file() or \
+            not (run_dir / "reward_predictor" / "reward_predictor.pt").is_file():
+        p.error(f"{run_dir} is not a run directory with a saved reward predictor")
+    if a.steps <= CLIP or a.n_envs <= 0:
+        p.error(f"--steps must exceed {CLIP} and --n_envs must be positive")
+    import torch
+    torch.set_num_threads(1)
+    from a2c.checkpoint import CheckpointError
+    try:
+        env, reward_fn, act = load_run(run_dir, a.policy, a.n_envs, a.seed)
+    except CheckpointError as e:
+        p.error(str(e))
+    try:
+        probe = collect(env, reward_fn, act, a.steps)
+    finally:
+        env.close()
+    print(f"{run_dir} ({a.policy} play, {a.steps} steps x {a.n_envs} envs)")
+    print(report(probe))
+    if a.out:
+        plot(probe, a.out, f"{run_dir.name}: {a.policy} play")
+        print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
