@@ -1,0 +1,67 @@
+"""experiments/probe_predictor.py: the figures it reports about a predictor against the true reward."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from experiments.probe_predictor import LAGS, Probe, collect, main
+
+
+def _events(seed: int = 0, steps: int = 400, n: int = 4) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    true = np.zeros((steps, n))
+    true[rng.random((steps, n)) < 0.03] = -1.0
+    true[rng.random((steps, n)) < 0.01] = 1.0
+    return true
+
+
+def test_a_predictor_that_is_an_affine_map_of_the_true_reward_agrees_everywhere():
+    true = _events()
+    probe = Probe(2.0 * true + 0.1, true)
+    assert probe.step_correlation() == pytest.approx(1.0)
+    assert probe.clip_correlation() == pytest.approx(1.0)
+    assert probe.clip_agreement() == 1.0
+    assert Probe(-true, true).clip_agreement() == 0.0
+
+
+def test_clip_returns_are_the_sums_of_every_25_step_window():
+    true = _events(1)
+    pred, summed = Probe(true, true).clip_returns()
+    assert len(summed) == (true.shape[0] - 24) * true.shape[1]
+    assert summed.reshape(-1, true.shape[1])[0, 2] == true[:25, 2].sum()
+    np.testing.assert_array_equal(pred, summed)
+
+
+def test_the_average_around_events_finds_where_the_predictor_reacts():
+    true = _events(2)
+    predicted = np.zeros_like(true)
+    for t, n in np.argwhere(true < 0):
+        if t >= 3:
+            predicted[t - 3, n] -= 1.0  # the predictor sees a miss coming 3 steps early
+    mean, se, count = Probe(predicted, true).around_events(-1)
+    assert count > 20 and LAGS[np.argmin(mean)] == -3 and np.all(se >= 0)
+    assert Probe(predicted, np.zeros_like(true)).around_events(1)[2] == 0
+
+
+def test_collect_scores_each_step_of_the_env():
+    from envs import make_vec_env
+
+    env = make_vec_env("MovingDotNoFrameskip-v0", 3, seed=0)
+    rng = np.random.default_rng(0)
+    seen = []
+
+    def reward_fn(obs, actions):
+        seen.append(obs.shape)
+        return np.full(len(obs), 0.5, np.float32)
+
+    probe = collect(env, reward_fn, lambda obs: rng.integers(0, env.num_actions, len(obs)), 60)
+    env.close()
+    assert probe.predicted.shape == probe.true.shape == (60, 3) and seen[0] == (3, 4, 84, 84)
+    assert set(np.unique(probe.true)) <= {-1.0, 0.0, 1.0} and probe.true.any()
+    assert np.isnan(probe.step_correlation())  # a constant prediction says nothing
+
+
+def test_a_directory_without_a_predictor_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([str(tmp_path)])
+    assert e.value.code == 2 and "saved reward predictor" in capsys.readouterr().err
