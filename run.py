@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="arithmetic of the policy and reward nets; auto: bfloat16 autocast where "
                         "the CPU has native bf16 (AVX512-BF16), else fp32")
+    g.add_argument("--device", default="cpu",
+                   help="where the policy acts and learns: cpu, cuda, cuda:N, or auto (cuda when "
+                        "torch sees a GPU)")
     g = p.add_argument_group("A2C (defaults: the paper's, App. A.2)")
     g.add_argument("--n_envs", type=int, default=16, help="parallel environments")
     g.add_argument("--million_timesteps", type=float, default=10.0,
@@ -157,7 +160,9 @@ def apply_resume(args: argparse.Namespace, argv: list[str]) -> argparse.Namespac
     for positional in ("mode", "env_id"):
         if given.get(positional) not in (None, saved[positional]):
             raise UsageError(f"--resume: this run's {positional} is {saved[positional]}")
-    merged = argparse.Namespace(**{**saved, **given})
+    # Defaults first: a run saved before a flag existed resumes with that flag's default.
+    defaults = {a.dest: a.default for a in build_parser()._actions if a.dest != "help"}
+    merged = argparse.Namespace(**{**defaults, **saved, **given})
     merged.resume, merged.run_dir = str(run_dir), run_dir
     merged.overrides = {k: v for k, v in given.items() if k != "resume"}
     merged.load_policy_ckpt_dir = (str(run_dir / "policy")
@@ -197,7 +202,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("--reward_predictor_duty must be in (0, 1]")
     if args.anneal_every_frames <= 0:
         raise UsageError("--anneal_every_frames must be positive")
-    args.predictor_device = resolve_device(args.reward_predictor_device)
+    args.predictor_device = resolve_device(args.reward_predictor_device, "--reward_predictor_device")
+    args.policy_device = resolve_device(args.device, "--device")
     try:
         from pref_interface.teachers import make_teacher
         make_teacher(args.teacher)
@@ -229,8 +235,8 @@ def check_args(args: argparse.Namespace) -> None:
     args.run_dir = run_dir
 
 
-def resolve_device(name: str) -> str:
-    """A torch device name from --reward_predictor_device; UsageError when it is not there."""
+def resolve_device(name: str, flag: str) -> str:
+    """A torch device name from a device flag; UsageError when it is not there."""
     import torch
 
     if name == "auto":
@@ -238,16 +244,14 @@ def resolve_device(name: str) -> str:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise UsageError(f"--reward_predictor_device: unknown device {name!r} "
-                         "(cpu, cuda, cuda:N or auto)") from None
+        raise UsageError(f"{flag}: unknown device {name!r} (cpu, cuda, cuda:N or auto)") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise UsageError(f"--reward_predictor_device {name}: torch sees no GPU here")
+            raise UsageError(f"{flag} {name}: torch sees no GPU here")
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise UsageError(f"--reward_predictor_device {name}: only "
-                             f"{torch.cuda.device_count()} GPU(s) here")
+            raise UsageError(f"{flag} {name}: only {torch.cuda.device_count()} GPU(s) here")
     elif device.type != "cpu":
-        raise UsageError(f"--reward_predictor_device: {name!r} is not supported (cpu or cuda)")
+        raise UsageError(f"{flag}: {name!r} is not supported (cpu or cuda)")
     return name
 
 
@@ -302,7 +306,7 @@ def make_run_dir(args: argparse.Namespace) -> Path:
     if not args.resume:
         settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                     if k not in ("run_dir", "env_kind", "prefs_path", "reward_ckpt_path",
-                                 "predictor_device")}
+                                 "predictor_device", "policy_device")}
     else:
         settings = {**json.loads((run_dir / "settings.json").read_text()), **args.overrides}
     tmp = run_dir / "settings.json.tmp"
@@ -461,7 +465,7 @@ def a2c_config(args: argparse.Namespace, run_dir: Path):
                                          if args.lr_zero_million_timesteps else None)),
         seed=args.seed, ckpt_dir=str(run_dir / "policy"), ckpt_interval=args.policy_ckpt_interval,
         load_ckpt_dir=args.load_policy_ckpt_dir, torch_threads=args.torch_threads,
-        env_threads=args.env_threads, precision=args.precision,
+        env_threads=args.env_threads, precision=args.precision, device=args.policy_device,
         hide_episode_ends=not args.show_episode_ends and args.mode != ORIGINAL)
 
 

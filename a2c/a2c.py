@@ -72,6 +72,8 @@ class A2C:
                timesteps: int) -> dict[str, float]:
         """One gradient step from a rollout whose logits/values (T, N, ...) still hold their graph."""
         c = self.config
+        device = values.device  # the rollout's tensors may come from the CPU
+        actions, rewards, dones = actions.to(device), rewards.to(device), dones.to(device)
         returns = discounted_returns(rewards, dones, last_value, c.gamma)
         loss, stats = a2c_loss(logits, values, actions, returns, c.ent_coef, c.vf_coef)
         lr = self.learning_rate(timesteps)

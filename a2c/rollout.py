@@ -49,6 +49,7 @@ class RolloutCollector:
     def __init__(self, env: VecEnv, policy: torch.nn.Module, n_steps: int,
                  reward_fn: RewardFn | None = None, observers: list[RolloutObserver] = (),
                  seed: int = 0, bf16: bool = False):
+        """The policy may live on a GPU: observations go to its device, actions come back."""
         self.env = env
         self.policy = policy
         self.n_steps = n_steps
@@ -57,7 +58,8 @@ class RolloutCollector:
         n = env.num_envs
         self.obs = np.empty((n_steps + 1, n, 4, 84, 84), dtype=np.uint8)
         self.obs[0] = env.reset(seed=seed)
-        self.generator = torch.Generator().manual_seed(seed)
+        self.device = next(policy.parameters()).device
+        self.generator = torch.Generator(self.device).manual_seed(seed)
         self.bf16 = bf16
         # Per-env sum of the reward A2C trains on, for the "predicted return" of each episode.
         self.train_return = np.zeros(n, dtype=np.float64)
@@ -77,19 +79,20 @@ class RolloutCollector:
         for t in range(T):
             # bfloat16 autocast: the forward (and so its backward) runs the convolutions in bf16
             # with fp32 weights; the loss is computed in fp32 from the upcast outputs.
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
-                step_logits, step_value = self.policy(torch.from_numpy(self.obs[t]))
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                step_logits, step_value = self.policy(self._to_device(self.obs[t]))
             step_logits, step_value = step_logits.float(), step_value.float()
             probs = torch.softmax(step_logits.detach(), dim=-1)
-            action = torch.multinomial(probs, 1, generator=self.generator).squeeze(1).numpy()
+            action = torch.multinomial(probs, 1, generator=self.generator).squeeze(1).cpu().numpy()
             result = self.env.step(action)
             self.obs[t + 1] = result.obs
             actions[t], true_rewards[t], dones[t] = action, result.rewards, result.dones
             logits.append(step_logits)
             values.append(step_value)
             finished.extend(result.finished)
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
-            last_value = self.policy(torch.from_numpy(self.obs[T]))[1].float()
+        with torch.no_grad(), torch.autocast(self.device.type, dtype=torch.bfloat16,
+                                             enabled=self.bf16):
+            last_value = self.policy(self._to_device(self.obs[T]))[1].float()
         if self.reward_fn is None:
             rewards = np.sign(true_rewards)  # DeepMind reward clipping for true-reward training
         else:
@@ -102,6 +105,9 @@ class RolloutCollector:
             observer(rollout)
         self.obs[0] = self.obs[T]
         return rollout
+
+    def _to_device(self, obs: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(obs).to(self.device, non_blocking=True)
 
     def _track_train_return(self, rollout: Rollout) -> None:
         """Attach the summed training reward to each finished episode record (the records come
@@ -117,7 +123,7 @@ class RolloutCollector:
 def sample_actions(policy: torch.nn.Module, obs: np.ndarray, greedy: bool = False) -> np.ndarray:
     """Actions for a batch of observations without building a graph (evaluation, watching)."""
     with torch.no_grad():
-        logits, _ = policy(torch.from_numpy(obs))
+        logits, _ = policy(torch.from_numpy(obs).to(next(policy.parameters()).device))
     if greedy:
-        return logits.argmax(-1).numpy()
-    return Categorical(logits=logits).sample().numpy()
+        return logits.argmax(-1).cpu().numpy()
+    return Categorical(logits=logits).sample().cpu().numpy()

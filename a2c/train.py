@@ -29,6 +29,7 @@ class A2CRunConfig:
     torch_threads: int = 2
     env_threads: int = 0  # ale-py threads; 0: one per core
     precision: str = "auto"  # "fp32", "bf16" (autocast), or "auto": bf16 where the CPU has it
+    device: str = "cpu"  # where the policy acts and learns ("cuda": a GPU)
     hide_episode_ends: bool = False  # App. A: the agent sees one continuous episode
     learn: bool = True  # False: only act (e.g. the untrained policy making the first clips)
 
@@ -61,7 +62,8 @@ def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
     torch.manual_seed(config.seed)
     c = config.a2c
     env = make_vec_env(config.env_id, c.n_envs, seed=config.seed, num_threads=config.env_threads)
-    policy = make_policy(env_kind(config.env_id), env.num_actions)
+    # On its device before the optimiser exists, so that loaded optimiser state follows it there.
+    policy = make_policy(env_kind(config.env_id), env.num_actions).to(config.device)
     algo = A2C(policy, c)
     timesteps = updates = 0
     if config.load_ckpt_dir:

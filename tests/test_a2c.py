@@ -114,3 +114,19 @@ def test_a_given_reward_function_replaces_the_env_reward_and_is_summed_per_episo
         episodes += rollout.finished
     assert seen[0] == (20, 4, 84, 84)  # one batched call per rollout, all T x N steps
     assert len(episodes) == 4 and all(e.train_return == 125.0 for e in episodes)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_a2c_trains_a_policy_on_the_gpu_and_its_checkpoint_loads_on_the_cpu(tmp_path):
+    config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=4_000, seed=0,
+                          ckpt_dir=str(tmp_path / "p"), torch_threads=1, device="cuda")
+    assert train_a2c(config, str(tmp_path / "tb")) == 4_000
+    state = load_policy(tmp_path / "p")
+    policy = make_policy("moving_dot", 5)
+    policy.load_state_dict(state["policy"])  # a CPU policy from a GPU run's checkpoint
+    obs = MovingDotVecEnv(3, seed=1).reset()
+    assert sample_actions(policy, obs).shape == sample_actions(policy.cuda(), obs).shape == (3,)
+    resumed = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=8_000, seed=0,
+                           ckpt_dir=str(tmp_path / "p"), load_ckpt_dir=str(tmp_path / "p"),
+                           torch_threads=1, device="cuda")
+    assert train_a2c(resumed, str(tmp_path / "tb")) == 8_000  # optimiser state onto the GPU

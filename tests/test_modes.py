@@ -80,6 +80,9 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
             "--million_timesteps", "0.004", "--n_envs", "4", "--log_dir", str(d))
     assert r.returncode == 0, r.stderr
     first = json.loads((d / "settings.json").read_text())
+    for newer in ("device", "reward_predictor_device"):  # as a run saved before these flags
+        del first[newer]
+    (d / "settings.json").write_text(json.dumps(first))
     r = run("--resume", str(d), "--million_timesteps", "0.008", "--ent_coef", "0.02")
     assert r.returncode == 0, r.stderr
     newest = sorted((d / "policy").glob("policy-*.pt"))[-1]
