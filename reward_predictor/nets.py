@@ -68,6 +68,7 @@ class AtariRewardNet(nn.Module):
             else:
                 x = conv(x)
             x = F.leaky_relu(norm(x), LEAKY_SLOPE)
+            # The random-byte mask is a CPU saving; on a GPU F.dropout is already cheap.
             if self.training and self.dropout == 0.5 and x.device.type == "cpu":
                 x = dropout_half(x)
             elif self.dropout > 0.0:
