@@ -515,3 +515,12 @@ def test_predictor_learns_that_closer_to_centre_is_preferred():
         obs[i, -1] = _render_dot(np.array([x, 41]))
     reward = ens.reward(obs, np.array([2, 4, 4, 2]))  # right, left, left, right
     assert reward[0] > reward[1] and reward[2] > reward[3]
+
+
+def test_bf16_training_takes_segments_of_different_lengths_in_one_batch():
+    rng = np.random.default_rng(7)
+    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(), n_members=1)
+    ens.bf16 = True  # the nets' sums come out in bf16 and are gathered into fp32 returns
+    prefs = [random_pref(rng, t=5), random_pref(rng, t=7), random_pref(rng, t=5)]
+    metrics = ens.train_step([prefs])
+    assert np.isfinite(metrics["loss"])
