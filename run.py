@@ -142,10 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def apply_resume(args: argparse.Namespace, argv: list[str]) -> argparse.Namespace:
-    """With --resume: the run's saved settings, overridden by the flags given on this command
-    line, pointed at the run's own checkpoints and label store."""
-    run_dir = Path(args.resume)
+def load_settings(run_dir: Path) -> dict:
+    """A run's saved settings; a flag newer than the run takes its default. UsageError when the
+    run directory has no readable settings.json."""
     settings_file = run_dir / "settings.json"
     if not settings_file.is_file():
         raise UsageError(f"cannot resume {run_dir}: no settings.json there")
@@ -153,6 +152,15 @@ def apply_resume(args: argparse.Namespace, argv: list[str]) -> argparse.Namespac
         saved = json.loads(settings_file.read_text())
     except ValueError:
         raise UsageError(f"cannot resume {run_dir}: settings.json is damaged") from None
+    defaults = {a.dest: a.default for a in build_parser()._actions if a.dest != "help"}
+    return {**defaults, **saved}
+
+
+def apply_resume(args: argparse.Namespace, argv: list[str]) -> argparse.Namespace:
+    """With --resume: the run's saved settings, overridden by the flags given on this command
+    line, pointed at the run's own checkpoints and label store."""
+    run_dir = Path(args.resume)
+    saved = load_settings(run_dir)
     explicit = build_parser()  # a parser without defaults tells which flags were given
     for action in explicit._actions:
         action.default = argparse.SUPPRESS
@@ -160,9 +168,7 @@ def apply_resume(args: argparse.Namespace, argv: list[str]) -> argparse.Namespac
     for positional in ("mode", "env_id"):
         if given.get(positional) not in (None, saved[positional]):
             raise UsageError(f"--resume: this run's {positional} is {saved[positional]}")
-    # Defaults first: a run saved before a flag existed resumes with that flag's default.
-    defaults = {a.dest: a.default for a in build_parser()._actions if a.dest != "help"}
-    merged = argparse.Namespace(**{**defaults, **saved, **given})
+    merged = argparse.Namespace(**{**saved, **given})
     merged.resume, merged.run_dir = str(run_dir), run_dir
     merged.overrides = {k: v for k, v in given.items() if k != "resume"}
     merged.load_policy_ckpt_dir = (str(run_dir / "policy")

@@ -17,7 +17,6 @@ hacking: the policy's own clips scored well by r̂ but badly by the game.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,19 +101,18 @@ def load_run(run_dir: Path, policy: str, n_envs: int, seed: int):
     """The run's env, its predictor as A2C uses it, and an action function."""
     import torch
 
-    from a2c.rollout import bf16_is_fast, sample_actions
+    import run as cli
+    from a2c.rollout import sample_actions
     from envs import env_kind, make_vec_env
-    from reward_predictor.process import TrainerConfig
     from reward_predictor.reward_fn import load_ensemble
 
-    settings = json.loads((run_dir / "settings.json").read_text())
-    kind = env_kind(settings["env_id"])
-    config = TrainerConfig(env_kind=kind, n_members=settings["ensemble_size"],
-                           dropout=settings["dropout"], batchnorm=settings["batchnorm"],
-                           reward_std=settings["reward_std"],
-                           bf16=kind == "atari" and bf16_is_fast())
-    ensemble = load_ensemble(config, str(run_dir / "reward_predictor" / "reward_predictor.pt"))
-    env = make_vec_env(settings["env_id"], n_envs, seed=seed, num_threads=1)
+    # The predictor exactly as the run built it for A2C: its settings through run.py's own mapping.
+    settings = argparse.Namespace(**cli.load_settings(run_dir))
+    kind = settings.env_kind = env_kind(settings.env_id)
+    settings.reward_ckpt_path, settings.predictor_device = None, "cpu"
+    ensemble = load_ensemble(cli.trainer_config(settings, None),
+                             str(run_dir / "reward_predictor" / cli.PREDICTOR_FILE))
+    env = make_vec_env(settings.env_id, n_envs, seed=seed, num_threads=1)
     if policy == "random":
         rng = np.random.default_rng(seed)
         return env, ensemble.reward, lambda obs: rng.integers(0, env.num_actions, len(obs))
