@@ -134,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--reward_predictor_duty", type=float, default=0.5,
                    help="fraction of wall-clock time the trainer spends training while the "
                         "policy trains (it rests the rest, leaving the cores to A2C)")
+    g.add_argument("--min_predictor_labels_per_step", type=float, default=0.0,
+                   help="a floor on predictor training: A2C waits before each rollout while each "
+                        "member has trained on fewer labels than this per agent step (the paper's "
+                        "pace is about 0.1, App. A; 0: A2C never waits)")
     g.add_argument("--reward_predictor_threads", type=int, default=1,
                    help="torch threads in the reward-predictor trainer process")
     g.add_argument("--reward_predictor_device", default="cpu",
@@ -204,6 +208,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("--ent_coef and --env_threads must not be negative")
     if not 0.0 <= args.label_noise < 1.0 or args.oversampling < 1 or args.max_labels < 1:
         raise UsageError("--label_noise is in [0, 1); --oversampling and --max_labels >= 1")
+    if args.min_predictor_labels_per_step < 0:
+        raise UsageError("--min_predictor_labels_per_step must not be negative")
     if not 0.0 < args.reward_predictor_duty <= 1.0:
         raise UsageError("--reward_predictor_duty must be in (0, 1]")
     if args.anneal_every_frames <= 0:
@@ -496,6 +502,8 @@ def trainer_config(args: argparse.Namespace, run_dir: Path | None):
         load_ckpt_path=args.reward_ckpt_path, torch_threads=args.reward_predictor_threads,
         reward_std=args.reward_std, label_noise=args.label_noise, adaptive_l2=args.adaptive_l2,
         duty=args.reward_predictor_duty, seed=args.seed, device=args.predictor_device,
+        # While A2C waits for the predictor (--min_predictor_labels_per_step) its threads are idle.
+        threads_while_agent_waits=args.reward_predictor_threads + args.torch_threads,
         # MovingDot's small net reads sub-pixel dot positions: bf16's 8-bit mantissa blurs them.
         bf16=use_bf16(args) and args.env_kind == "atari")
 
@@ -626,6 +634,7 @@ def train_policy_with_preferences(args, run_dir: Path, ctx) -> int:
 
     from a2c.train import A2CStats, train_a2c
     from pref_interface.process import InterfaceStats, run_pref_interface
+    from reward_predictor.pace import PredictorPace
     from reward_predictor.process import TrainerStats, build_ensemble, run_trainer
     from reward_predictor.reward_fn import PredictedReward, PreferencePredictor, frozen_reward
     from reward_predictor.shared import SharedWeights
@@ -672,7 +681,7 @@ def train_policy_with_preferences(args, run_dir: Path, ctx) -> int:
               a2c_stats.timesteps)
     sup.start("a2c", train_a2c, a2c_config(args, run_dir), str(run_dir / "tb"), a2c_stats,
               partial(PredictedReward, ch.reward_weights, tconfig), ch.a2c_observers(istats),
-              ch.stop)
+              ch.stop, partial(PredictorPace, ch.reward_weights, args.min_predictor_labels_per_step))
     ch.start_episode_viewer(sup)
 
     def status() -> str:  # while a person labels, the counters are in the prompt instead

@@ -4,7 +4,7 @@ from __future__ import annotations
 import collections
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
@@ -13,6 +13,9 @@ from a2c.a2c import A2C, A2CConfig
 from a2c.checkpoint import load_policy, save_policy
 from a2c.policies import make_policy
 from a2c.rollout import RewardFn, RolloutCollector, RolloutObserver, bf16_is_fast
+
+if TYPE_CHECKING:
+    from reward_predictor.pace import PredictorPace
 
 
 @dataclass
@@ -47,11 +50,13 @@ class A2CStats:
 def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
               make_reward_fn: Callable[[], RewardFn] | None = None,
               make_observers: Callable[[int], list[RolloutObserver]] | None = None,
-              stop_event=None) -> int:
+              stop_event=None, make_pace: Callable[[], "PredictorPace"] | None = None) -> int:
     """Train until `total_timesteps` agent steps (summed over envs); returns the steps reached.
 
     `make_reward_fn` builds, inside this process, the reward that replaces the env's;
-    `make_observers(n_envs)` builds the rollout observers (e.g. the clip cutter).
+    `make_observers(n_envs)` builds the rollout observers (e.g. the clip cutter);
+    `make_pace` the reward predictor's pace, which may hold each rollout back until the predictor
+    has trained enough.
     On KeyboardInterrupt or `stop_event` a final checkpoint is written before returning.
     """
     from torch.utils.tensorboard import SummaryWriter
@@ -72,6 +77,8 @@ def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
         algo.optimizer.load_state_dict(state["optimizer"])
         timesteps, updates = state["timesteps"], state["updates"]
     reward_fn = make_reward_fn() if make_reward_fn else None
+    pace = make_pace() if make_pace else None
+    start_timesteps, waited = timesteps, 0.0
     observers = make_observers(c.n_envs) if make_observers else []
     bf16 = config.precision == "bf16" or (config.precision == "auto" and bf16_is_fast())
     collector = RolloutCollector(env, policy, c.n_steps, reward_fn, observers, seed=config.seed,
@@ -82,6 +89,8 @@ def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
     t_last, steps_last = time.perf_counter(), timesteps
     try:
         while timesteps < config.total_timesteps and not (stop_event and stop_event.is_set()):
+            if pace is not None:
+                waited += pace.wait(timesteps - start_timesteps, stop_event)
             r = collector.collect(keep_graph=config.learn)
             timesteps += c.n_steps * c.n_envs
             loss_stats = {}
@@ -102,9 +111,16 @@ def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
                     writer.add_scalar("charts/predicted_return", ep.train_return, timesteps)
             now = time.perf_counter()
             if now - t_last >= 1.0:
-                sps = (timesteps - steps_last) / (now - t_last)
+                elapsed = now - t_last
+                sps = (timesteps - steps_last) / elapsed
                 t_last, steps_last = now, timesteps
                 writer.add_scalar("charts/SPS", sps, timesteps)
+                if pace is not None:
+                    # The share of wall-clock time A2C spent waiting for the predictor.
+                    writer.add_scalar("charts/waiting_for_predictor", waited / elapsed, timesteps)
+                    writer.add_scalar("charts/predictor_labels_per_step",
+                                      pace.labels_per_step(timesteps - start_timesteps), timesteps)
+                    waited = 0.0
                 if trained_rewards:  # the predicted reward's spread on the policy's own frames
                     writer.add_scalar("charts/reward_std", float(np.std(trained_rewards)), timesteps)
                     trained_rewards.clear()

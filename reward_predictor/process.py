@@ -20,6 +20,7 @@ from reward_predictor.trainer import BATCH_SIZE, MAX_PREFS, VAL_MAX_PAIRS, Rewar
 log = logging.getLogger(__name__)
 
 IDLE_SLEEP_S = 0.05  # wait between queue polls while there is nothing to train on
+REST_POLL_S = 0.05  # while resting (duty < 1), how often the trainer checks whether A2C waits
 
 
 @dataclass
@@ -47,6 +48,7 @@ class TrainerConfig:
     label_noise: float = 0.1  # App. A: a 10% chance the labeller answered at random; 0: plain BT
     adaptive_l2: bool = False  # App. A: keep validation loss at 1.1-1.5x training loss
     duty: float = 1.0  # fraction of the time spent training; the rest is left to A2C (2 cores)
+    threads_while_agent_waits: int = 0  # torch threads while A2C waits for it (0: torch_threads)
     bf16: bool = False  # bfloat16 autocast in the nets (where the CPU has native bf16)
     initial_prefs_path: str | None = None  # a preference store whose latest labels start the buffer
     device: str = "cpu"  # where the trainer trains ("cuda": a GPU); consumers always use the CPU
@@ -99,6 +101,7 @@ def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWe
         trainer.add(pref)
     shared_weights.publish(ensemble)
     writer = SummaryWriter(log_dir)
+    start_step, threads = trainer.steps, config.torch_threads
     last_publish_step, last_publish_t = trainer.steps, time.monotonic()
     last_ckpt_step = trainer.steps
     rate_step, rate_t = trainer.steps, time.monotonic()
@@ -112,12 +115,20 @@ def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWe
             if trainer.n_train == 0:
                 time.sleep(IDLE_SLEEP_S)
                 continue
+            agent_waiting = shared_weights.consumer_waiting  # A2C is idle: take its threads
+            wanted = (config.threads_while_agent_waits or config.torch_threads) if agent_waiting \
+                else config.torch_threads
+            if wanted != threads:
+                torch.set_num_threads(wanted)
+                threads = wanted
             t_step = time.monotonic()
             metrics = trainer.train_steps(1)
             step = trainer.steps
+            shared_weights.labels_trained = (step - start_step) * config.batch_size
             now = time.monotonic()
             if config.duty < 1.0:  # leave the agent its share of the cores
-                stop_event.wait((now - t_step) * (1.0 - config.duty) / config.duty)
+                _rest((now - t_step) * (1.0 - config.duty) / config.duty, stop_event,
+                      shared_weights)
             if (step - last_publish_step >= config.publish_every_steps
                     or now - last_publish_t >= config.publish_every_s):
                 shared_weights.publish(ensemble)
@@ -177,6 +188,15 @@ def run_pretraining(config: TrainerConfig, prefs_path: str, n_epochs: int, stop_
         if config.ckpt_path:
             trainer.save(config.ckpt_path)
         writer.close()
+
+
+def _rest(seconds: float, stop_event: Any, shared_weights: SharedWeights) -> None:
+    """Sleep up to `seconds`; wake early on stop or when A2C starts waiting for the predictor."""
+    end = time.monotonic() + seconds
+    while not shared_weights.consumer_waiting:
+        left = end - time.monotonic()
+        if left <= 0 or stop_event.wait(min(left, REST_POLL_S)):
+            return
 
 
 def _drain(pref_queue: Any) -> list[Preference]:

@@ -26,6 +26,9 @@ class SharedWeights:
             self.tensors = {k: v.detach().clone().share_memory_()
                             for k, v in template.state_dict().items()}
         self._version = ctx.Value("q", 0, lock=False)  # guarded by self._lock
+        # Training progress beside the weights (each has one writer, so no lock): see PredictorPace.
+        self._labels_trained = ctx.Value("q", 0, lock=False)  # written by the trainer
+        self._consumer_waiting = ctx.Value("b", 0, lock=False)  # written by the consumer
         self._lock = ctx.Lock()
         self._seen = -1  # version this handle last pulled; -1: never, so the first pull copies
 
@@ -38,6 +41,24 @@ class SharedWeights:
     def version(self) -> int:
         """How many times weights have been published (0: still the template's)."""
         return int(self._version.value)
+
+    @property
+    def labels_trained(self) -> int:
+        """Labels each member has trained on since the trainer process started (batch x steps)."""
+        return int(self._labels_trained.value)
+
+    @labels_trained.setter
+    def labels_trained(self, n: int) -> None:
+        self._labels_trained.value = n
+
+    @property
+    def consumer_waiting(self) -> bool:
+        """True while a consumer is blocked until the trainer has trained more."""
+        return bool(self._consumer_waiting.value)
+
+    @consumer_waiting.setter
+    def consumer_waiting(self, waiting: bool) -> None:
+        self._consumer_waiting.value = int(waiting)
 
     @torch.no_grad()
     def publish(self, module: nn.Module) -> int:

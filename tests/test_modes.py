@@ -41,13 +41,18 @@ def test_every_mode_runs_and_hands_its_results_to_the_next(tmp_path):
     train = tmp_path / "train"
     r = run("train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
             "--load_prefs_dir", str(gather), "--load_reward_predictor_ckpt_dir", str(pretrain),
-            "--million_timesteps", "0.01", "--log_dir", str(train), *TINY)
+            "--million_timesteps", "0.01", "--min_predictor_labels_per_step", "0.5",
+            "--log_dir", str(train), *TINY)
     assert r.returncode == 0, r.stderr
     assert labels(train) > 40  # labelling went on while the policy trained
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     events = EventAccumulator(str(train / "tb")).Reload()
     spread = [e.value for e in events.Scalars("charts/reward_std")]
     assert spread and all(0 < v < 1 for v in spread)  # the reward A2C trained on, as it got it
+    # The floor held: A2C never ran a rollout (4 envs x 5 steps) ahead of the predictor's training.
+    pace = events.Scalars("charts/predictor_labels_per_step")
+    assert pace and all(e.value >= 0.5 * (e.step - 20) / e.step for e in pace), pace
+    assert any(e.value > 0 for e in events.Scalars("charts/waiting_for_predictor"))
     assert list((train / "policy").glob("policy-*.pt"))
     assert (train / "reward_predictor" / "reward_predictor.pt").is_file()
 

@@ -19,6 +19,7 @@ from reward_predictor import (AtariRewardNet, CheckpointError, MovingDotRewardNe
                               SharedWeights, TrainerConfig, TrainerStats, bootstrap_counts,
                               build_ensemble, make_reward_net, preference_loss, run_trainer)
 from reward_predictor.nets import dropout_half
+from reward_predictor.pace import PredictorPace
 
 torch.set_num_threads(1)
 
@@ -494,6 +495,47 @@ def test_trainer_process_stops_on_its_event(tmp_path):
     worker.join(timeout=30)
     assert not worker.is_alive() and stats.labels_received.value == 0
     assert not (tmp_path / "rp.pt").exists()
+
+
+def test_a2c_waits_for_the_trainer_and_the_trainer_stops_resting_for_it(tmp_path):
+    """--min_predictor_labels_per_step: the pace blocks until the trainer has trained on enough
+    labels. The trainer's duty would rest it ~2,000x its step time (minutes here); a waiting A2C
+    wakes it, so the wait ends within the test's time limit only if resting stops."""
+    rng = np.random.default_rng(8)
+    ctx = mp.get_context("spawn")
+    config = TrainerConfig(env_kind="moving_dot", n_members=1, batch_size=16, duty=5e-4,
+                           validate_every_steps=1000, threads_while_agent_waits=1)
+    shared = SharedWeights(build_ensemble(config), ctx)
+    stats, stop = TrainerStats.create(ctx), threading.Event()
+    prefs: queue.Queue = queue.Queue()
+    for _ in range(20):
+        prefs.put(moving_dot_pref(rng, is_validation=False))
+    worker = threading.Thread(target=run_trainer,
+                              args=(config, prefs, shared, stop, stats, str(tmp_path)))
+    worker.start()
+    give_up = threading.Timer(120.0, stop.set)  # a resting trainer would hold the wait for hours
+    give_up.start()
+    try:
+        pace = PredictorPace(shared, min_labels_per_step=0.1)
+        assert pace.wait(0, stop) == 0.0  # nothing is owed at the start
+        pace.wait(4_800, stop)  # owes 480 labels: 30 steps of 16
+        reached = shared.labels_trained
+        assert not stop.is_set() and reached >= 480, reached
+        assert not shared.consumer_waiting
+        assert pace.labels_per_step(4_800) == reached / 4_800
+        assert PredictorPace(shared).wait(10**9, stop) == 0.0  # no floor: never waits
+    finally:
+        give_up.cancel()
+        stop.set()
+        worker.join(timeout=30)
+
+
+def test_a_waiting_a2c_gives_up_when_the_run_stops():
+    shared = SharedWeights(nn.Linear(1, 1))
+    stop = threading.Event()
+    threading.Timer(0.2, stop.set).start()
+    waited = PredictorPace(shared, min_labels_per_step=1.0).wait(100, stop)  # nobody trains
+    assert waited > 0.0 and shared.labels_trained == 0 and not shared.consumer_waiting
 
 
 # ---- learning ---------------------------------------------------------------------------------
