@@ -115,9 +115,9 @@ def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWe
             if trainer.n_train == 0:
                 time.sleep(IDLE_SLEEP_S)
                 continue
-            agent_waiting = shared_weights.consumer_waiting  # A2C is idle: take its threads
-            wanted = (config.threads_while_agent_waits or config.torch_threads) if agent_waiting \
-                else config.torch_threads
+            wanted = config.torch_threads
+            if shared_weights.consumer_waiting and config.threads_while_agent_waits:
+                wanted = config.threads_while_agent_waits  # A2C is idle: take its threads
             if wanted != threads:
                 torch.set_num_threads(wanted)
                 threads = wanted
