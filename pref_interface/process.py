@@ -38,11 +38,11 @@ class InterfaceConfig:
     """Human labelling: let keys typed before a pair appeared answer it (answers piped in from a
     file). False drops them, so a double key press never labels a pair nobody has seen."""
     val_fraction: float = 1 / math.e
-    """Probability that a new label goes to the validation set. App. A holds out 1/e of the data
-    as validation for the adaptive L2 (validation loss kept at 1.1-1.5x training loss); we follow
-    the paper's figure, and decide it per label at labelling time so the split is stored with the
-    label and survives restarts. A trainer that validates on bootstrap out-of-bag labels instead
-    can set 0."""
+    """Probability that a new clip goes to the validation split (SegmentBuffer); pairs are drawn
+    within a split, so about this share of labels is validation and none shares a clip with a
+    training label. App. A holds out 1/e of the data as validation for the adaptive L2
+    (validation loss kept at 1.1-1.5x training loss); the split is stored with each label and
+    survives restarts. A trainer that validates on bootstrap out-of-bag labels instead can set 0."""
     max_in_flight: int | None = 16
     """Labels sent on pref_queue but not yet taken by the trainer; synthetic labelling pauses at
     this many so labels are made as fast as the trainer uses them and no faster. None: no trainer
@@ -174,8 +174,8 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
     if config.max_in_flight is None:
         pref_queue = None  # nobody reads it: putting would only pile labels up in memory
     pair_seq, val_seq = np.random.SeedSequence(config.seed).spawn(2)
-    pair_rng, val_rng = np.random.default_rng(pair_seq), np.random.default_rng(val_seq)
-    buffer = SegmentBuffer(config.max_segs)
+    pair_rng = np.random.default_rng(pair_seq)
+    buffer = SegmentBuffer(config.max_segs, config.val_fraction, seed=val_seq)
     store = PreferenceStore(store_path)
     n_stored = len(store)
     labeller = labeller if labeller is not None else make_labeller(
@@ -202,12 +202,12 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
             if not pairs:
                 time.sleep(IDLE_SLEEP_S)
                 continue
-            for _, left, _, right in pairs:
+            for left_id, left, _, right in pairs:
                 mu = labeller.label(left, right)
                 if mu is None:  # incomparable: not stored (§2.2.2)
                     continue
                 pref = Preference(left, right, mu, labeller.source,
-                                  is_validation=bool(val_rng.random() < config.val_fraction))
+                                  is_validation=buffer.is_validation(left_id))
                 store.add(pref)  # committed before anyone hears of it
                 n_stored += 1
                 if pref_queue is not None:

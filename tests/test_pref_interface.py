@@ -251,9 +251,9 @@ def test_no_preference_is_dropped_when_the_trainer_is_slow(tmp_path):
 def test_gathering_initial_labels_stops_at_the_requested_number(tmp_path):
     ctx = mp.get_context("spawn")
     seg_queue, stop_event, stats = queue.Queue(), threading.Event(), InterfaceStats.create(ctx)
-    for v in range(7):
+    for v in range(20):  # about 1/e of the clips (and so of the labels) are validation
         seg_queue.put(tiny_segment(v, reward=v % 2))
-    config = InterfaceConfig(max_segs=10, max_in_flight=None, stop_after_labels=12, seed=0)
+    config = InterfaceConfig(max_segs=20, max_in_flight=None, stop_after_labels=12, seed=0)
     path = str(tmp_path / "prefs.sqlite")
     run_pref_interface(config, seg_queue, None, stop_event, stats, path)  # no trainer reads labels
     with PreferenceStore(path) as store:
@@ -281,7 +281,8 @@ def test_incomparable_pairs_are_not_stored_and_stop_event_ends_the_loop(tmp_path
         seg_queue.put(tiny_segment(v))
     labeller, path = Undecided(), str(tmp_path / "prefs.sqlite")
     worker = threading.Thread(target=run_pref_interface, args=(
-        InterfaceConfig(max_in_flight=None, seed=0), seg_queue, None, stop_event, stats, path, labeller))
+        InterfaceConfig(max_in_flight=None, seed=0, val_fraction=0.0), seg_queue, None, stop_event,
+        stats, path, labeller))
     worker.start()
     time.sleep(0.5)
     stop_event.set()
@@ -326,3 +327,21 @@ def test_interface_exits_promptly_even_when_the_trainer_stopped_reading(tmp_path
             proc.kill()
     with PreferenceStore(store_path, create=False) as store:
         assert len(store) == 16
+
+
+def test_validation_labels_never_share_a_clip_with_training_labels():
+    """The split is per clip, pairs stay within a split, and about 1/e of the labels validate."""
+    rng = np.random.default_rng(4)
+    buf = SegmentBuffer(max_segs=60, val_fraction=1 / np.e, seed=5)
+    used = {False: set(), True: set()}
+    n_labels = 0
+    for step in range(600):
+        buf.add(tiny_segment(step))
+        for a, _, b, _ in buf.sample_new_pairs(1, rng):
+            split = buf.is_validation(a)
+            assert buf.is_validation(b) == split
+            used[split] |= {a, b}
+            n_labels += 1
+    assert not used[False] & used[True]
+    share = len(used[True]) / (len(used[True]) + len(used[False]))
+    assert n_labels > 550 and 0.25 < share < 0.5, (n_labels, share)

@@ -65,3 +65,17 @@ def test_a_directory_without_a_predictor_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main([str(tmp_path)])
     assert e.value.code == 2 and "saved reward predictor" in capsys.readouterr().err
+
+
+def test_validation_leak_counts_validation_labels_that_share_clips_with_training_labels():
+    from experiments.validation_leak import leak
+    from pref_interface.segment import Preference, Segment
+
+    def clip(v: int) -> Segment:
+        return Segment(np.full((4, 84, 84), v, np.uint8), np.zeros(1, np.int64), np.zeros(1, np.float32))
+
+    prefs = [Preference(clip(0), clip(1), 1.0), Preference(clip(2), clip(3), 0.0),
+             Preference(clip(0), clip(4), 1.0, is_validation=True),  # one clip trained on
+             Preference(clip(1), clip(2), 0.5, is_validation=True),  # both
+             Preference(clip(5), clip(6), 0.0, is_validation=True)]  # none
+    assert leak(prefs) == (3, 2, 1)
