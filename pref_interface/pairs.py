@@ -45,7 +45,8 @@ class SegmentBuffer:
     adaptive L2, fed by the leaky validation loss, did not hold the predictor back.
     """
 
-    def __init__(self, max_segs: int = 1000, val_fraction: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, max_segs: int = 1000, val_fraction: float = 0.0,
+                 seed: int | np.random.SeedSequence = 0) -> None:
         assert max_segs >= 2 and 0.0 <= val_fraction < 1.0, (max_segs, val_fraction)
         self.max_segs = max_segs
         self.val_fraction = val_fraction
