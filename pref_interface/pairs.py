@@ -56,6 +56,7 @@ class SegmentBuffer:
         self._next_id = 0
         self._offered: set[tuple[int, int]] = set()  # (smaller id, larger id), both of one split
         self._n_offered = [0, 0]  # offered pairs among training / validation segments
+        self._pairs_offered = [0, 0]  # the same, counting pairs since evicted
         self._partners: dict[int, set[int]] = {}  # id -> ids it was offered with, for eviction
 
     def add(self, seg: Segment) -> int:
@@ -101,18 +102,35 @@ class SegmentBuffer:
         """
         if oversample < 1:
             raise ValueError(f"oversample must be >= 1, got {oversample}")
-        n_candidates = k if score is None else k * oversample
-        n_val = int(rng.binomial(n_candidates, self.val_fraction)) if self.val_fraction else 0
-        drawn = self._draw_unoffered(n_candidates - n_val, rng, False) + \
-            self._draw_unoffered(n_val, rng, True)
-        candidates = [(a, self._segs[a], b, self._segs[b]) for a, b in drawn]
-        chosen = select_pairs(candidates, k, rng, score)
+        chosen: list[Candidate] = []
+        for split in (True, False):  # validation first: training fills what it could not give
+            wanted = self._validation_share(k) if split else k - len(chosen)
+            if wanted > 0:
+                drawn = self._draw_unoffered(wanted if score is None else wanted * oversample,
+                                             rng, split)
+                candidates = [(a, self._segs[a], b, self._segs[b]) for a, b in drawn]
+                chosen += select_pairs(candidates, wanted, rng, score)
         for a, _, b, _ in chosen:
             self._offered.add((min(a, b), max(a, b)))
             self._n_offered[self._is_val[a]] += 1
+            self._pairs_offered[self._is_val[a]] += 1
             self._partners.setdefault(a, set()).add(b)
             self._partners.setdefault(b, set()).add(a)
         return chosen
+
+    def _validation_share(self, k: int) -> int:
+        """How many of the next `k` pairs should come from the validation split: as many as bring
+        the share of validation pairs ever offered back to `val_fraction`. When the split has too
+        few clips (labels coming faster than clips, as when gathering), training pairs fill in and
+        the next calls make up the shortfall."""
+        n_val, n_all = self._pairs_offered[True], sum(self._pairs_offered)
+        share = 0
+        for _ in range(k):
+            n_all += 1
+            if n_val + 1 <= self.val_fraction * n_all:
+                n_val += 1
+                share += 1
+        return share
 
     def _draw_unoffered(self, m: int, rng: np.random.Generator, split: bool
                         ) -> list[tuple[int, int]]:

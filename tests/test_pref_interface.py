@@ -334,14 +334,16 @@ def test_validation_labels_never_share_a_clip_with_training_labels():
     rng = np.random.default_rng(4)
     buf = SegmentBuffer(max_segs=60, val_fraction=1 / np.e, seed=5)
     used = {False: set(), True: set()}
-    n_labels = 0
+    n_labels = n_val = 0
     for step in range(600):
         buf.add(tiny_segment(step))
-        for a, _, b, _ in buf.sample_new_pairs(1, rng):
+        for a, _, b, _ in buf.sample_new_pairs(2, rng):  # labels come faster than clips
             split = buf.is_validation(a)
             assert buf.is_validation(b) == split
             used[split] |= {a, b}
             n_labels += 1
+            n_val += split
     assert not used[False] & used[True]
-    share = len(used[True]) / (len(used[True]) + len(used[False]))
-    assert n_labels > 550 and 0.25 < share < 0.5, (n_labels, share)
+    clip_share = len(used[True]) / (len(used[True]) + len(used[False]))
+    assert n_labels > 1100 and 0.25 < clip_share < 0.5, (n_labels, clip_share)
+    assert abs(n_val / n_labels - 1 / np.e) < 0.02, n_val / n_labels  # App. A: 1/e held out
