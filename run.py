@@ -361,14 +361,24 @@ class Supervisor:
         status: 0, 1 for a crashed child, 130 for Ctrl-C."""
         tty = sys.stderr.isatty()
         last_print = 0.0
+        deadline = None  # once `until()` holds: when the children still running are terminated
         try:
             while any(p.is_alive() for p in self.procs.values()):
                 crashed = [n for n, p in self.procs.items()
                            if not p.is_alive() and p.exitcode not in (0, None)]
                 if crashed:
                     return self._fail(crashed)
-                if until is not None and until():
+                if deadline is None and until is not None and until():
                     self.stop_event.set()
+                    deadline = time.monotonic() + grace_s
+                if deadline is not None and time.monotonic() > deadline:
+                    # A child stuck past the grace (e.g. reading a clip that A2C, exiting, left
+                    # half-written in the queue) must not hold the run open: its work is saved.
+                    stuck = [n for n, p in self.procs.items() if p.is_alive()]
+                    sys.stderr.write(f"\nstopping {', '.join(stuck)}: not done {grace_s:.0f} s "
+                                     "after the stop\n")
+                    self._join(0.0)
+                    return 0  # terminated by us, not failed
                 now = time.monotonic()
                 if status_line is not None and now - last_print >= (1.0 if tty else 30.0):
                     last_print = now

@@ -11,3 +11,8 @@ def work_until_stopped(stop_event, finished) -> None:
     while not stop_event.is_set():
         time.sleep(0.05)
     finished.value = 1  # it noticed the stop and ended cleanly
+
+
+def ignore_the_stop(stop_event) -> None:
+    while True:  # stuck, e.g. blocked on a half-written message
+        time.sleep(0.05)

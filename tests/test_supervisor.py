@@ -20,3 +20,17 @@ def test_a_crashed_child_stops_the_others_and_the_run_fails(capsys):
     assert finished.value == 1  # the healthy child was asked to stop, not killed
     err = capsys.readouterr().err
     assert "process 'crasher' failed" in err and "the child broke on purpose" in err
+
+
+def test_a_child_stuck_after_the_stop_is_terminated_after_the_grace(capsys):
+    from tests.supervised_targets import ignore_the_stop
+
+    ctx = mp.get_context("spawn")
+    sup = Supervisor(ctx, ctx.Event())
+    finished = ctx.Value("i", 0)
+    sup.start("worker", work_until_stopped, sup.stop_event, finished)
+    sup.start("stuck", ignore_the_stop, sup.stop_event)
+    assert sup.wait(until=lambda: True, grace_s=2.0) == 0
+    assert not any(p.is_alive() for p in sup.procs.values())
+    assert finished.value == 1
+    assert "stopping stuck" in capsys.readouterr().err
