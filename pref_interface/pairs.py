@@ -54,9 +54,9 @@ class SegmentBuffer:
         self._segs: OrderedDict[int, Segment] = OrderedDict()
         self._is_val: dict[int, bool] = {}
         self._next_id = 0
-        self._offered: set[tuple[int, int]] = set()  # (smaller id, larger id), both of one split
-        self._n_offered = [0, 0]  # offered pairs among training / validation segments
-        self._pairs_offered = [0, 0]  # the same, counting pairs since evicted
+        # Pairs offered, (smaller id, larger id), among training [0] / validation [1] segments.
+        self._offered: tuple[set[tuple[int, int]], ...] = (set(), set())
+        self._pairs_offered = [0, 0]  # how many of each were ever offered, evicted ones included
         self._partners: dict[int, set[int]] = {}  # id -> ids it was offered with, for eviction
 
     def add(self, seg: Segment) -> int:
@@ -69,8 +69,7 @@ class SegmentBuffer:
             old, _ = self._segs.popitem(last=False)
             split = self._is_val.pop(old)
             for other in self._partners.pop(old, ()):
-                self._offered.discard((min(old, other), max(old, other)))
-                self._n_offered[split] -= 1
+                self._offered[split].discard((min(old, other), max(old, other)))
                 self._partners[other].discard(old)
         return seg_id
 
@@ -90,7 +89,7 @@ class SegmentBuffer:
 
     def _n_unoffered(self, split: bool) -> int:
         n = sum(1 for v in self._is_val.values() if v == split)
-        return n * (n - 1) // 2 - self._n_offered[split]
+        return n * (n - 1) // 2 - len(self._offered[split])
 
     def sample_new_pairs(self, k: int, rng: np.random.Generator, score: PairScorer | None = None,
                          oversample: int = 10) -> list[Candidate]:
@@ -111,8 +110,7 @@ class SegmentBuffer:
                 candidates = [(a, self._segs[a], b, self._segs[b]) for a, b in drawn]
                 chosen += select_pairs(candidates, wanted, rng, score)
         for a, _, b, _ in chosen:
-            self._offered.add((min(a, b), max(a, b)))
-            self._n_offered[self._is_val[a]] += 1
+            self._offered[self._is_val[a]].add((min(a, b), max(a, b)))
             self._pairs_offered[self._is_val[a]] += 1
             self._partners.setdefault(a, set()).add(b)
             self._partners.setdefault(b, set()).add(a)
@@ -147,14 +145,14 @@ class SegmentBuffer:
             a, b = rng.integers(len(ids), size=(2, 2 * (m - len(found)) + 8))
             for x, y in zip(ids[a[a != b]], ids[b[a != b]]):
                 pair = (int(min(x, y)), int(max(x, y)))
-                if pair not in self._offered:
+                if pair not in self._offered[split]:
                     found[pair] = None
                     if len(found) == m:
                         break
             if len(found) == m:
                 break
         else:
-            pool = [p for p in combinations(ids.tolist(), 2) if p not in self._offered and p not in found]
+            pool = [p for p in combinations(ids.tolist(), 2) if p not in self._offered[split] and p not in found]
             extra = rng.choice(len(pool), size=m - len(found), replace=False)
             found.update((pool[j], None) for j in extra)
         flip = rng.random(m) < 0.5
