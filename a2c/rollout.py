@@ -24,6 +24,8 @@ class RolloutObserver(Protocol):
 
     def __call__(self, rollout: "Rollout") -> None: ...
 
+    # An observer may also have `close()`, called once when A2C stops (e.g. to finish sending).
+
 
 @dataclass
 class Rollout:
@@ -105,6 +107,13 @@ class RolloutCollector:
             observer(rollout)
         self.obs[0] = self.obs[T]
         return rollout
+
+    def close(self) -> None:
+        """A2C is stopping: close the observers that have a `close` (they finish sending)."""
+        for observer in self.observers:
+            close = getattr(observer, "close", None)
+            if close is not None:
+                close()
 
     def _to_device(self, obs: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(obs).to(self.device, non_blocking=True)

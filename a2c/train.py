@@ -141,6 +141,7 @@ def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
     finally:
         if config.learn:
             save_policy(config.ckpt_dir, policy, algo.optimizer, timesteps, updates)
+        collector.close()
         writer.close()
         env.close()
     return timesteps

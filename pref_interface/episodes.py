@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from pref_interface.player import FPS, clip_figure, window_open
+from pref_interface.sender import QueueSender
 
 EPISODE_QUEUE_MAXSIZE = 1
 MAX_EPISODE_FRAMES = 20_000  # longer episodes keep their last frames (about 140 MB at most)
@@ -28,11 +29,8 @@ class EpisodeObserver:
 
     def __init__(self, episode_queue: Any, env_index: int = 0,
                  max_frames: int = MAX_EPISODE_FRAMES) -> None:
-        self.queue, self.env_index = episode_queue, env_index
+        self.sender, self.env_index = QueueSender(episode_queue), env_index
         self.frames: collections.deque[np.ndarray] = collections.deque(maxlen=max_frames)
-        self.sent = self.dropped = 0
-        if hasattr(episode_queue, "cancel_join_thread"):
-            episode_queue.cancel_join_thread()  # an unread episode must not hold up A2C's exit
 
     def __call__(self, rollout: Any) -> None:
         obs, dones = rollout.obs, rollout.dones  # uint8 (T + 1, N, 4, 84, 84), bool (T, N)
@@ -45,11 +43,11 @@ class EpisodeObserver:
 
     def _send(self, episode: np.ndarray) -> None:
         assert episode.dtype == np.uint8 and episode.shape[1:] == (84, 84), episode.shape
-        try:
-            self.queue.put_nowait(episode)
-            self.sent += 1
-        except queue.Full:
-            self.dropped += 1
+        self.sender.send(episode)
+
+    def close(self) -> None:
+        """A2C is exiting: let an episode the viewer has started reading arrive whole."""
+        self.sender.close()
 
 
 def make_episode_observers(episode_queue: Any, n_envs: int) -> list[EpisodeObserver]:

@@ -1,6 +1,6 @@
 """The preference-interface process: segments in, labels out (stored first, then sent on).
 
-    A2C --SegmentSender--> seg_queue --> run_pref_interface --> PreferenceStore
+    A2C --ClipObserver--> seg_queue --> run_pref_interface --> PreferenceStore
                                                             \\-> pref_queue --> reward-predictor trainer
 """
 from __future__ import annotations
@@ -9,12 +9,13 @@ import math
 import queue
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from pref_interface.pairs import SegmentBuffer
 from pref_interface.segment import Preference, Segment
+from pref_interface.sender import QueueSender
 from pref_interface.store import PreferenceStore
 from pref_interface.schedule import FRAMESKIP, LabelSchedule
 from pref_interface.selection import make_pair_scorer
@@ -98,30 +99,6 @@ def increment(counter: Any, by: int = 1) -> None:
     """Add to a shared `multiprocessing.Value` under its lock."""
     with counter.get_lock():
         counter.value += by
-
-
-class SegmentSender:
-    """A2C's end of seg_queue: never blocks; counts the segments dropped when the queue is full
-    (as in the reference implementation: clips are plentiful, the agent's time is not)."""
-
-    def __init__(self, seg_queue: Any, dropped_counter: Any | None = None) -> None:
-        self.queue = seg_queue
-        self.dropped_counter = dropped_counter
-        self.sent = 0
-        self.dropped = 0
-        # Segments still buffered when A2C exits may be lost rather than hold up its exit.
-        if hasattr(seg_queue, "cancel_join_thread"):
-            seg_queue.cancel_join_thread()
-
-    def __call__(self, segments: Sequence[Segment]) -> None:
-        for seg in segments:
-            try:
-                self.queue.put_nowait(seg)
-                self.sent += 1
-            except queue.Full:
-                self.dropped += 1
-                if self.dropped_counter is not None:
-                    increment(self.dropped_counter)
 
 
 class LabellingStopped(Exception):
@@ -287,13 +264,16 @@ class ClipObserver:
         from pref_interface.cutter import SegmentCutter
 
         self.cutter = SegmentCutter(n_envs)
-        self.sender = SegmentSender(seg_queue, dropped_counter)
+        self.sender = QueueSender(seg_queue, dropped_counter)
 
     def __call__(self, rollout: Any) -> None:
-        segments = self.cutter.observe(rollout.obs, rollout.actions, rollout.true_rewards,
-                                       rollout.dones)
-        if segments:
-            self.sender(segments)
+        for seg in self.cutter.observe(rollout.obs, rollout.actions, rollout.true_rewards,
+                                       rollout.dones):
+            self.sender.send(seg)
+
+    def close(self) -> None:
+        """A2C is exiting: let a clip the interface has started reading arrive whole."""
+        self.sender.close()
 
 
 def make_clip_observers(seg_queue: Any, dropped_counter: Any, n_envs: int) -> list[ClipObserver]:

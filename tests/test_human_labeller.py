@@ -251,7 +251,7 @@ def test_episode_observer_sends_env0s_whole_episode_and_never_blocks():
     t0 = time.perf_counter()
     observer(fake_rollout(10, 5, 2, done_at=[0, 3]))  # two more episodes: one fits, one dropped
     assert time.perf_counter() - t0 < 0.5
-    assert observer.sent == 2 and observer.dropped == 1
+    assert observer.sender.sent == 2 and observer.sender.dropped == 1
     assert list(q.get_nowait()[:, 0, 0]) == [8, 9, 10]
 
 

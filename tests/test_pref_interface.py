@@ -13,9 +13,10 @@ import pytest
 
 from pref_interface.cutter import SegmentCutter
 from pref_interface.pairs import SegmentBuffer, select_pairs
-from pref_interface.process import (SEGMENT_QUEUE_MAXSIZE, InterfaceConfig, InterfaceStats, SegmentSender,
-                                    increment, run_pref_interface)
+from pref_interface.process import (SEGMENT_QUEUE_MAXSIZE, InterfaceConfig, InterfaceStats, increment,
+                                    run_pref_interface)
 from pref_interface.segment import Preference, Segment
+from pref_interface.sender import QueueSender
 from pref_interface.store import PreferenceStore
 from pref_interface.teachers import Labeller, OracleTeacher
 
@@ -194,16 +195,46 @@ def test_oracle_prefers_the_clip_with_more_true_reward():
 
 # ---- the process -------------------------------------------------------------------------------
 
-def test_segment_sender_never_blocks_on_a_full_queue():
+def test_sender_never_blocks_on_a_full_queue():
     ctx = mp.get_context("spawn")
     seg_queue, dropped = ctx.Queue(maxsize=2), ctx.Value("i", 0)
-    send = SegmentSender(seg_queue, dropped)
+    sender = QueueSender(seg_queue, dropped)
     start = time.perf_counter()
-    send([tiny_segment(v) for v in range(5)])
-    send([tiny_segment(5)])
+    sent = [sender.send(tiny_segment(v)) for v in range(6)]
     assert time.perf_counter() - start < 0.5
-    assert (send.sent, send.dropped, dropped.value) == (2, 4, 4)
+    assert sent == [True, True, False, False, False, False]
+    assert (sender.sent, sender.dropped, dropped.value) == (2, 4, 4)
     assert seg_queue.get(timeout=5).frames[0, 0, 0] == 0
+
+
+def send_and_exit(q, sent) -> None:
+    """An A2C that sends one item far larger than a pipe holds and exits while the reader has
+    not yet taken it: the feeder thread is blocked part-way through writing it."""
+    sender = QueueSender(q)
+    sender.send(np.arange(4_000_000, dtype=np.int64))
+    time.sleep(0.5)  # pickled, and the first 64 KB written
+    sent.set()
+    sender.close()
+
+
+def test_closing_the_sender_lets_a_late_reader_get_the_whole_item():
+    """The interface drains seg_queue between labels, so it may start on a clip only after A2C
+    has begun to exit. Without `close` the sender dies half-way through the write and the reader
+    waits forever for the rest (checked by making `close` return at once: the reader hangs)."""
+    ctx = mp.get_context("spawn")
+    q, sent = ctx.Queue(maxsize=4), ctx.Event()
+    sender = ctx.Process(target=send_and_exit, args=(q, sent))
+    sender.start()
+    assert sent.wait(60)
+    time.sleep(1.0)  # busy labelling while A2C exits
+    got: list = []
+    reader = threading.Thread(target=lambda: got.append(q.get(timeout=10)), daemon=True)
+    reader.start()
+    reader.join(20)
+    sender.join(20)
+    assert not reader.is_alive(), "the reader is stuck on half an item"
+    assert got and np.array_equal(got[0], np.arange(4_000_000))
+    assert sender.exitcode == 0
 
 
 def slow_consumer(pref_queue, stats: InterfaceStats, n: int, max_in_flight: int) -> list[Preference]:
