@@ -41,14 +41,19 @@ class RunLog:
         r = scalars(self.tb, "charts/episodic_return")
         return r[:, 1], r[:, 2]
 
+    def curve(self, tag: str, process: str = "") -> tuple[np.ndarray, np.ndarray]:
+        """(agent steps, value) of one scalar. `process` is the tb/ subfolder of the process that
+        logged it ("" for A2C, whose points are on the step axis already; "labels" or
+        "reward_predictor", whose points are put there through their wall-clock times)."""
+        r = scalars(self.tb / process if process else self.tb, tag)
+        return (r[:, 1] if not process else self._to_steps(r[:, 0])), r[:, 2]
+
     def labels(self) -> tuple[np.ndarray, np.ndarray]:
         """(agent steps, labels in the store) during policy training."""
-        r = scalars(self.tb / "labels", "labels/total")
-        return self._to_steps(r[:, 0]), r[:, 2]
+        return self.curve("labels/total", "labels")
 
     def predictor_accuracy(self) -> tuple[np.ndarray, np.ndarray]:
-        r = scalars(self.tb / "reward_predictor", "reward_predictor/val_accuracy")
-        return self._to_steps(r[:, 0]), r[:, 2]
+        return self.curve("reward_predictor/val_accuracy", "reward_predictor")
 
     def _active_s(self, wall_time: np.ndarray) -> np.ndarray:
         """Seconds of policy training up to each `wall_time`, not counting the time a resumed run

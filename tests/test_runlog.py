@@ -11,3 +11,24 @@ def test_wall_clock_leaves_out_the_time_a_resumed_run_was_stopped(tmp_path):
     t = np.concatenate([np.arange(0.0, 101.0), 3700.0 + np.arange(0.0, 51.0)])
     log.sps = np.stack([t, 1000.0 * np.arange(len(t)), np.full(len(t), 1000.0)], 1)
     assert log.wall_clock_s() == 150.0
+
+
+def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from experiments import summarise_run
+
+    a2c = SummaryWriter(str(tmp_path / "tb"))
+    for step, ret in ((100, -21.0), (200, -19.0), (1200, 5.0)):
+        a2c.add_scalar("charts/episodic_return", ret, step)
+    for step in range(0, 1600, 100):
+        a2c.add_scalar("charts/SPS", 50.0 if step < 1000 else 150.0, step)
+    a2c.close()
+    assert summarise_run.main([str(tmp_path), "--every", "1000"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = lines[0].split()
+    assert head[:3] == ["steps", "episodes", "return"] and len(lines) == 3
+    first, second = (dict(zip(head, line.split())) for line in lines[1:])
+    assert (first["episodes"], first["return"], first["steps/s"]) == ("2", "-20.0", "50")
+    assert (second["episodes"], second["return"], second["steps/s"]) == ("1", "+5.0", "150")
+    assert first["labels"] == first["val_acc"] == "-"  # not a preference run

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""A run's progress as a table, one row per window of agent steps, read from its TensorBoard logs.
+
+    python -m experiments.summarise_run RUN_DIR                 # windows of 250k steps
+    python -m experiments.summarise_run RUN_DIR --every 100000
+
+Each row gives the means over the window of what tells a preference run's health at a glance:
+the true episode return and length, the policy's entropy, the spread of the reward A2C trains on
+(`--reward_std` is its target), A2C's speed and the share of time it waited for the predictor,
+labels in the store and the predictor's validation accuracy at the window's end, and the mean of
+the members' L2 weights (adaptive L2, App. A). A column whose curve the run did not log shows "-".
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from experiments.runlog import RunLog  # noqa: E402
+
+# (heading, tag, process, how a window is reduced, format)
+COLUMNS = [
+    ("episodes", "charts/episodic_return", "", "count", "{:.0f}"),
+    ("return", "charts/episodic_return", "", "mean", "{:+.1f}"),
+    ("length", "charts/episodic_length", "", "mean", "{:.0f}"),
+    ("entropy", "losses/entropy", "", "mean", "{:.2f}"),
+    ("r_std", "charts/reward_std", "", "mean", "{:.3f}"),
+    ("steps/s", "charts/SPS", "", "mean", "{:.0f}"),
+    ("waiting", "charts/waiting_for_predictor", "", "mean", "{:.0%}"),
+    ("labels", "labels/total", "labels", "last", "{:.0f}"),
+    ("val_acc", "reward_predictor/val_accuracy", "reward_predictor", "last", "{:.0%}"),
+]
+L2_TAG = "reward_predictor/l2_member{}"
+
+
+def windows(log: RunLog, every: int) -> list[dict[str, str]]:
+    """One dict of formatted cells per window of `every` agent steps that holds any A2C point."""
+    curves = {heading: log.curve(tag, process) for heading, tag, process, _, _ in COLUMNS}
+    l2 = [log.curve(L2_TAG.format(i), "reward_predictor") for i in range(16)]
+    l2 = [c for c in l2 if len(c[0])]
+    sps_steps = curves["steps/s"][0]
+    if len(sps_steps) == 0:
+        return []
+    rows = []
+    for start in range(0, int(sps_steps.max()) + 1, every):
+        end = start + every
+        row = {"steps": f"{start / 1e6:.2f}-{end / 1e6:.2f}M"}
+        for heading, _, _, how, fmt in COLUMNS:
+            steps, values = curves[heading]
+            inside = values[(steps >= start) & (steps < end)]
+            if how == "count":
+                row[heading] = fmt.format(len(inside))
+            elif len(inside) == 0 or np.isnan(inside).all():
+                row[heading] = "-"
+            else:
+                row[heading] = fmt.format(np.nanmean(inside) if how == "mean" else inside[-1])
+        last_l2 = [v[(s >= start) & (s < end)][-1:] for s, v in l2]
+        last_l2 = [float(v[0]) for v in last_l2 if len(v)]
+        row["log10_l2"] = f"{math.log10(np.mean(last_l2)):.1f}" if last_l2 else "-"
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict[str, str]]) -> str:
+    if not rows:
+        return "no A2C points logged yet"
+    heads = list(rows[0])
+    widths = [max(len(h), *(len(r[h]) for r in rows)) for h in heads]
+    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return "\n".join([line(heads)] + [line([r[h] for h in heads]) for r in rows])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run_dir", help="a run directory (with a tb/ folder)")
+    p.add_argument("--every", type=int, default=250_000, help="agent steps per row")
+    a = p.parse_args(argv)
+    if not (Path(a.run_dir) / "tb").is_dir():
+        p.error(f"{a.run_dir} has no tb/ folder: not a run directory")
+    if a.every <= 0:
+        p.error("--every must be positive")
+    print(table(windows(RunLog(a.run_dir), a.every)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
