@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="agent steps to train for, in millions (summed over envs)")
     g.add_argument("--ent_coef", type=float, default=0.01, help="entropy bonus coefficient")
     g.add_argument("--lr", type=float, default=7e-4, help="RMSProp learning rate")
+    g.add_argument("--optimizer", choices=("rmsprop_torch", "rmsprop_tf"), default="rmsprop_torch",
+                   help="A2C's RMSProp: torch.optim.RMSprop, or TensorFlow's (mean square from 1, "
+                        "eps inside the root), which baselines' A2C and so the paper used")
     g.add_argument("--lr_zero_million_timesteps", type=float, default=None,
                    help="decay the lr linearly to zero at this many million steps "
                         "(the paper: 80); default: constant lr")
@@ -483,6 +486,7 @@ def a2c_config(args: argparse.Namespace, run_dir: Path):
     return A2CRunConfig(
         env_id=args.env_id, total_timesteps=int(args.million_timesteps * million),
         a2c=A2CConfig(n_envs=args.n_envs, ent_coef=args.ent_coef, lr=args.lr,
+                      optimizer=args.optimizer,
                       lr_zero_timesteps=(args.lr_zero_million_timesteps * million
                                          if args.lr_zero_million_timesteps else None)),
         seed=args.seed, ckpt_dir=str(run_dir / "policy"), ckpt_interval=args.policy_ckpt_interval,

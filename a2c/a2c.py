@@ -7,6 +7,8 @@ import torch
 from torch import nn
 from torch.distributions import Categorical
 
+from a2c.optim import make_optimizer
+
 
 @dataclass
 class A2CConfig:
@@ -18,6 +20,7 @@ class A2CConfig:
     lr: float = 7e-4
     rms_alpha: float = 0.99
     rms_eps: float = 1e-5
+    optimizer: str = "rmsprop_torch"  # or "rmsprop_tf", as baselines' A2C (a2c/optim.py)
     ent_coef: float = 0.01
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
@@ -58,8 +61,8 @@ class A2C:
     def __init__(self, policy: nn.Module, config: A2CConfig):
         self.policy = policy
         self.config = config
-        self.optimizer = torch.optim.RMSprop(policy.parameters(), lr=config.lr,
-                                             alpha=config.rms_alpha, eps=config.rms_eps)
+        self.optimizer = make_optimizer(config.optimizer, policy.parameters(), config.lr,
+                                        config.rms_alpha, config.rms_eps)
 
     def learning_rate(self, timesteps: int) -> float:
         c = self.config

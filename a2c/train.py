@@ -11,6 +11,7 @@ import torch
 
 from a2c.a2c import A2C, A2CConfig
 from a2c.checkpoint import load_policy, save_policy
+from a2c.optim import load_state_keeping_settings
 from a2c.policies import make_policy
 from a2c.rollout import RewardFn, RolloutCollector, RolloutObserver, bf16_is_fast
 
@@ -74,7 +75,7 @@ def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
     if config.load_ckpt_dir:
         state = load_policy(config.load_ckpt_dir)
         policy.load_state_dict(state["policy"])
-        algo.optimizer.load_state_dict(state["optimizer"])
+        load_state_keeping_settings(algo.optimizer, state["optimizer"])
         timesteps, updates = state["timesteps"], state["updates"]
     reward_fn = make_reward_fn() if make_reward_fn else None
     pace = make_pace() if make_pace else None

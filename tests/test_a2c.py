@@ -49,6 +49,44 @@ def test_learning_rate_decays_linearly_to_zero():
     assert algo.learning_rate(2000) == 0.0
 
 
+def test_rmsprop_tf_follows_tensorflows_update_rule():
+    """ms starts at 1 and eps sits inside the root (baselines' A2C); torch's RMSprop differs."""
+    from a2c.optim import RMSpropTF
+
+    w = torch.tensor([1.0, -2.0, 0.5], requires_grad=True)
+    opt = RMSpropTF([w], lr=0.1, alpha=0.9, eps=1e-3)
+    expected, ms = w.detach().numpy().astype(np.float64).copy(), np.ones(3)
+    for g in ([0.5, -1.0, 0.0], [2.0, 0.1, -0.3], [0.01, 0.01, 0.01]):
+        w.grad = torch.tensor(g)
+        opt.step()
+        ms = 0.9 * ms + 0.1 * np.square(g)
+        expected -= 0.1 * np.array(g) / np.sqrt(ms + 1e-3)
+        np.testing.assert_allclose(w.detach().numpy(), expected, rtol=1e-6)
+    torch_w = torch.tensor([1.0, -2.0, 0.5], requires_grad=True)
+    torch_w.grad = torch.tensor([0.5, -1.0, 0.0])
+    torch.optim.RMSprop([torch_w], lr=0.1, alpha=0.9, eps=1e-3).step()
+    assert abs(torch_w[0].item() - 1.0) > 0.3  # ~lr / sqrt(1 - alpha): the large first step
+    with pytest.raises(ValueError):
+        RMSpropTF([w], alpha=1.0)
+
+
+def test_a2c_optimiser_states_load_across_the_two_rmsprops():
+    """A run made with torch's RMSprop can be resumed with --optimizer rmsprop_tf and back."""
+    from a2c.optim import load_state_keeping_settings
+
+    policy = make_policy("moving_dot", 5)
+    obs = torch.randint(0, 255, (4, 4, 84, 84), dtype=torch.uint8)
+    for first, second in (("rmsprop_torch", "rmsprop_tf"), ("rmsprop_tf", "rmsprop_torch")):
+        algo = A2C(policy, A2CConfig(optimizer=first))
+        policy(obs)[1].sum().backward()
+        algo.optimizer.step()
+        other = A2C(policy, A2CConfig(optimizer=second))
+        load_state_keeping_settings(other.optimizer, algo.optimizer.state_dict())
+        policy(obs)[1].sum().backward()
+        other.optimizer.step()
+        assert all(torch.isfinite(p).all() for p in policy.parameters())
+
+
 def test_policy_checkpoint_round_trip(tmp_path):
     policy = make_policy("atari", 6)
     algo = A2C(policy, A2CConfig())
