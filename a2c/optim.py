@@ -6,10 +6,12 @@ TensorFlow's RMSProp starts each weight's mean square at 1 and adds epsilon insi
 
 PyTorch's `torch.optim.RMSprop` starts the mean square at 0 and adds epsilon outside the root,
 lr * g / (sqrt(ms) + eps). With A2C's eps of 1e-5 and gradients clipped to a global norm of 0.5
-(about 1e-4 per weight of the Nature CNN), the TensorFlow step is damped by the sqrt(1e-5) ~ 3e-3
-floor, while PyTorch's moves every weight by about lr whatever the size of its gradient, and its
-first steps are the largest. Stable-Baselines3 documents the PyTorch form as less stable for A2C;
-our true-reward Pong run with it fell from +19 to -20 within 25k steps at 4.56M steps.
+(at most ~4e-4 per weight, root mean square, over the Nature CNN's 1.7M weights), TensorFlow's
+steps shrink with the gradient below the sqrt(1e-5) ~ 3e-3 floor, while PyTorch's move each weight
+by about lr whatever the size of its gradient.
+Stable-Baselines3 documents the PyTorch form as less stable for A2C. TensorFlow's starting mean
+square of 1 also makes the first ~1,000 updates tiny (it decays by alpha per update): on MovingDot
+nothing is learnt in the first 0.1M agent steps (README, "The A2C optimiser").
 """
 from __future__ import annotations
 
