@@ -1,6 +1,8 @@
 """Which clips to compare: a buffer of recent segments and the choice of pairs to show."""
 from __future__ import annotations
 
+import math
+
 from collections import OrderedDict
 from itertools import combinations
 from typing import Callable, Sequence
@@ -122,13 +124,7 @@ class SegmentBuffer:
         few clips (labels coming faster than clips, as when gathering), training pairs fill in and
         the next calls make up the shortfall."""
         n_val, n_all = self._pairs_offered[True], sum(self._pairs_offered)
-        share = 0
-        for _ in range(k):
-            n_all += 1
-            if n_val + 1 <= self.val_fraction * n_all:
-                n_val += 1
-                share += 1
-        return share
+        return max(0, min(k, math.floor(self.val_fraction * (n_all + k)) - n_val))
 
     def _draw_unoffered(self, m: int, rng: np.random.Generator, split: bool
                         ) -> list[tuple[int, int]]:
