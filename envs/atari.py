@@ -11,12 +11,17 @@ from gymnasium.vector import AutoresetMode
 from envs.vec_env import StepResult, VecEnv
 
 # Rows of the 84x84 observation that show the score (App. A.2: "we blanked out the score area").
-# Checked by eye for Pong and Enduro; other games get the top band, where most Atari games draw
-# their score, which may not cover every game.
+# Checked for the paper's seven games with `python -m experiments.show_blanking` (docs/blanking.png);
+# other games get the top band, where most Atari games draw their score, which may not cover it.
 SCORE_ROWS: dict[str, tuple[int, int]] = {
     "pong": (0, 9),
     # Enduro: the whole bottom panel (odometer, speedometer, cars still to pass, day counter).
     "enduro": (62, 84),
+    "beam_rider": (0, 17),  # score, sector number, enemies left in the sector
+    "breakout": (0, 6),  # score, lives, player; the top wall starts at row 6
+    "qbert": (0, 12),  # score and lives
+    "seaquest": (0, 12),  # score and subs left; the sea surface starts at row 13
+    "space_invaders": (0, 9),  # both players' scores
 }
 DEFAULT_SCORE_ROWS = (0, 9)
 # App. A.2 / REFERENCE.md: Enduro episodes are cut at 3,000 agent steps.
