@@ -88,3 +88,15 @@ def test_ctrl_c_saves_a_checkpoint_leaves_no_process_and_exits_130(tmp_path,
                         text=True)
     alive = [line for line in ps.stdout.splitlines() if "Z" not in line.split()[1]]
     assert alive == []  # zombies are dead; this container's init does not reap them
+
+
+@pytest.mark.parametrize("name", ["moving_dot", "pong_prefs", "pong_true"])
+def test_each_milestone_command_is_a_valid_run(name, tmp_path):
+    """`python -m experiments.milestone NAME` must not die on a flag that run.py refuses."""
+    from experiments.milestone import MILESTONES
+    from run import build_parser, check_args
+
+    m = MILESTONES[name]
+    args = build_parser().parse_args([m.mode, m.env_id, *m.flags, "--seed", "0",
+                                      "--log_dir", str(tmp_path / name)])
+    check_args(args)  # raises UsageError on a bad value
