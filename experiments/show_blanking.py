@@ -47,10 +47,10 @@ def reward_lift(game: str, steps: int, n_envs: int, seed: int
     r, d = np.asarray(rewards), np.asarray(dones)
     # (steps - LAG, n_envs, 84): did the row change from before step t to LAG steps after it?
     changed = (f[1 + LAG:] != f[:-1 - LAG]).any(axis=3)
-    window_has = np.lib.stride_tricks.sliding_window_view
-    reward_in = window_has(r != 0, LAG + 1, axis=0).any(-1)[:len(changed)]
+    windows = np.lib.stride_tricks.sliding_window_view  # (.., LAG + 1): steps t..t+LAG
+    reward_in = windows(r != 0, LAG + 1, axis=0).any(-1)[:len(changed)]
     # The frame after a reset is a new game, not a redrawn score.
-    clean = ~window_has(d, LAG + 1, axis=0).any(-1)[:len(changed)]
+    clean = ~windows(d, LAG + 1, axis=0).any(-1)[:len(changed)]
     event = (r[:len(changed)] != 0) & clean
     quiet = ~reward_in & clean
     if not event.any() or not quiet.any():
