@@ -141,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a floor on predictor training: A2C waits before each rollout while each "
                         "member has trained on fewer labels than this per agent step (the paper's "
                         "pace is about 0.1, App. A; 0: A2C never waits)")
+    g.add_argument("--reward_refresh_steps", type=int, default=0,
+                   help="A2C takes the trainer's newest predictor only after scoring this many "
+                        "agent steps on the one it holds (0: at every rollout, as in the paper)")
     g.add_argument("--reward_predictor_threads", type=int, default=1,
                    help="torch threads in the reward-predictor trainer process")
     g.add_argument("--reward_predictor_device", default="cpu",
@@ -213,6 +216,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("--label_noise is in [0, 1); --oversampling and --max_labels >= 1")
     if args.min_predictor_labels_per_step < 0:
         raise UsageError("--min_predictor_labels_per_step must not be negative")
+    if args.reward_refresh_steps < 0:
+        raise UsageError("--reward_refresh_steps must not be negative")
     if not 0.0 < args.reward_predictor_duty <= 1.0:
         raise UsageError("--reward_predictor_duty must be in (0, 1]")
     if args.anneal_every_frames <= 0:
@@ -694,7 +699,8 @@ def train_policy_with_preferences(args, run_dir: Path, ctx) -> int:
               ch.answers, tstats.val_accuracy, partial(PreferencePredictor, ch.reward_weights, tconfig),
               a2c_stats.timesteps)
     sup.start("a2c", train_a2c, a2c_config(args, run_dir), str(run_dir / "tb"), a2c_stats,
-              partial(PredictedReward, ch.reward_weights, tconfig), ch.a2c_observers(istats),
+              partial(PredictedReward, ch.reward_weights, tconfig, args.reward_refresh_steps),
+              ch.a2c_observers(istats),
               ch.stop, partial(PredictorPace, ch.reward_weights, args.min_predictor_labels_per_step))
     ch.start_episode_viewer(sup)
 

@@ -20,6 +20,7 @@ from reward_predictor import (AtariRewardNet, CheckpointError, MovingDotRewardNe
                               build_ensemble, make_reward_net, preference_loss, run_trainer)
 from reward_predictor.nets import dropout_half
 from reward_predictor.pace import PredictorPace
+from reward_predictor.reward_fn import PredictedReward
 
 torch.set_num_threads(1)
 
@@ -566,3 +567,24 @@ def test_bf16_training_takes_segments_of_different_lengths_in_one_batch():
     prefs = [random_pref(rng, t=5), random_pref(rng, t=7), random_pref(rng, t=5)]
     metrics = ens.train_step([prefs])
     assert np.isfinite(metrics["loss"])
+
+
+@pytest.mark.parametrize("refresh_steps,first_new_call", [(0, 0), (10, 2)])
+def test_a2c_takes_the_newest_predictor_only_after_refresh_steps(refresh_steps, first_new_call):
+    """--reward_refresh_steps: r̂ holds still until it has scored that many agent steps."""
+    config = TrainerConfig(env_kind="moving_dot", n_members=1)
+    old, new = build_ensemble(config), build_ensemble(config)
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(0.5)
+    shared = SharedWeights(build_ensemble(config))
+    shared.publish(old)
+    reward = PredictedReward(shared, config, refresh_steps)
+    obs = np.random.default_rng(0).integers(0, 256, (4, 4, 84, 84), dtype=np.uint8)
+    actions = np.zeros(4, np.int64)
+    on_old = reward(obs, actions)  # the first call takes the weights published so far
+    shared.publish(new)
+    # 4 steps a call: with a hold of 10, the old weights have scored 12 steps by the third call
+    # after publishing, which is the first to take the new ones.
+    changed = [not np.allclose(reward(obs, actions), on_old) for _ in range(4)]
+    assert changed == [i >= first_new_call for i in range(4)]
