@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-
 from collections import OrderedDict
 from itertools import combinations
 from typing import Callable, Sequence
