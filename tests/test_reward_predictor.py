@@ -18,6 +18,7 @@ from reward_predictor import (AtariRewardNet, CheckpointError, MovingDotRewardNe
                               RewardPredictorEnsemble, RewardPredictorTrainer, RunningNormaliser,
                               SharedWeights, TrainerConfig, TrainerStats, bootstrap_counts,
                               build_ensemble, make_reward_net, preference_loss, run_trainer)
+from reward_predictor.ensemble import segment_returns
 from reward_predictor.nets import dropout_half
 from reward_predictor.pace import PredictorPace
 from reward_predictor.reward_fn import PredictedReward
@@ -148,6 +149,31 @@ def test_the_agent_gets_rewards_of_the_target_std_despite_dropout():
     obs = windows.transpose(0, 1, 4, 2, 3).reshape(-1, 4, 84, 84)
     std = ens.reward(obs, np.zeros(len(obs), np.int64)).std()
     assert 0.025 < std < 0.1, std  # App. A.2: std 0.05
+
+
+def test_batch_norm_statistics_are_taken_without_dropout():
+    # The agent's eval-mode net normalises each batch-norm layer's input by the running statistics.
+    # Gathered in the dropout pass they describe inputs the agent's net never sees, and on Pong one
+    # member then ordered clips no better than chance (see RewardPredictorEnsemble.train_step).
+    rng = np.random.default_rng(0)
+    torch.manual_seed(0)
+    prefs = [random_pref(rng, t=5) for _ in range(8)]
+    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), n_members=1)
+    for _ in range(120):  # running statistics start at variance 1: let that fade (momentum 0.1)
+        ens.train_step([prefs])
+    net = ens.members[0]
+    inputs = []
+    hooks = [bn.register_forward_hook(lambda mod, inp, out: inputs.append(inp[0].float()))
+             for bn in net.norms]
+    net.eval()
+    with torch.no_grad():
+        segment_returns(net, [p.left for p in prefs])  # the segments the statistics came from
+    for hook in hooks:
+        hook.remove()
+    for layer, (bn, x) in enumerate(zip(net.norms, inputs)):
+        var = x.transpose(0, 1).flatten(1).var(1)  # per channel, over frames and positions
+        ratio = (bn.running_var / var).median().item()
+        assert 0.8 < ratio < 1.25, (layer, ratio)
 
 
 def test_normaliser_merges_batches_exactly():
