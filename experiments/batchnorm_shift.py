@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Does a saved predictor compute in eval mode (what the agent gets) what it was fitted as?
+
+    python -m experiments.batchnorm_shift RUN_DIR [RUN_DIR ...] [--clips 128]
+
+For each member it prints the accuracy on the run's validation labels (ties left out) with the
+batch-norm statistics as saved, and again after they are re-taken from a dropout-free pass over
+`--clips` training clips. Checkpoints written before the trainer took them without dropout
+(README, "Batch norm under dropout") can differ a lot; newer ones should not.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def shift(run_dir: Path, n_clips: int, seed: int = 0) -> dict:
+    """{'before': [...], 'after': [...]} per-member validation accuracies (the ensemble's last),
+    plus the label counts."""
+    import run as cli
+    from envs import env_kind
+    from reward_predictor.ensemble import take_batchnorm_statistics
+    from reward_predictor.process import load_prefs
+    from reward_predictor.reward_fn import load_ensemble
+
+    settings = argparse.Namespace(**cli.load_settings(run_dir))
+    settings.env_kind = env_kind(settings.env_id)
+    settings.reward_ckpt_path, settings.predictor_device = None, "cpu"
+    config = cli.trainer_config(settings, None)
+    ensemble = load_ensemble(config, str(run_dir / "reward_predictor" / cli.PREDICTOR_FILE))
+    prefs = load_prefs(str(run_dir / "prefs.sqlite"), config.max_prefs)
+    val = [p for p in prefs if p.is_validation]
+    train = [s for p in prefs if not p.is_validation for s in (p.left, p.right)]
+    if not val or not train:
+        raise ValueError(f"{run_dir}: needs both training and validation labels")
+    rng = np.random.default_rng(seed)
+    clips = [train[i] for i in rng.choice(len(train), min(n_clips, len(train)), replace=False)]
+
+    def accuracies() -> list[float]:
+        out = ensemble.evaluate(val)
+        return [*out["member_accuracy"], out["accuracy"]]
+
+    before = accuracies()
+    for net in ensemble.members:
+        take_batchnorm_statistics(net, clips, fresh=True)
+    return {"before": before, "after": accuracies(), "n_val": len(val),
+            "n_decisive": sum(p.mu != 0.5 for p in val)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run_dirs", nargs="+", help="run directories with a saved reward predictor")
+    p.add_argument("--clips", type=int, default=128,
+                   help="training clips the statistics are re-taken from")
+    a = p.parse_args(argv)
+    if a.clips <= 0:
+        p.error("--clips must be positive")
+    import torch
+    torch.set_num_threads(1)
+    from reward_predictor.trainer import CheckpointError
+
+    for run_dir in map(Path, a.run_dirs):
+        if not (run_dir / "settings.json").is_file() or \
+                not (run_dir / "reward_predictor" / "reward_predictor.pt").is_file():
+            p.error(f"{run_dir} is not a run directory with a saved reward predictor")
+        try:
+            r = shift(run_dir, a.clips)
+        except (CheckpointError, ValueError) as e:
+            p.error(str(e))
+        names = [f"member {m}" for m in range(len(r["before"]) - 1)] + ["ensemble"]
+        print(f"{run_dir}: validation accuracy on {r['n_decisive']} of {r['n_val']} labels "
+              "(ties left out)")
+        for name, b, af in zip(names, r["before"], r["after"]):
+            print(f"  {name:9s} as saved {b:.2f}   statistics re-taken without dropout {af:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
