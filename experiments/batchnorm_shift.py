@@ -2,11 +2,14 @@
 """Does a saved predictor compute in eval mode (what the agent gets) what it was fitted as?
 
     python -m experiments.batchnorm_shift RUN_DIR [RUN_DIR ...] [--clips 128]
+    python -m experiments.batchnorm_shift RUN_DIR --save OUT.pt   # also write the mended predictor
 
 For each member it prints the accuracy on the run's validation labels (ties left out) with the
 batch-norm statistics as saved, and again after they are re-taken from a dropout-free pass over
 `--clips` training clips. Checkpoints written before the trainer took them without dropout
-(README, "Batch norm under dropout") can differ a lot; newer ones should not.
+(README, "Batch norm statistics that lagged the weights") can differ a lot; newer ones should
+not. `--save` writes a copy of one run's predictor with the re-taken statistics, which
+`run.py --load_reward_predictor_ckpt_dir OUT.pt --frozen_reward_predictor` can give to A2C.
 """
 from __future__ import annotations
 
@@ -15,25 +18,28 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def shift(run_dir: Path, n_clips: int, seed: int = 0) -> dict:
+def shift(run_dir: Path, n_clips: int, seed: int = 0, save: str | None = None) -> dict:
     """{'before': [...], 'after': [...]} per-member validation accuracies (the ensemble's last),
-    plus the label counts."""
+    plus the label counts; with `save`, the mended predictor is written there."""
     import run as cli
     from envs import env_kind
     from reward_predictor.ensemble import take_batchnorm_statistics
-    from reward_predictor.process import load_prefs
-    from reward_predictor.reward_fn import load_ensemble
+    from reward_predictor.process import build_ensemble, load_prefs
+    from reward_predictor.trainer import RewardPredictorTrainer
 
     settings = argparse.Namespace(**cli.load_settings(run_dir))
     settings.env_kind = env_kind(settings.env_id)
     settings.reward_ckpt_path, settings.predictor_device = None, "cpu"
     config = cli.trainer_config(settings, None)
-    ensemble = load_ensemble(config, str(run_dir / "reward_predictor" / cli.PREDICTOR_FILE))
+    trainer = RewardPredictorTrainer(build_ensemble(config))
+    trainer.load(str(run_dir / "reward_predictor" / cli.PREDICTOR_FILE))
+    ensemble = trainer.ensemble
     prefs = load_prefs(str(run_dir / "prefs.sqlite"), config.max_prefs)
     val = [p for p in prefs if p.is_validation]
     train = [s for p in prefs if not p.is_validation for s in (p.left, p.right)]
@@ -49,6 +55,15 @@ def shift(run_dir: Path, n_clips: int, seed: int = 0) -> dict:
     before = accuracies()
     for net in ensemble.members:
         take_batchnorm_statistics(net, clips, fresh=True)
+    if save:  # the reward normalisers were fitted to the old outputs: fit them to the new ones
+        from reward_predictor.ensemble import segment_returns
+        for net, norm in zip(ensemble.members, ensemble.normalisers):
+            net.eval()
+            with torch.no_grad():
+                raw = segment_returns(net, clips)[1].float()
+            norm.count.zero_(), norm.mean.zero_(), norm.var.fill_(1.0)
+            norm.update(raw)
+        trainer.save(save)
     return {"before": before, "after": accuracies(), "n_val": len(val),
             "n_decisive": sum(p.mu != 0.5 for p in val)}
 
@@ -58,10 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dirs", nargs="+", help="run directories with a saved reward predictor")
     p.add_argument("--clips", type=int, default=128,
                    help="training clips the statistics are re-taken from")
+    p.add_argument("--save", metavar="OUT.pt",
+                   help="write the predictor with re-taken statistics here (one RUN_DIR only)")
     a = p.parse_args(argv)
     if a.clips <= 0:
         p.error("--clips must be positive")
-    import torch
+    if a.save and len(a.run_dirs) != 1:
+        p.error("--save takes one RUN_DIR")
     torch.set_num_threads(1)
     from reward_predictor.trainer import CheckpointError
 
@@ -70,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                 not (run_dir / "reward_predictor" / "reward_predictor.pt").is_file():
             p.error(f"{run_dir} is not a run directory with a saved reward predictor")
         try:
-            r = shift(run_dir, a.clips)
+            r = shift(run_dir, a.clips, save=a.save)
         except (CheckpointError, ValueError) as e:
             p.error(str(e))
         names = [f"member {m}" for m in range(len(r["before"]) - 1)] + ["ensemble"]
@@ -78,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
               "(ties left out)")
         for name, b, af in zip(names, r["before"], r["after"]):
             print(f"  {name:9s} as saved {b:.2f}   statistics re-taken without dropout {af:.2f}")
+    if a.save:
+        print(f"wrote {a.save}")
     return 0
 
 
