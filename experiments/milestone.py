@@ -50,9 +50,8 @@ MILESTONES = {
          "--label_schedule", "annealed", "--max_labels", "3300",
          # App. A pretrains 200 epochs; on 2 CPU cores that alone takes about an hour.
          "--n_initial_epochs", "20",
-         # App. A.2's std 0.05 left the policy uniformly random for 2M steps (README, run 1):
-         # averaging 3 members shrinks it to ~0.02, below the entropy bonus's pull.
-         "--reward_std", "0.25",
+         # --reward_std stays at App. A.2's 0.05: 0.25 was a workaround for members that
+         # disagreed (README, "Batch norm statistics that lagged the weights").
          # The paper trains the predictor on about 1 label per 10 agent steps (App. A).
          "--min_predictor_labels_per_step", "0.1"],
         19.0, 10, "mean of 10 episodes >= +19 within 6M steps and 3,300 labels"),
