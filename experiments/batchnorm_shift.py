@@ -28,15 +28,12 @@ def shift(run_dir: Path, n_clips: int, seed: int = 0, save: str | None = None) -
     """{'before': [...], 'after': [...]} per-member validation accuracies (the ensemble's last),
     plus the label counts; with `save`, the mended predictor is written there."""
     import run as cli
-    from envs import env_kind
-    from reward_predictor.ensemble import take_batchnorm_statistics
+    from experiments.probe_predictor import run_settings
+    from reward_predictor.ensemble import segment_returns, take_batchnorm_statistics
     from reward_predictor.process import build_ensemble, load_prefs
     from reward_predictor.trainer import RewardPredictorTrainer
 
-    settings = argparse.Namespace(**cli.load_settings(run_dir))
-    settings.env_kind = env_kind(settings.env_id)
-    settings.reward_ckpt_path, settings.predictor_device = None, "cpu"
-    config = cli.trainer_config(settings, None)
+    config = cli.trainer_config(run_settings(run_dir), None)
     trainer = RewardPredictorTrainer(build_ensemble(config))
     trainer.load(str(run_dir / "reward_predictor" / cli.PREDICTOR_FILE))
     ensemble = trainer.ensemble
@@ -54,14 +51,13 @@ def shift(run_dir: Path, n_clips: int, seed: int = 0, save: str | None = None) -
 
     before = accuracies()
     for net in ensemble.members:
-        take_batchnorm_statistics(net, clips, fresh=True)
+        take_batchnorm_statistics(net, clips)
     if save:  # the reward normalisers were fitted to the old outputs: fit them to the new ones
-        from reward_predictor.ensemble import segment_returns
         for net, norm in zip(ensemble.members, ensemble.normalisers):
             net.eval()
             with torch.no_grad():
                 raw = segment_returns(net, clips)[1].float()
-            norm.count.zero_(), norm.mean.zero_(), norm.var.fill_(1.0)
+            norm.reset()
             norm.update(raw)
         trainer.save(save)
     return {"before": before, "after": accuracies(), "n_val": len(val),

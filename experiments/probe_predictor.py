@@ -97,19 +97,29 @@ def collect(env, reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
     return Probe(np.array(predicted, dtype=np.float64), np.array(true, dtype=np.float64))
 
 
+def run_settings(run_dir: Path) -> argparse.Namespace:
+    """A run's saved settings, completed as run.py completes them, so that `run.trainer_config`
+    builds the predictor exactly as the run built it for A2C (on the CPU)."""
+    import run as cli
+    from envs import env_kind
+
+    settings = argparse.Namespace(**cli.load_settings(run_dir))
+    settings.env_kind = env_kind(settings.env_id)
+    settings.reward_ckpt_path, settings.predictor_device = None, "cpu"
+    return settings
+
+
 def load_run(run_dir: Path, policy: str, n_envs: int, seed: int):
     """The run's env, its predictor as A2C uses it, and an action function."""
     import torch
 
     import run as cli
     from a2c.rollout import sample_actions
-    from envs import env_kind, make_vec_env
+    from envs import make_vec_env
     from reward_predictor.reward_fn import load_ensemble
 
-    # The predictor exactly as the run built it for A2C: its settings through run.py's own mapping.
-    settings = argparse.Namespace(**cli.load_settings(run_dir))
-    kind = settings.env_kind = env_kind(settings.env_id)
-    settings.reward_ckpt_path, settings.predictor_device = None, "cpu"
+    settings = run_settings(run_dir)
+    kind = settings.env_kind
     ensemble = load_ensemble(cli.trainer_config(settings, None),
                              str(run_dir / "reward_predictor" / cli.PREDICTOR_FILE))
     env = make_vec_env(settings.env_id, n_envs, seed=seed, num_threads=1)

@@ -91,20 +91,17 @@ def segment_returns(net: nn.Module, segments: Sequence[Segment]) -> tuple[torch.
 
 
 @torch.no_grad()
-def take_batchnorm_statistics(net: nn.Module, segments: Sequence[Segment], fresh: bool = False
-                              ) -> None:
-    """Fold the batch-norm inputs of a dropout-free pass over `segments` into `net`'s running
-    statistics, with each layer's momentum; `fresh` replaces them by this pass's statistics alone
-    (what the trainer does after every step, and what mends an older checkpoint)."""
+def take_batchnorm_statistics(net: nn.Module, segments: Sequence[Segment]) -> None:
+    """Replace `net`'s batch-norm running statistics by those of a dropout-free pass over
+    `segments` (what the trainer does after every step, and what mends an older checkpoint)."""
     norms = _batchnorms(net)
     if not norms:
         return
     was_training, momenta = net.training, [bn.momentum for bn in norms]
     net.eval()  # dropout off
     for bn in norms:
-        if fresh:
-            bn.reset_running_stats()
-            bn.momentum = None  # a plain average over this pass
+        bn.reset_running_stats()
+        bn.momentum = None  # a plain average over this pass
         bn.train()
     segment_returns(net, segments)
     for bn, momentum in zip(norms, momenta):
@@ -225,7 +222,7 @@ class RewardPredictorEnsemble(nn.Module):
         """Raw per-step predictions of `net` in eval mode, as the agent's reward function sees them,
         once its batch-norm layers hold these segments' dropout-free statistics (see train_step)."""
         with self._autocast():
-            take_batchnorm_statistics(net, segments, fresh=True)
+            take_batchnorm_statistics(net, segments)
             net.eval()
             raw = segment_returns(net, segments)[1].float()
         net.train()

@@ -31,6 +31,13 @@ class RunningNormaliser(nn.Module):
         self.register_buffer("var", torch.ones((), dtype=torch.float64))
 
     @torch.no_grad()
+    def reset(self) -> None:
+        """Forget the statistics (e.g. before refitting to a net whose outputs changed)."""
+        self.count.zero_()
+        self.mean.zero_()
+        self.var.fill_(1.0)
+
+    @torch.no_grad()
     def update(self, raw: torch.Tensor) -> None:
         """Fold a batch of raw predictions (any shape) into the running statistics."""
         x = raw.detach().reshape(-1).to(torch.float64)

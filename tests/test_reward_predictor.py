@@ -192,7 +192,7 @@ def test_batch_norm_statistics_of_a_saved_net_can_be_retaken():
         for _ in range(30):
             segment_returns(net, segments)  # statistics gathered with dropout on (training mode)
     assert max(_running_to_actual_variance(net, segments)) > 1.25
-    take_batchnorm_statistics(net, segments, fresh=True)
+    take_batchnorm_statistics(net, segments)
     assert all(abs(r - 1.0) < 0.01 for r in _running_to_actual_variance(net, segments))
     assert net.training and all(bn.training and bn.momentum == 0.1 for bn in net.norms)
 
