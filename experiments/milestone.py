@@ -78,7 +78,14 @@ def run_seed(m: Milestone, name: str, seed: int, extra: list[str]) -> int:
     else:
         cmd = [m.mode, m.env_id, *m.flags, "--seed", str(seed), "--log_dir", str(d), *extra]
     print("python run.py " + " ".join(cmd), flush=True)
-    return subprocess.call([sys.executable, "run.py", *cmd], cwd=ROOT)
+    proc = subprocess.Popen([sys.executable, "run.py", *cmd], cwd=ROOT)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        # Ctrl-C reached run.py too, and it is saving its checkpoints: wait for that rather than
+        # kill it (subprocess.call would send SIGKILL a quarter of a second later).
+        proc.wait()
+        return 130
 
 
 def report(m: Milestone, name: str, seeds: list[int]) -> None:
