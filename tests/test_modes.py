@@ -51,7 +51,10 @@ def test_every_mode_runs_and_hands_its_results_to_the_next(tmp_path):
     assert spread and all(0 < v < 1 for v in spread)  # the reward A2C trained on, as it got it
     # The floor held: A2C never ran a rollout (4 envs x 5 steps) ahead of the predictor's training.
     pace = events.Scalars("charts/predictor_labels_per_step")
-    assert pace and all(e.value >= 0.5 * (e.step - 20) / e.step for e in pace), pace
+    # TensorBoard keeps float32: a pace exactly at the floor (240 labels after 480 steps, logged
+    # at 500) reads a hair below it, hence the tolerance.
+    behind = [(e.step, e.value) for e in pace if e.value < 0.5 * (e.step - 20) / e.step - 1e-6]
+    assert pace and not behind, behind
     assert any(e.value > 0 for e in events.Scalars("charts/waiting_for_predictor"))
     assert list((train / "policy").glob("policy-*.pt"))
     assert (train / "reward_predictor" / "reward_predictor.pt").is_file()
