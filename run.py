@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the predictor trains on the latest this many labels (App. A)")
     g.add_argument("--max_segs", type=int, default=1000,
                    help="recent clips kept by the preference interface to draw pairs from")
+    g.add_argument("--max_pairs_per_clip", type=int, default=0,
+                   help="offer each clip in at most this many pairs, so that synthetic labels "
+                        "made faster than clips arrive wait for new clips (0: no limit)")
     g.add_argument("--teacher", default="oracle",
                    help="synthetic labeller: oracle, boltzmann:beta=B, mistake:eps=E, "
                         "skip:threshold=X, equal:threshold=X or myopic:gamma=G (B-Pref teachers)")
@@ -210,8 +213,8 @@ def check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name} must be positive, got {getattr(args, name)}")
     if args.lr_zero_million_timesteps is not None and args.lr_zero_million_timesteps <= 0:
         raise UsageError("--lr_zero_million_timesteps must be positive")
-    if args.ent_coef < 0 or args.env_threads < 0:
-        raise UsageError("--ent_coef and --env_threads must not be negative")
+    if args.ent_coef < 0 or args.env_threads < 0 or args.max_pairs_per_clip < 0:
+        raise UsageError("--ent_coef, --env_threads and --max_pairs_per_clip must not be negative")
     if not 0.0 <= args.label_noise < 1.0 or args.oversampling < 1 or args.max_labels < 1:
         raise UsageError("--label_noise is in [0, 1); --oversampling and --max_labels >= 1")
     if args.min_predictor_labels_per_step < 0:
@@ -538,6 +541,7 @@ def interface_config(args: argparse.Namespace, stop_after_labels: int | None = N
     from pref_interface.process import InterfaceConfig
 
     return InterfaceConfig(max_segs=args.max_segs, synthetic=args.synthetic_prefs,
+                           max_pairs_per_clip=args.max_pairs_per_clip or None,
                            clip_player=getattr(args, "player_kind", None) or "terminal",
                            keep_typed_ahead=not sys.stdin.isatty(),
                            max_in_flight=None if stop_after_labels else 4,

@@ -47,10 +47,15 @@ class SegmentBuffer:
     """
 
     def __init__(self, max_segs: int = 1000, val_fraction: float = 0.0,
-                 seed: int | np.random.SeedSequence = 0) -> None:
+                 seed: int | np.random.SeedSequence = 0,
+                 max_pairs_per_clip: int | None = None) -> None:
         assert max_segs >= 2 and 0.0 <= val_fraction < 1.0, (max_segs, val_fraction)
+        assert max_pairs_per_clip is None or max_pairs_per_clip >= 1, max_pairs_per_clip
         self.max_segs = max_segs
         self.val_fraction = val_fraction
+        # With synthetic labels made faster than clips arrive, MovingDot's 200 initial labels came
+        # from about 30 clips (each in about 13 labels); a cap makes labelling wait for new clips.
+        self.max_pairs_per_clip = max_pairs_per_clip
         self._split_rng = np.random.default_rng(seed)
         self._segs: OrderedDict[int, Segment] = OrderedDict()
         self._is_val: dict[int, bool] = {}
@@ -85,12 +90,23 @@ class SegmentBuffer:
     def n_unoffered_pairs(self) -> int:
         return sum(self._n_unoffered(split) for split in (False, True))
 
+    def _has_room(self, seg_id: int, extra: int = 0) -> bool:
+        """Whether a clip may be offered in one more pair (`extra` pairs already chosen for it)."""
+        cap = self.max_pairs_per_clip
+        return cap is None or len(self._partners.get(seg_id, ())) + extra < cap
+
     def _ids(self, split: bool) -> np.ndarray:
-        return np.fromiter((i for i, v in self._is_val.items() if v == split), dtype=np.int64)
+        """The ids of one split that may still be offered."""
+        return np.fromiter((i for i, v in self._is_val.items() if v == split and self._has_room(i)),
+                           dtype=np.int64)
 
     def _n_unoffered(self, split: bool) -> int:
-        n = sum(1 for v in self._is_val.values() if v == split)
-        return n * (n - 1) // 2 - len(self._offered[split])
+        if self.max_pairs_per_clip is None:
+            n = sum(1 for v in self._is_val.values() if v == split)
+            return n * (n - 1) // 2 - len(self._offered[split])
+        ids = set(self._ids(split).tolist())  # each has fewer than max_pairs_per_clip partners
+        offered_within = sum(len(self._partners.get(i, set()) & ids) for i in ids) // 2
+        return len(ids) * (len(ids) - 1) // 2 - offered_within
 
     def sample_new_pairs(self, k: int, rng: np.random.Generator, score: PairScorer | None = None,
                          oversample: int = 10) -> list[Candidate]:
@@ -134,21 +150,31 @@ class SegmentBuffer:
             return []
         ids = self._ids(split)
         found: dict[tuple[int, int], None] = {}  # insertion-ordered set
+        chosen_for: dict[int, int] = {}  # pairs found so far per clip, for max_pairs_per_clip
+
+        def take(pair: tuple[int, int]) -> bool:
+            if pair in self._offered[split] or pair in found or not all(
+                    self._has_room(i, chosen_for.get(i, 0)) for i in pair):
+                return False
+            found[pair] = None
+            for i in pair:
+                chosen_for[i] = chosen_for.get(i, 0) + 1
+            return True
         # Rejection sampling is cheap while most pairs are unoffered (the usual case: the buffer
         # turns over long before its ~500k pairs are used up); enumerate when it stops working.
         for _ in range(20):
             a, b = rng.integers(len(ids), size=(2, 2 * (m - len(found)) + 8))
             for x, y in zip(ids[a[a != b]], ids[b[a != b]]):
-                pair = (int(min(x, y)), int(max(x, y)))
-                if pair not in self._offered[split]:
-                    found[pair] = None
-                    if len(found) == m:
-                        break
+                if take((int(min(x, y)), int(max(x, y)))) and len(found) == m:
+                    break
             if len(found) == m:
                 break
         else:
-            pool = [p for p in combinations(ids.tolist(), 2) if p not in self._offered[split] and p not in found]
-            extra = rng.choice(len(pool), size=m - len(found), replace=False)
-            found.update((pool[j], None) for j in extra)
+            pool = list(combinations(ids.tolist(), 2))
+            for j in rng.permutation(len(pool)):
+                if len(found) == m:
+                    break
+                take(pool[j])
+        m = len(found)  # with a cap, fewer pairs can be possible than _n_unoffered counts
         flip = rng.random(m) < 0.5
         return [(b, a) if f else (a, b) for (a, b), f in zip(found, flip)]

@@ -31,6 +31,9 @@ class InterfaceConfig:
 
     max_segs: int = 1000
     """Most recent segments kept to draw pairs from."""
+    max_pairs_per_clip: int | None = None
+    """Each clip is offered in at most this many pairs (SegmentBuffer); labelling waits for new
+    clips when every clip has had its share. None: no limit."""
     synthetic: bool = True
     """Label with the true-reward oracle (§3.1); False means a person labels (pref_interface.human)."""
     clip_player: str = "terminal"
@@ -152,7 +155,8 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
         pref_queue = None  # nobody reads it: putting would only pile labels up in memory
     pair_seq, val_seq = np.random.SeedSequence(config.seed).spawn(2)
     pair_rng = np.random.default_rng(pair_seq)
-    buffer = SegmentBuffer(config.max_segs, config.val_fraction, seed=val_seq)
+    buffer = SegmentBuffer(config.max_segs, config.val_fraction, seed=val_seq,
+                           max_pairs_per_clip=config.max_pairs_per_clip)
     store = PreferenceStore(store_path)
     n_stored = len(store)
     labeller = labeller if labeller is not None else make_labeller(

@@ -10,17 +10,13 @@ from reward_predictor.shared import SharedWeights
 
 
 class _SharedEnsemble:
-    """An ensemble that pulls the newest published weights before each use (cheap when nothing
-    changed, never waits long), so a training step reaches its users by their next call."""
+    """A consumer's own copy of the ensemble, in eval mode, kept up to date by pulling the trainer's
+    published weights (cheap when nothing changed, never waits long)."""
 
     def __init__(self, shared_weights: SharedWeights, config: TrainerConfig):
         self.shared_weights = shared_weights
         self.ensemble = build_ensemble(config)
         self.ensemble.eval()
-
-    def _fresh(self) -> RewardPredictorEnsemble:
-        self.shared_weights.pull(self.ensemble)
-        return self.ensemble
 
 
 class PredictedReward(_SharedEnsemble):
@@ -47,7 +43,8 @@ class PreferencePredictor(_SharedEnsemble):
     """P[left > right] under each member: what disagreement-based query selection needs (App. A)."""
 
     def __call__(self, left, right) -> np.ndarray:
-        return self._fresh().predict_preference(left, right)
+        self.shared_weights.pull(self.ensemble)  # the newest weights at every call
+        return self.ensemble.predict_preference(left, right)
 
 
 def load_ensemble(config: TrainerConfig, ckpt_path: str) -> RewardPredictorEnsemble:

@@ -165,6 +165,31 @@ def test_pairs_stay_new_in_a_full_buffer():
     assert len(seen) == 3000
 
 
+@pytest.mark.parametrize("val_fraction", [0.0, 1 / np.e])
+def test_a_clip_is_offered_in_at_most_max_pairs_per_clip_pairs(val_fraction):
+    """Labels made faster than clips arrive wait for new clips instead of reusing the few there
+    are (MovingDot's 200 initial labels came from about 30 clips)."""
+    rng = np.random.default_rng(3)
+    buf = SegmentBuffer(max_segs=1000, val_fraction=val_fraction, seed=4, max_pairs_per_clip=2)
+    seg = tiny_segment(0)
+    uses: dict[int, int] = {}
+    n_offered = 0
+    for n_clips in range(1, 301):
+        buf.add(seg)
+        for scored in (None, lambda cs: np.arange(len(cs), dtype=float)):
+            for a, _, b, _ in buf.sample_new_pairs(16, rng, score=scored):
+                assert buf.is_validation(a) == buf.is_validation(b)
+                uses[a], uses[b] = uses.get(a, 0) + 1, uses.get(b, 0) + 1
+                n_offered += 1
+        assert max(uses.values(), default=0) <= 2 and n_offered <= n_clips
+    assert n_offered >= 280  # the cap binds (about one pair per clip), it does not stall
+    # Without a cap the same buffer gives 16 pairs at once from a handful of clips.
+    free = SegmentBuffer(max_segs=1000)
+    for _ in range(8):
+        free.add(seg)
+    assert len(free.sample_new_pairs(16, rng)) == 16
+
+
 def test_select_pairs_queries_where_the_score_is_highest():
     """§2.2.4: of the candidate pairs, ask about those the predictors disagree on most."""
     rng = np.random.default_rng(2)
