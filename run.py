@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the predictor trains on the latest this many labels (App. A)")
     g.add_argument("--max_segs", type=int, default=1000,
                    help="recent clips kept by the preference interface to draw pairs from")
-    g.add_argument("--max_pairs_per_clip", type=int, default=0,
+    g.add_argument("--max_pairs_per_clip", type=int, default=2,
                    help="offer each clip in at most this many pairs, so that synthetic labels "
                         "made faster than clips arrive wait for new clips (0: no limit)")
     g.add_argument("--teacher", default="oracle",
