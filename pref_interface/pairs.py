@@ -101,10 +101,9 @@ class SegmentBuffer:
                            dtype=np.int64)
 
     def _n_unoffered(self, split: bool) -> int:
-        if self.max_pairs_per_clip is None:
-            n = sum(1 for v in self._is_val.values() if v == split)
-            return n * (n - 1) // 2 - len(self._offered[split])
-        ids = set(self._ids(split).tolist())  # each has fewer than max_pairs_per_clip partners
+        """Pairs never offered among the clips of a split that may still be offered (an upper
+        bound with a cap: one draw cannot use a clip more often than it has room for)."""
+        ids = set(self._ids(split).tolist())
         offered_within = sum(len(self._partners.get(i, set()) & ids) for i in ids) // 2
         return len(ids) * (len(ids) - 1) // 2 - offered_within
 
