@@ -148,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="A2C takes the trainer's newest predictor only after scoring this many "
                         "agent steps on the one it holds (0: at every rollout, as in the paper)")
     g.add_argument("--reward_predictor_threads", type=int, default=1,
-                   help="torch threads in the reward-predictor trainer process")
+                   help="torch threads in the reward-predictor trainer process; while A2C "
+                        "waits for it, and in pretraining, it takes --torch_threads's too")
     g.add_argument("--reward_predictor_device", default="cpu",
                    help="where the trainer trains the predictor: cpu, cuda, cuda:N, or auto "
                         "(cuda when torch sees a GPU); A2C still computes rewards on the CPU")
@@ -524,7 +525,8 @@ def trainer_config(args: argparse.Namespace, run_dir: Path | None):
         load_ckpt_path=args.reward_ckpt_path, torch_threads=args.reward_predictor_threads,
         reward_std=args.reward_std, label_noise=args.label_noise, adaptive_l2=args.adaptive_l2,
         duty=args.reward_predictor_duty, seed=args.seed, device=args.predictor_device,
-        # While A2C waits for the predictor (--min_predictor_labels_per_step) its threads are idle.
+        # While A2C waits for the predictor (--min_predictor_labels_per_step) or has not started
+        # (pretraining) its threads are idle.
         threads_while_agent_waits=args.reward_predictor_threads + args.torch_threads,
         # MovingDot's small net reads sub-pixel dot positions: bf16's 8-bit mantissa blurs them.
         bf16=use_bf16(args) and args.env_kind == "atari")

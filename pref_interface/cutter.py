@@ -13,7 +13,9 @@ class SegmentCutter:
 
     The clip under construction belongs to one env; when it is complete the next clip starts in
     the next env (i, i+1 mod N, ...), so every worker contributes while the rate stays at one
-    segment per `segment_length` agent steps in total. Each step copies only the new frame of that
+    segment per `segment_length` steps of the vector env, i.e. one per N x `segment_length`
+    agent steps (400 with the paper's 16 workers). Clips cut in turn come from different workers
+    and lie N clip lengths apart in each worker's play. Each step copies only the new frame of that
     one env (consecutive 4-frame stacks share three frames). A clip may span an episode end (its
     `dones` say where), so the synthetic teacher can penalise it (App. A).
 

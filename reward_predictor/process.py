@@ -48,7 +48,8 @@ class TrainerConfig:
     label_noise: float = 0.1  # App. A: a 10% chance the labeller answered at random; 0: plain BT
     adaptive_l2: bool = False  # App. A: keep validation loss at 1.1-1.5x training loss
     duty: float = 1.0  # fraction of the time spent training; the rest is left to A2C (2 cores)
-    threads_while_agent_waits: int = 0  # torch threads while A2C waits for it (0: torch_threads)
+    # torch threads while A2C waits for it, and in pretraining, where no A2C runs (0: torch_threads)
+    threads_while_agent_waits: int = 0
     bf16: bool = False  # bfloat16 autocast in the nets (where the CPU has native bf16)
     initial_prefs_path: str | None = None  # a preference store whose latest labels start the buffer
     device: str = "cpu"  # where the trainer trains ("cuda": a GPU); consumers always use the CPU
@@ -166,7 +167,8 @@ def run_pretraining(config: TrainerConfig, prefs_path: str, n_epochs: int, stop_
     (App. A: 200 epochs on the first 500 labels) and checkpoint it, also when stopped early."""
     from torch.utils.tensorboard import SummaryWriter
 
-    torch.set_num_threads(config.torch_threads)
+    # No A2C runs beside pretraining, so its threads are free as when it waits for the predictor.
+    torch.set_num_threads(config.threads_while_agent_waits or config.torch_threads)
     torch.manual_seed(config.seed)
     trainer = RewardPredictorTrainer(build_ensemble(config, config.device), config.max_prefs,
                                      config.batch_size, config.seed, adaptive_l2=config.adaptive_l2)

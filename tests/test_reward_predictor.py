@@ -21,6 +21,7 @@ from reward_predictor import (AtariRewardNet, CheckpointError, MovingDotRewardNe
 from reward_predictor.ensemble import segment_returns, take_batchnorm_statistics
 from reward_predictor.nets import dropout_half
 from reward_predictor.pace import PredictorPace
+from reward_predictor.process import run_pretraining
 from reward_predictor.reward_fn import PredictedReward
 
 torch.set_num_threads(1)
@@ -543,6 +544,33 @@ def test_trainer_process_stops_on_its_event(tmp_path):
     worker.join(timeout=30)
     assert not worker.is_alive() and stats.labels_received.value == 0
     assert not (tmp_path / "rp.pt").exists()
+
+
+def test_pretraining_takes_the_threads_a2c_is_not_using_yet(tmp_path, monkeypatch):
+    """No A2C runs beside pretraining: it trains with the threads the run gives A2C too."""
+    from pref_interface.store import PreferenceStore
+
+    rng = np.random.default_rng(9)
+    with PreferenceStore(str(tmp_path / "prefs.sqlite")) as store:
+        for i in range(8):
+            store.add(moving_dot_pref(rng, is_validation=i % 4 == 0))
+    config = TrainerConfig(env_kind="moving_dot", n_members=1, torch_threads=1,
+                           threads_while_agent_waits=2)
+    seen = []
+    real_pretrain = RewardPredictorTrainer.pretrain
+
+    def pretrain(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real_pretrain(self, *args, **kwargs)
+
+    monkeypatch.setattr(RewardPredictorTrainer, "pretrain", pretrain)
+    stats = TrainerStats.create(mp.get_context("spawn"))
+    try:
+        run_pretraining(config, str(tmp_path / "prefs.sqlite"), 1, threading.Event(), stats,
+                        str(tmp_path / "tb"))
+    finally:
+        torch.set_num_threads(1)  # the suite's setting (conftest)
+    assert seen == [2] and stats.epoch.value == 1
 
 
 def test_a2c_waits_for_the_trainer_and_the_trainer_stops_resting_for_it(tmp_path):
