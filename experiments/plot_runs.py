@@ -22,6 +22,7 @@ def plot(run_dirs: list[str], names: list[str], out: str, title: str, window: in
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import EngFormatter
 
     logs = [RunLog(d) for d in run_dirs]
     has_prefs = any(len(log.labels()[1]) for log in logs)
@@ -47,6 +48,8 @@ def plot(run_dirs: list[str], names: list[str], out: str, title: str, window: in
         axes[0, 2].set(xlabel="agent steps", ylabel="validation accuracy",
                        title="reward predictor accuracy", ylim=(0.4, 1.0))
         axes[0, 1].legend()
+    for a in axes[0]:
+        a.xaxis.set_major_formatter(EngFormatter(sep=""))  # 150k, 1.5M: no overlapping digits
     fig.tight_layout()
     fig.savefig(out, dpi=80)
     print(f"wrote {out}")
