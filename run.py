@@ -527,7 +527,7 @@ def trainer_config(args: argparse.Namespace, run_dir: Path | None):
         duty=args.reward_predictor_duty, seed=args.seed, device=args.predictor_device,
         # While A2C waits for the predictor (--min_predictor_labels_per_step) or has not started
         # (pretraining) its threads are idle.
-        threads_while_agent_waits=args.reward_predictor_threads + args.torch_threads,
+        threads_while_agent_idle=args.reward_predictor_threads + args.torch_threads,
         # MovingDot's small net reads sub-pixel dot positions: bf16's 8-bit mantissa blurs them.
         bf16=use_bf16(args) and args.env_kind == "atari")
 

@@ -48,8 +48,9 @@ class TrainerConfig:
     label_noise: float = 0.1  # App. A: a 10% chance the labeller answered at random; 0: plain BT
     adaptive_l2: bool = False  # App. A: keep validation loss at 1.1-1.5x training loss
     duty: float = 1.0  # fraction of the time spent training; the rest is left to A2C (2 cores)
-    # torch threads while A2C waits for it, and in pretraining, where no A2C runs (0: torch_threads)
-    threads_while_agent_waits: int = 0
+    # torch threads while A2C is idle: waiting for it, or not yet running (pretraining).
+    # 0: torch_threads
+    threads_while_agent_idle: int = 0
     bf16: bool = False  # bfloat16 autocast in the nets (where the CPU has native bf16)
     initial_prefs_path: str | None = None  # a preference store whose latest labels start the buffer
     device: str = "cpu"  # where the trainer trains ("cuda": a GPU); consumers always use the CPU
@@ -117,8 +118,8 @@ def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWe
                 time.sleep(IDLE_SLEEP_S)
                 continue
             wanted = config.torch_threads
-            if shared_weights.consumer_waiting and config.threads_while_agent_waits:
-                wanted = config.threads_while_agent_waits  # A2C is idle: take its threads
+            if shared_weights.consumer_waiting and config.threads_while_agent_idle:
+                wanted = config.threads_while_agent_idle  # A2C is idle: take its threads
             if wanted != threads:
                 torch.set_num_threads(wanted)
                 threads = wanted
@@ -168,7 +169,7 @@ def run_pretraining(config: TrainerConfig, prefs_path: str, n_epochs: int, stop_
     from torch.utils.tensorboard import SummaryWriter
 
     # No A2C runs beside pretraining, so its threads are free as when it waits for the predictor.
-    torch.set_num_threads(config.threads_while_agent_waits or config.torch_threads)
+    torch.set_num_threads(config.threads_while_agent_idle or config.torch_threads)
     torch.manual_seed(config.seed)
     trainer = RewardPredictorTrainer(build_ensemble(config, config.device), config.max_prefs,
                                      config.batch_size, config.seed, adaptive_l2=config.adaptive_l2)

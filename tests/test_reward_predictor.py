@@ -555,7 +555,7 @@ def test_pretraining_takes_the_threads_a2c_is_not_using_yet(tmp_path, monkeypatc
         for i in range(8):
             store.add(moving_dot_pref(rng, is_validation=i % 4 == 0))
     config = TrainerConfig(env_kind="moving_dot", n_members=1, torch_threads=1,
-                           threads_while_agent_waits=2)
+                           threads_while_agent_idle=2)
     seen = []
     real_pretrain = RewardPredictorTrainer.pretrain
 
@@ -580,7 +580,7 @@ def test_a2c_waits_for_the_trainer_and_the_trainer_stops_resting_for_it(tmp_path
     rng = np.random.default_rng(8)
     ctx = mp.get_context("spawn")
     config = TrainerConfig(env_kind="moving_dot", n_members=1, batch_size=16, duty=5e-4,
-                           validate_every_steps=1000, threads_while_agent_waits=1)
+                           validate_every_steps=1000, threads_while_agent_idle=1)
     shared = SharedWeights(build_ensemble(config), ctx)
     stats, stop = TrainerStats.create(ctx), threading.Event()
     prefs: queue.Queue = queue.Queue()
