@@ -16,6 +16,8 @@ import time
 import traceback
 from pathlib import Path
 
+from launch.process_setup import name_process, reuse_freed_memory
+
 MODES = ("gather_initial_prefs", "pretrain_reward_predictor", "train_policy_with_preferences",
          "train_policy_with_original_rewards")
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
@@ -144,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a floor on predictor training: A2C waits before each rollout while each "
                         "member has trained on fewer labels than this per agent step (the paper's "
                         "pace is about 0.1, App. A; 0: A2C never waits)")
+    g.add_argument("--predictor_pace_unit", choices=("member", "ensemble"), default="member",
+                   help="what --min_predictor_labels_per_step counts: the labels each member "
+                        "trains on, or those of all members together (App. A.2 says \"the "
+                        "predictor\" processes about 1 label per 10 steps)")
     g.add_argument("--reward_refresh_steps", type=int, default=0,
                    help="A2C takes the trainer's newest predictor only after scoring this many "
                         "agent steps on the one it holds (0: at every rollout, as in the paper)")
@@ -344,8 +350,11 @@ def make_run_dir(args: argparse.Namespace) -> Path:
 
 def _child(target, args: tuple, errors) -> None:
     """Entry point of every child: Ctrl-C is the supervisor's to handle (it sets the stop event);
-    an exception is sent to the supervisor as text and the child exits non-zero."""
+    an exception is sent to the supervisor as text and the child exits non-zero. The child keeps
+    freed memory for reuse and shows its name in `ps` (launch/process_setup.py)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    reuse_freed_memory()
+    name_process(mp.current_process().name)
     try:
         target(*args)
     except BaseException:  # noqa: BLE001 - reported, then the child exits non-zero
@@ -659,7 +668,7 @@ def train_policy_with_preferences(args, run_dir: Path, ctx) -> int:
 
     from a2c.train import A2CStats, train_a2c
     from pref_interface.process import InterfaceStats, run_pref_interface
-    from reward_predictor.pace import PredictorPace
+    from reward_predictor.pace import PredictorPace, labels_per_member
     from reward_predictor.process import TrainerStats, build_ensemble, run_trainer
     from reward_predictor.reward_fn import PredictedReward, PreferencePredictor, frozen_reward
     from reward_predictor.shared import SharedWeights
@@ -707,7 +716,8 @@ def train_policy_with_preferences(args, run_dir: Path, ctx) -> int:
     sup.start("a2c", train_a2c, a2c_config(args, run_dir), str(run_dir / "tb"), a2c_stats,
               partial(PredictedReward, ch.reward_weights, tconfig, args.reward_refresh_steps),
               ch.a2c_observers(istats),
-              ch.stop, partial(PredictorPace, ch.reward_weights, args.min_predictor_labels_per_step))
+              ch.stop, partial(PredictorPace, ch.reward_weights, labels_per_member(
+                  args.min_predictor_labels_per_step, args.predictor_pace_unit, args.ensemble_size)))
     ch.start_episode_viewer(sup)
 
     def status() -> str:  # while a person labels, the counters are in the prompt instead

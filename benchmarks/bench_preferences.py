@@ -1,17 +1,21 @@
-"""Throughput of the whole preference loop against plain A2C, through the real command line.
+"""Throughput of the preference loop at the paper's predictor pace against plain A2C, through the
+real command line, one run after the other on this machine:
 
-Runs, one after the other on this machine:
-  (1) `run.py train_policy_with_original_rewards ENV` for --steps agent steps;
-  (2) `run.py train_policy_with_preferences ENV --synthetic_prefs` with a short start (few initial
-      labels, one pretraining epoch) and then --steps agent steps of the concurrent phase, where
-      A2C trains on the predicted reward while the preference interface labels clips and the
-      predictor trains.
-Both rates are read from the runs' own TensorBoard scalars (`charts/SPS`, the A2C process's
-steps/s, and `reward_predictor/steps_per_sec`), skipping the first --skip_s seconds of each.
-The target (issue 3): the preference run keeps >= 75% of the plain A2C throughput.
+  (1) `run.py train_policy_with_original_rewards ENV`: plain A2C;
+  (2) `run.py train_policy_with_preferences ENV --synthetic_prefs` with the paper's predictor
+      (dropout 0.5, batch norm, 3 members) and `--min_predictor_labels_per_step PACE`, the pace
+      counted per member (`--predictor_pace_unit member`, the default reading);
+  (3) the same with the pace counted for the whole ensemble (`--predictor_pace_unit ensemble`).
 
-    .venv/bin/python -m benchmarks.bench_preferences               # Pong, 100k steps each
-    .venv/bin/python -m benchmarks.bench_preferences --steps 20000  # quicker look
+Each preference run starts short (64 initial labels, one pretraining epoch), then runs --steps
+agent steps with A2C, labelling and predictor training at once. Figures come from the runs' own
+TensorBoard scalars, skipping the first --skip_s seconds: A2C's steps/s (`charts/SPS`), the share
+of time A2C waited for the predictor (`charts/waiting_for_predictor`) and the predictor's
+training steps/s, each step one batch of 16 pairs x 25 frames per member
+(`reward_predictor/steps_per_sec`). Target (issue 17): the per-member loop at >= 50% of plain A2C.
+
+    .venv/bin/python -m benchmarks.bench_preferences                # Pong, 40k steps each
+    .venv/bin/python -m benchmarks.bench_preferences --steps 20000  # a quicker look
 """
 from __future__ import annotations
 
@@ -29,6 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_a2c import machine_header  # noqa: E402
+
+PAPER_PREDICTOR = ["--dropout", "0.5", "--batchnorm"]  # App. A.2; 3 members is run.py's default
 
 
 def scalars(event_dir: Path, tag: str) -> list[tuple[float, float]]:
@@ -58,33 +64,44 @@ def run_cli(args: list[str]) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--env_id", default="PongNoFrameskip-v4")
-    p.add_argument("--steps", type=int, default=100_000, help="agent steps of each run")
+    p.add_argument("--steps", type=int, default=40_000, help="agent steps of each run")
+    p.add_argument("--pace", type=float, default=0.1,
+                   help="--min_predictor_labels_per_step of the preference runs (App. A: ~0.1)")
     p.add_argument("--skip_s", type=float, default=10.0, help="warm-up seconds not counted")
-    p.add_argument("--extra", default="", help="more run.py flags for both runs, quoted")
+    p.add_argument("--extra", default="", help="more run.py flags for every run, quoted")
     a = p.parse_args(argv)
     print(machine_header())
     million = f"{a.steps / 1e6:g}"
     extra = a.extra.split()
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        plain, prefs = Path(tmp) / "plain", Path(tmp) / "prefs"
-        wall_plain = run_cli(["train_policy_with_original_rewards", a.env_id, "--million_timesteps",
-                              million, "--log_dir", str(plain), *extra])
-        wall_prefs = run_cli(["train_policy_with_preferences", a.env_id, "--synthetic_prefs",
-                              "--n_initial_prefs", "64", "--n_initial_epochs", "1",
-                              "--million_timesteps", million, "--log_dir", str(prefs), *extra])
+        plain = Path(tmp) / "plain"
+        wall = run_cli(["train_policy_with_original_rewards", a.env_id, "--million_timesteps",
+                        million, "--log_dir", str(plain), *extra])
         sps_plain = steady_mean(scalars(plain / "tb", "charts/SPS"), a.skip_s)
-        sps_prefs = steady_mean(scalars(prefs / "tb", "charts/SPS"), a.skip_s)
-        rp = scalars(prefs / "tb" / "reward_predictor", "reward_predictor/steps_per_sec")
-        rp_sps = steady_mean(rp, a.skip_s)
-        labels = scalars(prefs / "tb" / "labels", "labels/total")
-    print(f"\n{a.env_id}, {a.steps:,} agent steps per run")
-    print(f"  A2C on original rewards        {sps_plain:8.0f} steps/s   (whole run {wall_plain:.0f} s)")
-    print(f"  A2C inside the preference loop {sps_prefs:8.0f} steps/s   (whole run {wall_prefs:.0f} s,"
-          " including the short gather and pretraining)")
-    print(f"  reward predictor training      {rp_sps:8.2f} steps/s of 16 pairs x 25 frames"
-          f" per member")
-    print(f"  labels at the end              {labels[-1][1] if labels else 0:8.0f}")
-    print(f"  ratio                          {sps_prefs / sps_plain:8.0%}   (target >= 75%)")
+        rows.append(("plain A2C, original rewards", sps_plain, wall, None, None))
+        for unit in ("member", "ensemble"):
+            run = Path(tmp) / unit
+            wall = run_cli(["train_policy_with_preferences", a.env_id, "--synthetic_prefs",
+                            "--n_initial_prefs", "64", "--n_initial_epochs", "1",
+                            "--million_timesteps", million, "--log_dir", str(run),
+                            *PAPER_PREDICTOR, "--min_predictor_labels_per_step", str(a.pace),
+                            "--predictor_pace_unit", unit, *extra])
+            tb = run / "tb"
+            rows.append((f"loop, pace {a.pace:g} per {unit}",
+                         steady_mean(scalars(tb, "charts/SPS"), a.skip_s), wall,
+                         steady_mean(scalars(tb, "charts/waiting_for_predictor"), a.skip_s),
+                         steady_mean(scalars(tb / "reward_predictor",
+                                             "reward_predictor/steps_per_sec"), a.skip_s)))
+    print(f"\n{a.env_id}, {a.steps:,} agent steps per run; predictor steps are 16 pairs x 25 "
+          "frames per member")
+    print(f"  {'run':32s} {'agent steps/s':>13s} {'of plain':>8s} {'A2C waits':>9s} "
+          f"{'predictor steps/s':>17s} {'wall s':>7s}")
+    for name, sps, wall, waits, rp in rows:
+        print(f"  {name:32s} {sps:13.0f} {sps / sps_plain:8.0%} "
+              f"{'' if waits is None else f'{waits:.0%}':>9s} "
+              f"{'' if rp is None else f'{rp:.2f}':>17s} {wall:7.0f}")
+    print("  target: the per-member loop at >= 50% of plain A2C (issue 17)")
     return 0
 
 

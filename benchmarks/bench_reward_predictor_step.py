@@ -6,6 +6,8 @@ on a batch of 16 pairs x 25 steps (800 observations forward and backward), one m
 
 Each thread count is timed in fp32 and with bfloat16 autocast (what `--precision auto` uses on
 CPUs with native bf16). `--device cuda` times the step as `--reward_predictor_device cuda` runs it.
+The process keeps freed memory as a run's processes do (launch/heap.py); `--default_malloc`
+times it with glibc's default instead.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from launch.process_setup import reuse_freed_memory  # noqa: E402
 from pref_interface.segment import Preference, Segment  # noqa: E402
 from reward_predictor.ensemble import RewardPredictorEnsemble  # noqa: E402
 from reward_predictor.nets import AtariRewardNet  # noqa: E402
@@ -58,7 +61,11 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=16, help="segment pairs per batch")
     parser.add_argument("--length", type=int, default=25, help="steps per segment")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--default_malloc", action="store_true",
+                        help="leave glibc's malloc as it is (large blocks mapped and unmapped)")
     args = parser.parse_args()
+    if not args.default_malloc:
+        reuse_freed_memory()
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.device}, batch {args.pairs} pairs x "
           f"{args.length} steps = {2 * args.pairs * args.length} observations")
     for threads, bf16 in [(th, bf) for th in args.threads for bf in (False, True)]:

@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from pref_interface.packed import PackedSegment
 from pref_interface.segment import Segment
 
 Candidate = tuple[int, Segment, int, Segment]  # (id_a, seg_a, id_b, seg_b)
@@ -36,7 +37,8 @@ def select_pairs(candidates: Sequence[Candidate], k: int, rng: np.random.Generat
 
 class SegmentBuffer:
     """The most recent `max_segs` segments, each with an increasing id, and the pairs of them
-    already offered for labelling (never offered twice).
+    already offered for labelling (never offered twice). Segments are held packed and unpacked
+    when drawn into candidate pairs.
 
     Each segment is put in the validation split with probability `val_fraction` when it arrives,
     and pairs are only drawn within a split. A label's split is then that of its clips, so no
@@ -57,7 +59,7 @@ class SegmentBuffer:
         # from about 30 clips (each in about 13 labels); a cap makes labelling wait for new clips.
         self.max_pairs_per_clip = max_pairs_per_clip
         self._split_rng = np.random.default_rng(seed)
-        self._segs: OrderedDict[int, Segment] = OrderedDict()
+        self._segs: OrderedDict[int, PackedSegment] = OrderedDict()
         self._is_val: dict[int, bool] = {}
         self._next_id = 0
         # Pairs offered, (smaller id, larger id), among training [0] / validation [1] segments.
@@ -69,7 +71,7 @@ class SegmentBuffer:
         """Keep a segment, evicting the oldest beyond `max_segs`; returns its id."""
         seg_id = self._next_id
         self._next_id += 1
-        self._segs[seg_id] = seg
+        self._segs[seg_id] = PackedSegment.pack(seg)
         self._is_val[seg_id] = bool(self.val_fraction and self._split_rng.random() < self.val_fraction)
         while len(self._segs) > self.max_segs:
             old, _ = self._segs.popitem(last=False)
@@ -123,7 +125,8 @@ class SegmentBuffer:
             if wanted > 0:
                 drawn = self._draw_unoffered(wanted if score is None else wanted * oversample,
                                              rng, split)
-                candidates = [(a, self._segs[a], b, self._segs[b]) for a, b in drawn]
+                segs = {i: self._segs[i].unpack() for pair in drawn for i in pair}
+                candidates = [(a, segs[a], b, segs[b]) for a, b in drawn]
                 chosen += select_pairs(candidates, wanted, rng, score)
         for a, _, b, _ in chosen:
             self._offered[self._is_val[a]].add((min(a, b), max(a, b)))

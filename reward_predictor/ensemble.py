@@ -91,22 +91,24 @@ def segment_returns(net: nn.Module, segments: Sequence[Segment]) -> tuple[torch.
 
 
 @torch.no_grad()
-def take_batchnorm_statistics(net: nn.Module, segments: Sequence[Segment]) -> None:
-    """Replace `net`'s batch-norm running statistics by those of a dropout-free pass over
-    `segments` (what the trainer does after every step, and what mends an older checkpoint)."""
-    norms = _batchnorms(net)
-    if not norms:
-        return
-    was_training, momenta = net.training, [bn.momentum for bn in norms]
+def take_batchnorm_statistics(net: nn.Module, segments: Sequence[Segment]) -> torch.Tensor:
+    """Set `net`'s batch-norm running statistics to those of a dropout-free pass over `segments`
+    (what the trainer does before the agent gets new weights, and what mends an older checkpoint).
+
+    Returns that pass's raw reward for every step as the eval-mode net now gives it: one pass over
+    the segments serves both. A net without batch norm is only evaluated. `net`'s mode is kept.
+    """
+    was_training = net.training
     net.eval()  # dropout off
-    for bn in norms:
-        bn.reset_running_stats()
-        bn.momentum = None  # a plain average over this pass
-        bn.train()
-    segment_returns(net, segments)
-    for bn, momentum in zip(norms, momenta):
-        bn.momentum = momentum
+    if _batchnorms(net):
+        groups = segments_to_batch(segments, _device_of(net))
+        obs = torch.cat([o.reshape(-1, *o.shape[-3:]) for _, o, _ in groups])
+        actions = torch.cat([a.reshape(-1) for _, _, a in groups])
+        raw = net(obs, actions, take_statistics=True)
+    else:
+        raw = segment_returns(net, segments)[1]
     net.train(was_training)
+    return raw
 
 
 class RewardPredictorEnsemble(nn.Module):
@@ -222,11 +224,7 @@ class RewardPredictorEnsemble(nn.Module):
         """Raw per-step predictions of `net` in eval mode, as the agent's reward function sees them,
         once its batch-norm layers hold these segments' dropout-free statistics (see train_step)."""
         with self._autocast():
-            take_batchnorm_statistics(net, segments)
-            net.eval()
-            raw = segment_returns(net, segments)[1].float()
-        net.train()
-        return raw
+            return take_batchnorm_statistics(net, segments).float()
 
     @torch.no_grad()
     def member_returns(self, segments: Sequence[Segment]) -> torch.Tensor:
@@ -253,13 +251,17 @@ class RewardPredictorEnsemble(nn.Module):
         `accuracy` is that of the reward the agent is given: the mean of the members' normalised
         returns. Per-member figures are in `member_loss` and `member_accuracy`.
 
+        `true_return_correlation` is the Pearson correlation between the members' mean raw return
+        and the true return of every segment (known for synthetic labels; NaN where either is
+        constant): a sanity check, not a training signal.
+
         With `weights` (B, n_members), e.g. bootstrap counts, `member_weighted_loss` is each
         member's weighted mean loss (its plain mean where its weights sum to 0).
         """
         nan = float("nan")
         if not prefs:
             out = {"loss": nan, "accuracy": nan, "member_loss": [nan] * self.n_members,
-                   "member_accuracy": [nan] * self.n_members}
+                   "member_accuracy": [nan] * self.n_members, "true_return_correlation": nan}
             if weights is not None:
                 out["member_weighted_loss"] = [nan] * self.n_members
             return out
@@ -278,7 +280,9 @@ class RewardPredictorEnsemble(nn.Module):
                                   for m, norm in enumerate(self.normalisers)]).mean(0)
         _, ensemble_acc = preference_loss(normalised[:b], normalised[b:], mu, self.noise)
         out = {"loss": float(np.mean(losses)), "accuracy": ensemble_acc,
-               "member_loss": losses, "member_accuracy": accs}
+               "member_loss": losses, "member_accuracy": accs,
+               "true_return_correlation": _correlation(
+                   returns.mean(0).numpy(), np.array([seg.true_return for seg in segments]))}
         if weights is not None:
             weights = np.asarray(weights, dtype=np.float64)
             assert weights.shape == (b, self.n_members), (weights.shape, b, self.n_members)
@@ -301,6 +305,12 @@ class RewardPredictorEnsemble(nn.Module):
         b = len(left_segs)
         returns = self.member_returns(list(left_segs) + list(right_segs))
         return torch.sigmoid(returns[:, :b] - returns[:, b:]).numpy().astype(np.float32)
+
+
+def _correlation(x: np.ndarray, y: np.ndarray) -> float:
+    if len(x) < 3 or x.std() == 0 or y.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(x, y)[0, 1])
 
 
 def _nanmean(values: Sequence[float]) -> float:

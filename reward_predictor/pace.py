@@ -1,8 +1,10 @@
 """A floor on reward-predictor training per agent step.
 
-The paper's predictor trains on about 1 label per 10 agent steps (App. A; REFERENCE.md). On two
-CPU cores, with the trainer sharing them with A2C, ours managed about 1 per 100, and its reward
-was easy for the policy to exploit (README, "Pong from preferences"). With a floor, A2C waits
+App. A.2: "The predictor is trained asynchronously from the RL agent, and on our hardware
+typically processes 1 label per 10 RL timesteps." That describes their hardware, and "the
+predictor" is the ensemble, so the rate may count each member's labels or all members' together;
+the paper does not say. Left alone on two CPU cores our trainer managed about 1 label per 100
+steps, and the policy learnt to exploit its reward (docs/experiments.md). With a floor, A2C waits
 before each rollout while the trainer is behind, and the trainer, seeing it wait, stops resting
 and takes the idle threads.
 """
@@ -14,6 +16,17 @@ from typing import Any
 from reward_predictor.shared import SharedWeights
 
 POLL_S = 0.02  # how often a waiting A2C rechecks the trainer's progress
+
+
+def labels_per_member(labels_per_step: float, unit: str, n_members: int) -> float:
+    """The floor on each member's labels per agent step for a pace that counts the labels of each
+    `unit`: "member" (the stricter reading of App. A.2, the default) or "ensemble" (all members
+    together, so each member trains 1/n_members as much)."""
+    if unit == "member":
+        return labels_per_step
+    if unit == "ensemble":
+        return labels_per_step / n_members
+    raise ValueError(f"pace unit {unit!r} is neither 'member' nor 'ensemble'")
 
 
 class PredictorPace:

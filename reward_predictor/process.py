@@ -227,7 +227,7 @@ def _log_progress(trainer: RewardPredictorTrainer, metrics: dict, steps_per_sec:
             stats.val_accuracy.value = val["val_accuracy"]
         for m, l2 in enumerate(trainer.adapt_regularisation(val)):
             writer.add_scalar(f"reward_predictor/l2_member{m}", l2, step)
-        corr = trainer.return_correlation(val_max_pairs)
-        if not np.isnan(corr):
-            writer.add_scalar("reward_predictor/true_return_correlation", corr, step)
+        if not np.isnan(val["true_return_correlation"]):
+            writer.add_scalar("reward_predictor/true_return_correlation",
+                              val["true_return_correlation"], step)
     writer.flush()

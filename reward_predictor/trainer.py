@@ -4,12 +4,14 @@ from __future__ import annotations
 import math
 import os
 from collections import deque
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Iterable
 
 import numpy as np
 import torch
 
-from pref_interface.segment import Preference
+from pref_interface.packed import ClipPool
+from pref_interface.segment import Preference, Segment
 from reward_predictor.ensemble import RewardPredictorEnsemble, bootstrap_counts
 from reward_predictor.regularisation import INITIAL_ADAPTIVE_L2, adapt_l2
 
@@ -23,11 +25,24 @@ class CheckpointError(Exception):
     """A reward-predictor checkpoint is missing, unreadable or does not fit the ensemble."""
 
 
+@dataclass(frozen=True)
+class _HeldLabel:
+    """A label as the trainer holds it: its clips are keys into the trainer's ClipPool."""
+
+    seq: int
+    left: bytes
+    right: bytes
+    mu: float
+    source: str
+    is_validation: bool
+
+
 class RewardPredictorTrainer:
     """Holds the latest `max_prefs` labels and trains the ensemble on them.
 
-    Validation labels (`Preference.is_validation`, App. A: 1/e of the data held out) are kept apart
-    and never trained on. The label budget counts both kinds; the oldest label goes first. Each
+    Clips are held packed, each once however many labels share it, and unpacked for the batch
+    being trained on or scored. Validation labels (`Preference.is_validation`, App. A: 1/e of the
+    data held out) are kept apart and never trained on. The label budget counts both kinds; the oldest label goes first. Each
     training label carries one bootstrap count per member, drawn when it arrives, and a member's
     minibatch is drawn with probability proportional to its counts.
 
@@ -47,28 +62,48 @@ class RewardPredictorTrainer:
         self.rng = np.random.default_rng(seed)
         self.steps = 0
         self._seq = 0
-        self._train: deque[tuple[int, Preference]] = deque()
+        self.clips = ClipPool()
+        self._train: deque[_HeldLabel] = deque()
         self._train_counts: deque[np.ndarray] = deque()
         self._counts_cache: np.ndarray | None = None
-        self._val: deque[tuple[int, Preference]] = deque()
+        self._val: deque[_HeldLabel] = deque()
 
     # ---- labels -------------------------------------------------------------------------------
     def add(self, pref: Preference) -> None:
         """Store a label, dropping the oldest one once `max_prefs` are held."""
+        label = _HeldLabel(self._seq, self.clips.add(pref.left), self.clips.add(pref.right),
+                           pref.mu, pref.source, pref.is_validation)
         if pref.is_validation:
-            self._val.append((self._seq, pref))
+            self._val.append(label)
         else:
-            self._train.append((self._seq, pref))
+            self._train.append(label)
             self._train_counts.append(bootstrap_counts(1, self.ensemble.n_members, self.rng)[0])
             self._counts_cache = None
         self._seq += 1
         while self.n_labels > self.max_prefs:
-            if self._val and (not self._train or self._val[0][0] < self._train[0][0]):
-                self._val.popleft()
+            if self._val and (not self._train or self._val[0].seq < self._train[0].seq):
+                old = self._val.popleft()
             else:
-                self._train.popleft()
+                old = self._train.popleft()
                 self._train_counts.popleft()
                 self._counts_cache = None
+            self.clips.release(old.left)
+            self.clips.release(old.right)
+
+    def held_labels(self) -> list[Preference]:
+        """Every label held, oldest first, unpacked."""
+        return self._unpack(sorted([*self._train, *self._val], key=lambda label: label.seq))
+
+    def _unpack(self, labels: Iterable[_HeldLabel]) -> list[Preference]:
+        """Labels as Preferences, each clip unpacked once however often it appears."""
+        segments: dict[bytes, Segment] = {}
+
+        def segment(key: bytes) -> Segment:
+            if key not in segments:
+                segments[key] = self.clips.get(key)
+            return segments[key]
+        return [Preference(segment(x.left), segment(x.right), x.mu, x.source, x.is_validation)
+                for x in labels]
 
     @property
     def n_labels(self) -> int:
@@ -94,15 +129,16 @@ class RewardPredictorTrainer:
         probability proportional to the member's bootstrap counts."""
         assert self._train, "no training labels yet"
         counts = self.bootstrap_counts()
-        batches = []
+        drawn = []
         for m in range(self.ensemble.n_members):
             weights = counts[:, m].astype(np.float64)
             total = weights.sum()
             # A member whose resample is still empty (few labels) trains on all of them.
             p = weights / total if total > 0 else None
-            idx = self.rng.choice(len(self._train), size=self.batch_size, p=p)
-            batches.append([self._train[i][1] for i in idx])
-        return batches
+            drawn += [self._train[i] for i in self.rng.choice(len(self._train), self.batch_size, p=p)]
+        prefs = self._unpack(drawn)  # one unpack per clip for all members' batches
+        return [prefs[m * self.batch_size:(m + 1) * self.batch_size]
+                for m in range(self.ensemble.n_members)]
 
     # ---- training -----------------------------------------------------------------------------
     def train_steps(self, n: int = 1) -> dict:
@@ -139,16 +175,18 @@ class RewardPredictorTrainer:
         `member_train_loss` is each member's mean loss on the training sample; `member_inbag_loss`
         weights that sample by the member's bootstrap counts, i.e. it is the loss on the member's
         own resample, what the member is fit to (about 1/e of the training labels are out of its
-        bag and would pull the plain figure towards the validation loss)."""
-        val = self._subset([p for _, p in self._val], max_pairs)
+        bag and would pull the plain figure towards the validation loss).
+        `true_return_correlation` is that of the validation segments (see `evaluate`)."""
+        val = self._unpack(self._val[i] for i in self._subset_indices(len(self._val), max_pairs))
         train_idx = self._subset_indices(len(self._train), max_pairs)
-        train = [self._train[i][1] for i in train_idx]
+        train = self._unpack(self._train[i] for i in train_idx)
         v = self.ensemble.evaluate(val)
         t = self.ensemble.evaluate(train, weights=self.bootstrap_counts()[train_idx])
         return {"val_loss": v["loss"], "val_accuracy": v["accuracy"],
                 "train_loss": t["loss"], "train_accuracy": t["accuracy"],
                 "member_val_loss": v["member_loss"], "member_train_loss": t["member_loss"],
-                "member_inbag_loss": t["member_weighted_loss"]}
+                "member_inbag_loss": t["member_weighted_loss"],
+                "true_return_correlation": v["true_return_correlation"]}
 
     def adapt_regularisation(self, metrics: dict | None = None) -> list[float]:
         """Adaptive L2 (App. A): move each member's coefficient to keep its validation loss within
@@ -164,23 +202,6 @@ class RewardPredictorTrainer:
         self.ensemble.l2 = adapt_l2(self.ensemble.l2, metrics["member_val_loss"],
                                     metrics["member_inbag_loss"])
         return list(self.ensemble.l2)
-
-    def return_correlation(self, max_pairs: int | None = VAL_MAX_PAIRS) -> float:
-        """Pearson correlation between predicted and true returns of validation segments (the
-        true reward is known for synthetic labels; a sanity check, not a training signal)."""
-        prefs = self._subset([p for _, p in self._val], max_pairs)
-        segments = [s for p in prefs for s in (p.left, p.right)]
-        if len(segments) < 3:
-            return float("nan")
-        with torch.no_grad():
-            predicted = self.ensemble.member_returns(segments).mean(0).numpy()
-        true = np.array([s.true_return for s in segments])
-        if predicted.std() == 0 or true.std() == 0:
-            return float("nan")
-        return float(np.corrcoef(predicted, true)[0, 1])
-
-    def _subset(self, prefs: list[Preference], max_pairs: int | None) -> list[Preference]:
-        return [prefs[i] for i in self._subset_indices(len(prefs), max_pairs)]
 
     def _subset_indices(self, n: int, max_pairs: int | None) -> np.ndarray:
         if max_pairs is None or n <= max_pairs:

@@ -198,6 +198,34 @@ def test_batch_norm_statistics_of_a_saved_net_can_be_retaken():
     assert net.training and all(bn.training and bn.momentum == 0.1 for bn in net.norms)
 
 
+def test_one_pass_batch_norm_statistics_are_those_of_the_eval_pass_they_return():
+    # take_batchnorm_statistics sets each layer's statistics from its input in the very pass whose
+    # outputs it returns, so both fit the eval-mode net the agent gets.
+    rng = np.random.default_rng(2)
+    torch.manual_seed(2)
+    segments = [random_segment(rng, t=5) for _ in range(6)]
+    net = AtariRewardNet(dropout=0.5, batchnorm=True)
+    reference = AtariRewardNet(dropout=0.5, batchnorm=True)
+    reference.load_state_dict(net.state_dict())
+    raw = take_batchnorm_statistics(net, segments)
+    net.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(raw, segment_returns(net, segments)[1], rtol=1e-5, atol=1e-6)
+    net.train()
+    assert all(abs(r - 1.0) < 1e-4 for r in _running_to_actual_variance(net, segments))
+    # Batch norm's own plain average over a training-mode pass normalises each layer by its biased
+    # variance while gathering, so the next layer's statistics differ by about 1/(frames x pixels).
+    with torch.no_grad():
+        reference.eval()
+        for bn in reference.norms:
+            bn.reset_running_stats()
+            bn.momentum = None
+            bn.train()
+        segment_returns(reference, segments)
+        reference.eval()
+        torch.testing.assert_close(raw, segment_returns(reference, segments)[1], rtol=1e-2, atol=1e-3)
+
+
 def test_normaliser_merges_batches_exactly():
     rng = np.random.default_rng(0)
     batches = [rng.normal(i, 1 + i, size=n) for i, n in enumerate([5, 100, 37, 1])]
@@ -305,10 +333,11 @@ def test_only_the_latest_labels_are_kept_and_validation_is_held_out():
     for p in labels:
         trainer.add(p)
     assert trainer.n_labels == 6 and trainer.n_val == 2 and trainer.n_train == 4
-    kept = {id(p) for _, p in trainer._train} | {id(p) for _, p in trainer._val}
-    assert kept == {id(p) for p in labels[4:]}
-    drawn = {id(p) for _ in range(20) for batch in trainer.sample_batches() for p in batch}
-    assert drawn <= {id(p) for p in labels[4:] if not p.is_validation}
+    def key(p: Preference) -> tuple:
+        return p.left.frames.tobytes(), p.right.frames.tobytes(), p.mu, p.is_validation
+    assert [key(p) for p in trainer.held_labels()] == [key(p) for p in labels[4:]]
+    drawn = {key(p) for _ in range(20) for batch in trainer.sample_batches() for p in batch}
+    assert drawn <= {key(p) for p in labels[4:] if not p.is_validation}
 
 
 class _ScaledNewestPixel(nn.Module):
@@ -453,7 +482,7 @@ def test_a_predictor_trained_on_the_gpu_gives_the_same_rewards_on_the_cpu(tmp_pa
     assert np.isfinite(metrics["loss"]) and _checksum(trainer.ensemble) != before
     val = trainer.validate()
     trainer.adapt_regularisation(val)
-    assert np.isfinite(val["val_loss"]) and not math.isnan(trainer.return_correlation())
+    assert np.isfinite(val["val_loss"]) and not math.isnan(val["true_return_correlation"])
 
     consumer = build_ensemble(config)  # CPU, as in the A2C process
     shared = SharedWeights(build_ensemble(config))
@@ -471,8 +500,8 @@ def test_a_predictor_trained_on_the_gpu_gives_the_same_rewards_on_the_cpu(tmp_pa
     np.testing.assert_allclose(restored.ensemble.reward(obs, actions), on_gpu, rtol=1e-2, atol=1e-3)
     back = RewardPredictorTrainer(build_ensemble(config, "cuda"), batch_size=4)
     back.load(path)  # a resumed GPU run: optimiser state follows the weights onto the GPU
-    for pref in trainer._train:
-        back.add(pref[1])
+    for pref in trainer.held_labels():
+        back.add(pref)
     assert np.isfinite(back.train_steps(1)["loss"])
 
 

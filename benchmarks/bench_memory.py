@@ -1,0 +1,154 @@
+"""Memory of the preference loop: each process's resident memory over a run, through the real
+command line.
+
+Starts `run.py train_policy_with_preferences ENV --synthetic_prefs` for --steps agent steps and
+every --every_s seconds reads, for each of its processes (named in /proc by launch/process_setup),
+the resident set (RSS; shared library pages count in every process that maps them) and the
+proportional set (PSS; shared pages split between the processes that share them), with the
+number of labels stored so far. Prints the figures at the label counts asked for, and how much
+the sum grew from the moment the trainer's label buffer was full (--max_prefs labels) to the end.
+Targets (issue 22): Pong with the paper's 3,000-label buffer full at <= 1.5 GB summed; <= 5%
+growth from then to the end of a run of 1M further steps.
+
+    .venv/bin/python -m benchmarks.bench_memory PongNoFrameskip-v4 --steps 2000000
+    .venv/bin/python -m benchmarks.bench_memory MovingDotNoFrameskip-v0 --steps 300000 \\
+        --extra "--n_initial_prefs 200 --n_initial_epochs 5"
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_a2c import machine_header  # noqa: E402
+
+MB = 2**20
+
+
+def descendants(pid: int) -> list[int]:
+    """`pid` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+def process_memory(pid: int) -> tuple[str, float, float] | None:
+    """(name, RSS MB, PSS MB) of a live process; None once it has gone."""
+    try:
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
+        rss = pss = 0.0
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Rss:"):
+                rss = int(line.split()[1]) * 1024 / MB
+            elif line.startswith("Pss:"):
+                pss = int(line.split()[1]) * 1024 / MB
+        return name, rss, pss
+    except (OSError, ValueError):
+        return None
+
+
+def stored_labels(store: Path) -> int:
+    if not store.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=5) as db:
+            return int(db.execute("SELECT COUNT(*) FROM labels").fetchone()[0])
+    except sqlite3.Error:
+        return -1  # busy: the row is kept with an unknown count
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("env_id", nargs="?", default="PongNoFrameskip-v4")
+    p.add_argument("--steps", type=int, default=2_000_000, help="agent steps of the run")
+    p.add_argument("--every_s", type=float, default=5.0, help="seconds between samples")
+    p.add_argument("--max_prefs", type=int, default=3000, help="the trainer's label buffer")
+    p.add_argument("--at_labels", type=int, nargs="+", default=[1000, 3000],
+                   help="label counts at which to report each process")
+    p.add_argument("--extra", default="", help="more run.py flags, quoted")
+    p.add_argument("--csv", help="also write every sample to this file")
+    a = p.parse_args(argv)
+    print(machine_header())
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        cmd = [sys.executable, "run.py", "train_policy_with_preferences", a.env_id,
+               "--synthetic_prefs", "--million_timesteps", f"{a.steps / 1e6:g}",
+               "--max_prefs", str(a.max_prefs), "--log_dir", str(run_dir), *a.extra.split()]
+        print(" ".join(cmd[1:]))
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        samples = []  # (seconds, labels, {name: (rss, pss)})
+        start = time.monotonic()
+        while proc.poll() is None:
+            per_process: dict[str, tuple[float, float]] = {}
+            for pid in descendants(proc.pid):
+                mem = process_memory(pid)
+                if mem is not None:
+                    name = "main" if pid == proc.pid else mem[0]
+                    old = per_process.get(name, (0.0, 0.0))
+                    per_process[name] = (old[0] + mem[1], old[1] + mem[2])
+            samples.append((time.monotonic() - start, stored_labels(run_dir / "prefs.sqlite"),
+                            per_process))
+            time.sleep(a.every_s)
+        if proc.returncode != 0:
+            print(f"run.py exited with {proc.returncode}")
+    if a.csv:
+        with open(a.csv, "w") as f:
+            f.write("seconds,labels,process,rss_mb,pss_mb\n")
+            for t, n, per in samples:
+                for name, (rss, pss) in per.items():
+                    f.write(f"{t:.1f},{n},{name},{rss:.1f},{pss:.1f}\n")
+    report(samples, a.at_labels, a.max_prefs)
+    return 0
+
+
+def report(samples: list, at_labels: list[int], max_prefs: int) -> None:
+    def total(per: dict, k: int) -> float:
+        return sum(v[k] for v in per.values())
+    print(f"\n{'labels':>7s} {'minutes':>7s}  {'process':16s} {'RSS MB':>8s} {'PSS MB':>8s}")
+    for target in at_labels:
+        hit = next((s for s in samples if s[1] >= target), None)
+        if hit is None:
+            print(f"{target:7d}  not reached (the run ended at {max(s[1] for s in samples)} labels)")
+            continue
+        t, n, per = hit
+        for name, (rss, pss) in sorted(per.items()):
+            print(f"{n:7d} {t / 60:7.1f}  {name:16s} {rss:8.0f} {pss:8.0f}")
+        print(f"{n:7d} {t / 60:7.1f}  {'sum':16s} {total(per, 0):8.0f} {total(per, 1):8.0f}")
+    full = [s for s in samples if s[1] >= max_prefs]
+    if len(full) >= 2:
+        first, last = full[0], full[-1]
+        # The peak over the last minute, so one sample between steps does not flatter the end.
+        tail = [s for s in full if s[0] >= last[0] - 60]
+        end_rss = max(total(s[2], 0) for s in tail)
+        end_pss = max(total(s[2], 1) for s in tail)
+        print(f"\nbuffer full ({max_prefs} labels) at {first[0] / 60:.1f} min: summed RSS "
+              f"{total(first[2], 0):.0f} MB, PSS {total(first[2], 1):.0f} MB; at the end "
+              f"({last[0] / 60:.1f} min, peak of its last minute): RSS {end_rss:.0f} MB "
+              f"({end_rss / total(first[2], 0) - 1:+.1%}), PSS {end_pss:.0f} MB "
+              f"({end_pss / total(first[2], 1) - 1:+.1%})")
+    else:
+        print(f"\nthe label buffer ({max_prefs}) did not fill: no growth figure")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""What every process of a run does first: keep freed memory for reuse, and carry its name.
+
+Freed memory: glibc serves every allocation above 32 MB (the largest threshold it adapts to) with a fresh mmap
+and unmaps it on free. The reward predictor's activations for one batch (800 frames of 16x26x26
+floats) are 35 MB each, so every training step faulted in hundreds of MB of new pages: 30% of a
+step on the 2-core test machine (docs/results.md). Heap-only allocation with no trimming makes
+the process hold its peak instead, which is what a step needs again a moment later.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+_M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
+_M_MMAP_MAX = -4
+_NEVER_TRIM = 2**31 - 1  # an int: mallopt takes one
+_PR_SET_NAME = 15  # prctl option, from linux/prctl.h
+_NAME_BYTES = 15  # the kernel keeps the first 15 bytes of a process name
+
+
+def _libc_function(name: str):
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c")), name)
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
+def reuse_freed_memory() -> bool:
+    """Tell glibc's malloc to serve large blocks from the heap and keep what is freed. Returns
+    False where the C library is not glibc (nothing changes there)."""
+    mallopt = _libc_function("mallopt")
+    if mallopt is None:
+        return False
+    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _NEVER_TRIM))
+
+
+def name_process(name: str) -> bool:
+    """Show `name` (its first 15 bytes) as this process's name in `ps`, `top` and
+    /proc/PID/comm, so a run's processes can be told apart. False where Linux's prctl is missing."""
+    prctl = _libc_function("prctl")
+    return prctl is not None and prctl(_PR_SET_NAME, name.encode()[:_NAME_BYTES], 0, 0, 0) == 0

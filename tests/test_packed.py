@@ -1,0 +1,56 @@
+"""Clips held packed: the same data back, each clip held once, freed with its last label."""
+from __future__ import annotations
+
+import numpy as np
+
+from pref_interface.packed import ClipPool, PackedSegment
+from pref_interface.segment import Preference, Segment
+from reward_predictor import MovingDotRewardNet, RewardPredictorEnsemble, RewardPredictorTrainer
+
+
+def _segment(rng: np.random.Generator, t: int = 25, dones: bool = True) -> Segment:
+    frames = (rng.random((t + 3, 84, 84)) < 0.05).astype(np.uint8) * 255
+    return Segment(frames, rng.integers(0, 5, t), rng.normal(size=t).astype(np.float32),
+                   rng.random(t) < 0.1 if dones else None)
+
+
+def test_a_packed_segment_unpacks_to_the_same_clip_and_is_far_smaller():
+    rng = np.random.default_rng(0)
+    for dones in (True, False):
+        seg = _segment(rng, dones=dones)
+        packed = PackedSegment.pack(seg)
+        back = packed.unpack()
+        assert np.array_equal(back.frames, seg.frames) and np.array_equal(back.actions, seg.actions)
+        assert np.array_equal(back.true_rewards, seg.true_rewards)
+        assert (back.dones is None) == (seg.dones is None)
+        assert seg.dones is None or np.array_equal(back.dones, seg.dones)
+        assert packed.nbytes < seg.frames.nbytes / 4
+
+
+def test_a_clip_in_two_labels_is_held_once_and_goes_with_its_last_label():
+    rng = np.random.default_rng(1)
+    a, b, c, d, e = (_segment(rng) for _ in range(5))
+    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=1),
+                                     max_prefs=2)
+    trainer.add(Preference(a, b, 1.0))
+    trainer.add(Preference(a, c, 0.0))  # the same clip again, as a label pickled apart would be
+    assert len(trainer.clips) == 3
+    trainer.add(Preference(d, e, 0.5))  # the first label goes; `a` stays with the second
+    assert len(trainer.clips) == 4
+    trainer.add(Preference(d, b, 1.0))  # the second goes, and `a` and `c` with it
+    assert len(trainer.clips) == 3
+    held = trainer.held_labels()
+    assert [p.mu for p in held] == [0.5, 1.0]
+    assert np.array_equal(held[1].left.frames, d.frames) and held[0].left is held[1].left
+
+
+def test_a_pool_counts_references_per_clip():
+    rng = np.random.default_rng(2)
+    pool, seg = ClipPool(), _segment(rng)
+    key = pool.add(seg)
+    assert pool.add(Segment(seg.frames.copy(), seg.actions.copy(), seg.true_rewards.copy(),
+                            seg.dones)) == key
+    pool.release(key)
+    assert len(pool) == 1 and np.array_equal(pool.get(key).frames, seg.frames)
+    pool.release(key)
+    assert len(pool) == 0
