@@ -16,7 +16,7 @@ import time
 import traceback
 from pathlib import Path
 
-from launch.process_setup import name_process, reuse_freed_memory
+from launch.process_setup import name_process
 
 MODES = ("gather_initial_prefs", "pretrain_reward_predictor", "train_policy_with_preferences",
          "train_policy_with_original_rewards")
@@ -350,10 +350,9 @@ def make_run_dir(args: argparse.Namespace) -> Path:
 
 def _child(target, args: tuple, errors) -> None:
     """Entry point of every child: Ctrl-C is the supervisor's to handle (it sets the stop event);
-    an exception is sent to the supervisor as text and the child exits non-zero. The child keeps
-    freed memory for reuse and shows its name in `ps` (launch/process_setup.py)."""
+    an exception is sent to the supervisor as text and the child exits non-zero. The child shows
+    its name in `ps` (launch/process_setup.py)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    reuse_freed_memory()
     name_process(mp.current_process().name)
     try:
         target(*args)

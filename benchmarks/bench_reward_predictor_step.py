@@ -53,6 +53,24 @@ def time_steps(threads: int, steps: int, warmup: int, pairs: int, t: int,
     return times[warmup:]
 
 
+def profile_steps(threads: int, steps: int, pairs: int, t: int) -> None:
+    """Print the operators that took most of `steps` training steps (after 3 untimed ones)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(threads)
+    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), n_members=1)
+    batch = make_batch(np.random.default_rng(0), pairs, t)
+    for _ in range(3):
+        ens.train_step([batch])
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(steps):
+            ens.train_step([batch])
+    print(f"\nprofile of {steps} steps at {threads} threads (self time per step = total / {steps}):")
+    print(prof.key_averages(group_by_input_shape=True).table(
+        sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=32,
+        max_shapes_column_width=60))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10, help="timed steps per thread count")
@@ -63,16 +81,22 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--default_malloc", action="store_true",
                         help="leave glibc's malloc as it is (large blocks mapped and unmapped)")
+    parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"],
+                        help="fp32 and/or bf16 autocast (slow where the CPU lacks native bf16)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print a profile of --steps steps by operator")
     args = parser.parse_args()
     if not args.default_malloc:
         reuse_freed_memory()
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.device}, batch {args.pairs} pairs x "
           f"{args.length} steps = {2 * args.pairs * args.length} observations")
-    for threads, bf16 in [(th, bf) for th in args.threads for bf in (False, True)]:
+    for threads, bf16 in [(th, p == "bf16") for th in args.threads for p in args.precisions]:
         times = time_steps(threads, args.steps, args.warmup, args.pairs, args.length, bf16,
                            args.device)
         print(f"threads {threads}, {'bf16 autocast' if bf16 else 'fp32'}: median {np.median(times) * 1000:.0f} ms/step "
               f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f})")
+    if args.profile:
+        profile_steps(args.threads[0], args.steps, args.pairs, args.length)
 
 
 if __name__ == "__main__":

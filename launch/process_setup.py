@@ -1,10 +1,11 @@
-"""What every process of a run does first: keep freed memory for reuse, and carry its name.
+"""Process set-up: keep freed memory for reuse (where big tensors come and go), carry a name.
 
 Freed memory: glibc serves every allocation above 32 MB (the largest threshold it adapts to) with a fresh mmap
 and unmaps it on free. The reward predictor's activations for one batch (800 frames of 16x26x26
 floats) are 35 MB each, so every training step faulted in hundreds of MB of new pages: 30% of a
 step on the 2-core test machine (docs/results.md). Heap-only allocation with no trimming makes
-the process hold its peak instead, which is what a step needs again a moment later.
+the process hold its peak instead, which is what a step needs again a moment later; the heap's
+fragments add about 100 MB to that peak, so only the predictor's training processes do it.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from reward_predictor.loss import LABEL_NOISE, preference_log_probs, preference_
 from reward_predictor.normaliser import REWARD_STD, RunningNormaliser
 
 LEARNING_RATE = 2e-4  # the earlier reproduction's --reward_predictor_learning_rate
-MAX_FRAMES_PER_FORWARD = 2000  # chunk size for evaluation passes over many segments
+MAX_FRAMES_PER_FORWARD = 400  # chunk of evaluation passes: bounds their memory (2,000 frames: ~650 MB)
 # Segments of each training batch that a member's normaliser sees in eval mode (see train_step).
 NORMALISER_SEGMENTS = 8
 # Frames a normaliser remembers: 1e5 when it sees every frame of a default batch (32 segments of

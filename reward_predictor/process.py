@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from launch.process_setup import reuse_freed_memory
 from pref_interface.segment import Preference
 from reward_predictor.ensemble import LEARNING_RATE, RewardPredictorEnsemble
 from reward_predictor.nets import make_reward_net
@@ -91,6 +92,7 @@ def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWe
     """
     from torch.utils.tensorboard import SummaryWriter  # only the trainer process needs it
 
+    reuse_freed_memory()  # a training step's tensors are too big for glibc to keep (30% of a step)
     torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
     ensemble = build_ensemble(config, config.device)
@@ -168,6 +170,7 @@ def run_pretraining(config: TrainerConfig, prefs_path: str, n_epochs: int, stop_
     (App. A: 200 epochs on the first 500 labels) and checkpoint it, also when stopped early."""
     from torch.utils.tensorboard import SummaryWriter
 
+    reuse_freed_memory()
     # No A2C runs beside pretraining, so its threads are free as when it waits for the predictor.
     torch.set_num_threads(config.threads_while_agent_idle or config.torch_threads)
     torch.manual_seed(config.seed)
@@ -219,6 +222,7 @@ def _log_progress(trainer: RewardPredictorTrainer, metrics: dict, steps_per_sec:
         writer.add_scalar("reward_predictor/train_accuracy", metrics["accuracy"], step)
     writer.add_scalar("reward_predictor/steps_per_sec", steps_per_sec, step)
     writer.add_scalar("labels/received", stats.labels_received.value, step)
+    writer.add_scalar("reward_predictor/clips_held_mb", trainer.clips.nbytes / 2**20, step)
     if trainer.n_val > 0:
         val = trainer.validate(val_max_pairs)
         writer.add_scalar("reward_predictor/val_loss", val["val_loss"], step)
