@@ -16,6 +16,8 @@ import time
 import traceback
 from pathlib import Path
 
+from launch.deferred import Deferred
+from launch.preflight import first_error
 from launch.process_setup import name_process
 
 MODES = ("gather_initial_prefs", "pretrain_reward_predictor", "train_policy_with_preferences",
@@ -249,12 +251,14 @@ def check_args(args: argparse.Namespace) -> None:
             args.player_kind = resolve_player(getattr(args, "clip_player", "auto"))
         except ValueError as e:
             raise UsageError(str(e)) from None
-    if args.load_policy_ckpt_dir:
-        from a2c.checkpoint import CheckpointError, load_policy
-        try:
-            load_policy(args.load_policy_ckpt_dir)
-        except CheckpointError as e:
-            raise UsageError(str(e)) from None
+    checks = [Deferred("a2c.checkpoint:load_policy", args.load_policy_ckpt_dir)
+              ] if args.load_policy_ckpt_dir else []
+    if args.reward_ckpt_path:
+        checks.append(Deferred("reward_predictor.reward_fn:load_ensemble",
+                               trainer_config(args, None), args.reward_ckpt_path))
+    error = first_error(checks)  # loading a checkpoint needs torch: done in a child
+    if error:
+        raise UsageError(error)
     if args.resume:
         return
     run_dir = Path(args.log_dir) if args.log_dir else Path("runs") / (
@@ -266,7 +270,10 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def resolve_device(name: str, flag: str) -> str:
-    """A torch device name from a device flag; UsageError when it is not there."""
+    """A torch device name from a device flag; UsageError when it is not there. Only a GPU
+    (or `auto`) makes this process import torch to look."""
+    if name == "cpu":
+        return name
     import torch
 
     if name == "auto":
@@ -305,18 +312,12 @@ def check_preference_args(args: argparse.Namespace) -> None:
             raise UsageError(f"the preference store {path} holds no labels")
         args.prefs_path = str(path)
     if args.load_reward_predictor_ckpt_dir:
-        from reward_predictor.reward_fn import load_ensemble
-        from reward_predictor.trainer import CheckpointError
         path = Path(args.load_reward_predictor_ckpt_dir)
         for candidate in (path / "reward_predictor" / PREDICTOR_FILE, path / PREDICTOR_FILE, path):
             if candidate.is_file():
                 path = candidate
                 break
-        try:
-            load_ensemble(trainer_config(args, None), str(path))
-        except CheckpointError as e:
-            raise UsageError(str(e)) from None
-        args.reward_ckpt_path = str(path)
+        args.reward_ckpt_path = str(path)  # check_args loads it
 
 
 def labels_by_person(args: argparse.Namespace) -> bool:
@@ -348,14 +349,14 @@ def make_run_dir(args: argparse.Namespace) -> Path:
 # ---------------------------------------------------------------- processes and supervision
 
 
-def _child(target, args: tuple, errors) -> None:
+def _child(call: Deferred, errors) -> None:
     """Entry point of every child: Ctrl-C is the supervisor's to handle (it sets the stop event);
     an exception is sent to the supervisor as text and the child exits non-zero. The child shows
     its name in `ps` (launch/process_setup.py)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     name_process(mp.current_process().name)
     try:
-        target(*args)
+        call()
     except BaseException:  # noqa: BLE001 - reported, then the child exits non-zero
         errors.put(traceback.format_exc())
         sys.exit(1)
@@ -370,9 +371,11 @@ class Supervisor:
         self.errors = ctx.Queue()
         self.procs: dict[str, mp.Process] = {}
 
-    def start(self, name: str, target, *args) -> None:
-        proc = self.ctx.Process(target=_child, args=(target, args, self.errors), name=name,
-                                daemon=False)
+    def start(self, name: str, target: str, *args) -> None:
+        """Start `target` ("module:function") with `args` in a child named `name`; the module is
+        imported there, not here (this process never imports torch)."""
+        proc = self.ctx.Process(target=_child, args=(Deferred(target, *args), self.errors),
+                                name=name, daemon=False)
         proc.start()
         self.procs[name] = proc
 
@@ -442,6 +445,8 @@ class Supervisor:
 # ------------------------------------------------------------------------------ modes
 
 PREFS_FILE = "prefs.sqlite"
+A2C = "a2c.train:train_a2c"  # the processes' entry points, imported in the child
+INTERFACE = "pref_interface.process:run_pref_interface"
 ORIGINAL = "train_policy_with_original_rewards"
 PREDICTOR_FILE = "reward_predictor.pt"
 
@@ -491,13 +496,12 @@ class Channels:
 
     def start_episode_viewer(self, sup: "Supervisor") -> None:
         if self.episodes is not None:
-            from pref_interface.episodes import run_episode_viewer
-            sup.start("episode_viewer", run_episode_viewer, self.episodes, self.stop)
+            sup.start("episode_viewer", "pref_interface.episodes:run_episode_viewer", self.episodes,
+                      self.stop)
 
 
 def a2c_config(args: argparse.Namespace, run_dir: Path):
-    from a2c.a2c import A2CConfig
-    from a2c.train import A2CRunConfig
+    from a2c.config import A2CConfig, A2CRunConfig
 
     million = 1_000_000
     return A2CRunConfig(
@@ -523,7 +527,7 @@ def a2c_status(stats) -> str:
 
 
 def trainer_config(args: argparse.Namespace, run_dir: Path | None):
-    from reward_predictor.process import TrainerConfig
+    from reward_predictor.config import TrainerConfig
 
     return TrainerConfig(
         env_kind=args.env_kind, n_members=args.ensemble_size, dropout=args.dropout,
@@ -537,14 +541,7 @@ def trainer_config(args: argparse.Namespace, run_dir: Path | None):
         # (pretraining) its threads are idle.
         threads_while_agent_idle=args.reward_predictor_threads + args.torch_threads,
         # MovingDot's small net reads sub-pixel dot positions: bf16's 8-bit mantissa blurs them.
-        bf16=use_bf16(args) and args.env_kind == "atari")
-
-
-def use_bf16(args: argparse.Namespace) -> bool:
-    if args.precision == "auto":
-        from a2c.rollout import bf16_is_fast
-        return bf16_is_fast()
-    return args.precision == "bf16"
+        precision=args.precision if args.env_kind == "atari" else "fp32")
 
 
 def interface_config(args: argparse.Namespace, stop_after_labels: int | None = None):
@@ -585,18 +582,18 @@ def preference_status(a2c_stats, interface_stats=None, trainer_stats=None) -> st
 
 def gather_phase(args, run_dir: Path, ctx, n_labels: int) -> int:
     """The untrained policy acts (no updates) while clips are labelled into the store."""
-    from a2c.train import A2CStats, train_a2c
-    from pref_interface.process import InterfaceStats, run_pref_interface
+    from a2c.config import A2CStats
+    from pref_interface.process import InterfaceStats
 
     sup = Supervisor(ctx, ctx.Event())
     ch = Channels.for_run(ctx, args, sup.stop_event)
     a2c_stats, istats = A2CStats(ctx), InterfaceStats.create(ctx)
     config = a2c_config(args, run_dir)
     config.learn, config.total_timesteps = False, 2 ** 62  # runs until the labels are in
-    sup.start("pref_interface", run_pref_interface, interface_config(args, n_labels),
+    sup.start("pref_interface", INTERFACE, interface_config(args, n_labels),
               ch.segments, None, ch.stop, istats, str(run_dir / PREFS_FILE), None,
               str(run_dir / "tb" / "labels"), ch.answers, None)
-    sup.start("a2c", train_a2c, config, str(run_dir / "tb" / "gather"), a2c_stats, None,
+    sup.start("a2c", A2C, config, str(run_dir / "tb" / "gather"), a2c_stats, None,
               ch.a2c_observers(istats), ch.stop)
     ch.start_episode_viewer(sup)
     print(f"gathering {n_labels} labels from the untrained policy", file=sys.stderr)
@@ -611,7 +608,7 @@ def gather_phase(args, run_dir: Path, ctx, n_labels: int) -> int:
 
 def pretrain_phase(args, run_dir: Path, ctx, prefs_path: str) -> int:
     """Pretrain the predictor on the stored labels; a resumed run does only the epochs left."""
-    from reward_predictor.process import TrainerStats, run_pretraining
+    from reward_predictor.config import TrainerStats
 
     progress_file = run_dir / "reward_predictor" / "pretraining.json"
     done = json.loads(progress_file.read_text())["epochs_done"] if (
@@ -622,7 +619,8 @@ def pretrain_phase(args, run_dir: Path, ctx, prefs_path: str) -> int:
     sup = Supervisor(ctx, ctx.Event())
     stats = TrainerStats.create(ctx)
     print(f"pretraining the reward predictor for {epochs} epochs", file=sys.stderr)
-    sup.start("reward_predictor", run_pretraining, trainer_config(args, run_dir), prefs_path,
+    sup.start("reward_predictor", "reward_predictor.process:run_pretraining",
+              trainer_config(args, run_dir), prefs_path,
               epochs, sup.stop_event, stats, str(run_dir / "tb" / "pretrain"))
     code = sup.wait(lambda: f"pretraining epoch {done + stats.epoch.value}/"
                             f"{args.n_initial_epochs} | val acc {percent(stats.val_accuracy.value)}")
@@ -663,21 +661,19 @@ def pretrain_reward_predictor(args, run_dir: Path, ctx) -> int:
 def train_policy_with_preferences(args, run_dir: Path, ctx) -> int:
     """Gather (unless loaded), pretrain (unless loaded), then A2C, labelling and predictor
     training all at once; or, with --frozen_reward_predictor, A2C alone on a fixed predictor."""
-    from functools import partial
-
-    from a2c.train import A2CStats, train_a2c
-    from pref_interface.process import InterfaceStats, run_pref_interface
-    from reward_predictor.pace import PredictorPace, labels_per_member
-    from reward_predictor.process import TrainerStats, build_ensemble, run_trainer
-    from reward_predictor.reward_fn import PredictedReward, PreferencePredictor, frozen_reward
+    from a2c.config import A2CStats
+    from pref_interface.process import InterfaceStats
+    from reward_predictor.config import TrainerStats
+    from reward_predictor.pace import labels_per_member
     from reward_predictor.shared import SharedWeights
 
     if args.frozen_reward_predictor:
         sup = Supervisor(ctx, ctx.Event())
         ch = Channels.for_run(ctx, args, sup.stop_event)
         stats = A2CStats(ctx)
-        sup.start("a2c", train_a2c, a2c_config(args, run_dir), str(run_dir / "tb"), stats,
-                  partial(frozen_reward, trainer_config(args, None), args.reward_ckpt_path),
+        sup.start("a2c", A2C, a2c_config(args, run_dir), str(run_dir / "tb"), stats,
+                  Deferred("reward_predictor.reward_fn:frozen_reward", trainer_config(args, None),
+                           args.reward_ckpt_path),
                   ch.a2c_observers(), sup.stop_event)
         ch.start_episode_viewer(sup)
         return sup.wait(lambda: a2c_status(stats), until=lambda: not sup.procs["a2c"].is_alive())
@@ -701,22 +697,26 @@ def train_policy_with_preferences(args, run_dir: Path, ctx) -> int:
         json.dumps({"epochs_done": args.n_initial_epochs}) + "\n")
     tconfig = trainer_config(args, run_dir)
     tconfig.initial_prefs_path = prefs_path
-    weights = SharedWeights(build_ensemble(tconfig), ctx)
+    weights = SharedWeights(ctx)
     sup = Supervisor(ctx, ctx.Event())
     ch = Channels.for_run(ctx, args, sup.stop_event, weights)
     a2c_stats, tstats = A2CStats(ctx), TrainerStats.create(ctx)
     istats = InterfaceStats.create(ctx, tstats.labels_received)
-    sup.start("reward_predictor", run_trainer, tconfig, ch.preferences, ch.reward_weights,
+    sup.start("reward_predictor", "reward_predictor.process:run_trainer", tconfig, ch.preferences,
+              ch.reward_weights,
               ch.stop, tstats, str(run_dir / "tb" / "reward_predictor"))
-    sup.start("pref_interface", run_pref_interface, interface_config(args), ch.segments,
+    sup.start("pref_interface", INTERFACE, interface_config(args), ch.segments,
               ch.preferences, ch.stop, istats, prefs_path, None, str(run_dir / "tb" / "labels"),
-              ch.answers, tstats.val_accuracy, partial(PreferencePredictor, ch.reward_weights, tconfig),
+              ch.answers, tstats.val_accuracy,
+              Deferred("reward_predictor.reward_fn:PreferencePredictor", ch.reward_weights, tconfig),
               a2c_stats.timesteps)
-    sup.start("a2c", train_a2c, a2c_config(args, run_dir), str(run_dir / "tb"), a2c_stats,
-              partial(PredictedReward, ch.reward_weights, tconfig, args.reward_refresh_steps),
+    sup.start("a2c", A2C, a2c_config(args, run_dir), str(run_dir / "tb"), a2c_stats,
+              Deferred("reward_predictor.reward_fn:PredictedReward", ch.reward_weights, tconfig,
+                       args.reward_refresh_steps),
               ch.a2c_observers(istats),
-              ch.stop, partial(PredictorPace, ch.reward_weights, labels_per_member(
-                  args.min_predictor_labels_per_step, args.predictor_pace_unit, args.ensemble_size)))
+              ch.stop, Deferred("reward_predictor.pace:PredictorPace", ch.reward_weights,
+                                labels_per_member(args.min_predictor_labels_per_step,
+                                                  args.predictor_pace_unit, args.ensemble_size)))
     ch.start_episode_viewer(sup)
 
     def status() -> str:  # while a person labels, the counters are in the prompt instead
@@ -728,12 +728,12 @@ def train_policy_with_preferences(args, run_dir: Path, ctx) -> int:
 
 
 def train_policy_with_original_rewards(args, run_dir: Path, ctx) -> int:
-    from a2c.train import A2CStats, train_a2c
+    from a2c.config import A2CStats
 
     sup = Supervisor(ctx, ctx.Event())
     ch = Channels.for_run(ctx, args, sup.stop_event)
     stats = A2CStats(ctx)
-    sup.start("a2c", train_a2c, a2c_config(args, run_dir), str(run_dir / "tb"), stats, None,
+    sup.start("a2c", A2C, a2c_config(args, run_dir), str(run_dir / "tb"), stats, None,
               ch.a2c_observers(), sup.stop_event)
     ch.start_episode_viewer(sup)
     return sup.wait(lambda: a2c_status(stats), until=lambda: not sup.procs["a2c"].is_alive())

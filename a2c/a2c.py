@@ -1,30 +1,12 @@
 """The A2C update rule (Mnih et al. 2016, synchronous), with the paper's hyperparameters (App. A.2)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 from torch.distributions import Categorical
 
+from a2c.config import A2CConfig
 from a2c.optim import make_optimizer
-
-
-@dataclass
-class A2CConfig:
-    """A2C hyperparameters; defaults are the paper's Atari settings (App. A.2)."""
-
-    n_envs: int = 16
-    n_steps: int = 5  # steps per env per update
-    gamma: float = 0.99
-    lr: float = 7e-4
-    rms_alpha: float = 0.99
-    rms_eps: float = 1e-5
-    optimizer: str = "rmsprop_torch"  # or "rmsprop_tf", as baselines' A2C (a2c/optim.py)
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    lr_zero_timesteps: float | None = None  # lr decays linearly to 0 here (paper: 80M); None: constant
 
 
 def discounted_returns(rewards: torch.Tensor, dones: torch.Tensor, last_value: torch.Tensor,

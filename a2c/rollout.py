@@ -40,11 +40,6 @@ class Rollout:
     last_value: torch.Tensor | None = None  # (N,), V(obs[T]), no graph
 
 
-def bf16_is_fast() -> bool:
-    """True where the CPU has native bfloat16 arithmetic (AVX512-BF16), so autocast pays off."""
-    return bool(torch.cpu._is_avx512_bf16_supported())
-
-
 class RolloutCollector:
     """Steps a VecEnv with a policy; rewards come from the env (sign-clipped) or from `reward_fn`."""
 

@@ -3,49 +3,21 @@ from __future__ import annotations
 
 import collections
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
 
-from a2c.a2c import A2C, A2CConfig
+from a2c.a2c import A2C
+from a2c.config import A2CRunConfig, A2CStats
 from a2c.checkpoint import load_policy, save_policy
 from a2c.optim import load_state_keeping_settings
 from a2c.policies import make_policy
-from a2c.rollout import RewardFn, RolloutCollector, RolloutObserver, bf16_is_fast
+from a2c.rollout import RewardFn, RolloutCollector, RolloutObserver
+from launch.precision import use_bf16
 
 if TYPE_CHECKING:
     from reward_predictor.pace import PredictorPace
-
-
-@dataclass
-class A2CRunConfig:
-    """Everything the A2C process needs besides its queues."""
-
-    env_id: str
-    total_timesteps: int
-    a2c: A2CConfig = field(default_factory=A2CConfig)
-    seed: int = 0
-    ckpt_dir: str = "policy"
-    ckpt_interval: int = 1000  # updates between policy checkpoints
-    load_ckpt_dir: str | None = None
-    torch_threads: int = 2
-    env_threads: int = 0  # ale-py threads; 0: one per core
-    precision: str = "auto"  # "fp32", "bf16" (autocast), or "auto": bf16 where the CPU has it
-    device: str = "cpu"  # where the policy acts and learns ("cuda": a GPU)
-    hide_episode_ends: bool = False  # App. A: the agent sees one continuous episode
-    learn: bool = True  # False: only act (e.g. the untrained policy making the first clips)
-
-
-class A2CStats:
-    """Shared counters the run's supervisor reads for the live status line."""
-
-    def __init__(self, ctx):
-        self.timesteps = ctx.Value("q", 0, lock=False)
-        self.steps_per_sec = ctx.Value("d", 0.0, lock=False)
-        self.episodes = ctx.Value("q", 0, lock=False)
-        self.recent_return = ctx.Value("d", float("nan"), lock=False)
 
 
 def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
@@ -81,7 +53,7 @@ def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
     pace = make_pace() if make_pace else None
     start_timesteps, waited = timesteps, 0.0
     observers = make_observers(c.n_envs) if make_observers else []
-    bf16 = config.precision == "bf16" or (config.precision == "auto" and bf16_is_fast())
+    bf16 = use_bf16(config.precision)
     collector = RolloutCollector(env, policy, c.n_steps, reward_fn, observers, seed=config.seed,
                                  bf16=bf16)
     writer = SummaryWriter(log_dir)

@@ -1,7 +1,8 @@
 """Memory of the preference loop: each process's resident memory over a run, through the real
 command line.
 
-Starts `run.py train_policy_with_preferences ENV --synthetic_prefs` for --steps agent steps and
+Starts `run.py train_policy_with_preferences ENV --synthetic_prefs` for --steps agent steps (a
+short start: 64 initial labels, one pretraining epoch) and
 every --every_s seconds reads, for each of its processes (named in /proc by launch/process_setup),
 the resident set (RSS; shared library pages count in every process that maps them) and the
 proportional set (PSS; shared pages split between the processes that share them), with the
@@ -10,9 +11,9 @@ the sum grew from the moment the trainer's label buffer was full (--max_prefs la
 Targets (issue 22): Pong with the paper's 3,000-label buffer full at <= 1.5 GB summed; <= 5%
 growth from then to the end of a run of 1M further steps.
 
-    .venv/bin/python -m benchmarks.bench_memory PongNoFrameskip-v4 --steps 2000000
-    .venv/bin/python -m benchmarks.bench_memory MovingDotNoFrameskip-v0 --steps 300000 \\
-        --extra "--n_initial_prefs 200 --n_initial_epochs 5"
+    .venv/bin/python -m benchmarks.bench_memory PongNoFrameskip-v4 --steps 2000000 \\
+        --extra "--dropout 0.5 --batchnorm --label_schedule none --max_pairs_per_clip 0"
+    .venv/bin/python -m benchmarks.bench_memory MovingDotNoFrameskip-v0 --steps 300000
 """
 from __future__ import annotations
 
@@ -86,18 +87,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--at_labels", type=int, nargs="+", default=[1000, 3000],
                    help="label counts at which to report each process")
     p.add_argument("--extra", default="", help="more run.py flags, quoted")
-    p.add_argument("--csv", help="also write every sample to this file")
+    p.add_argument("--csv", help="also write every sample to this file, as it is taken")
     a = p.parse_args(argv)
     print(machine_header())
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         cmd = [sys.executable, "run.py", "train_policy_with_preferences", a.env_id,
                "--synthetic_prefs", "--million_timesteps", f"{a.steps / 1e6:g}",
+               "--n_initial_prefs", "64", "--n_initial_epochs", "1",
                "--max_prefs", str(a.max_prefs), "--log_dir", str(run_dir), *a.extra.split()]
         print(" ".join(cmd[1:]))
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         samples = []  # (seconds, labels, {name: (rss, pss)})
         start = time.monotonic()
+        csv = open(a.csv, "w") if a.csv else None
+        if csv:
+            csv.write("seconds,labels,process,rss_mb,pss_mb\n")
         while proc.poll() is None:
             per_process: dict[str, tuple[float, float]] = {}
             for pid in descendants(proc.pid):
@@ -106,17 +111,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                     name = "main" if pid == proc.pid else mem[0]
                     old = per_process.get(name, (0.0, 0.0))
                     per_process[name] = (old[0] + mem[1], old[1] + mem[2])
-            samples.append((time.monotonic() - start, stored_labels(run_dir / "prefs.sqlite"),
-                            per_process))
+            t, n = time.monotonic() - start, stored_labels(run_dir / "prefs.sqlite")
+            samples.append((t, n, per_process))
+            if csv:
+                csv.writelines(f"{t:.1f},{n},{name},{rss:.1f},{pss:.1f}\n"
+                               for name, (rss, pss) in per_process.items())
+                csv.flush()
+            if len(samples) % max(1, round(60 / a.every_s)) == 0:  # a line a minute
+                print(f"{t / 60:6.1f} min  {n:5d} labels  summed RSS "
+                      f"{sum(v[0] for v in per_process.values()):6.0f} MB, PSS "
+                      f"{sum(v[1] for v in per_process.values()):6.0f} MB", flush=True)
             time.sleep(a.every_s)
+        if csv:
+            csv.close()
         if proc.returncode != 0:
             print(f"run.py exited with {proc.returncode}")
-    if a.csv:
-        with open(a.csv, "w") as f:
-            f.write("seconds,labels,process,rss_mb,pss_mb\n")
-            for t, n, per in samples:
-                for name, (rss, pss) in per.items():
-                    f.write(f"{t:.1f},{n},{name},{rss:.1f},{pss:.1f}\n")
     report(samples, a.at_labels, a.max_prefs)
     return 0
 

@@ -1,15 +1,24 @@
-"""Reward predictor r̂: an ensemble of nets fit to preference labels (Sec. 2.2.3, App. A.2)."""
-from reward_predictor.ensemble import RewardPredictorEnsemble, bootstrap_counts
-from reward_predictor.loss import preference_loss
-from reward_predictor.nets import AtariRewardNet, MovingDotRewardNet, make_reward_net
-from reward_predictor.normaliser import RunningNormaliser
-from reward_predictor.process import TrainerConfig, TrainerStats, build_ensemble, run_trainer
-from reward_predictor.shared import SharedWeights
-from reward_predictor.trainer import CheckpointError, RewardPredictorTrainer
+"""Reward predictor r̂: an ensemble of nets fit to preference labels (Sec. 2.2.3, App. A.2).
 
-__all__ = [
-    "AtariRewardNet", "CheckpointError", "MovingDotRewardNet", "RewardPredictorEnsemble",
-    "RewardPredictorTrainer", "RunningNormaliser", "SharedWeights", "TrainerConfig",
-    "TrainerStats", "bootstrap_counts", "build_ensemble", "make_reward_net", "preference_loss",
-    "run_trainer",
-]
+The names below are imported on first use, so `reward_predictor.config` stays free of torch.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOMES = {
+    "AtariRewardNet": "nets", "MovingDotRewardNet": "nets", "make_reward_net": "nets",
+    "RewardPredictorEnsemble": "ensemble", "bootstrap_counts": "ensemble",
+    "preference_loss": "loss", "RunningNormaliser": "normaliser", "SharedWeights": "shared",
+    "TrainerConfig": "config", "TrainerStats": "config",
+    "build_ensemble": "process", "run_trainer": "process",
+    "CheckpointError": "trainer", "RewardPredictorTrainer": "trainer",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'reward_predictor' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"reward_predictor.{_HOMES[name]}"), name)

@@ -9,10 +9,10 @@ import torch
 from torch import nn
 
 from pref_interface.segment import STACK, Preference, Segment
-from reward_predictor.loss import LABEL_NOISE, preference_log_probs, preference_loss
-from reward_predictor.normaliser import REWARD_STD, RunningNormaliser
+from reward_predictor.config import LABEL_NOISE, LEARNING_RATE, REWARD_STD
+from reward_predictor.loss import preference_log_probs, preference_loss
+from reward_predictor.normaliser import RunningNormaliser
 
-LEARNING_RATE = 2e-4  # the earlier reproduction's --reward_predictor_learning_rate
 MAX_FRAMES_PER_FORWARD = 400  # chunk of evaluation passes: bounds their memory (2,000 frames: ~650 MB)
 # Segments of each training batch that a member's normaliser sees in eval mode (see train_step).
 NORMALISER_SEGMENTS = 8

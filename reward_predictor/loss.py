@@ -6,7 +6,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-LABEL_NOISE = 0.1  # Sec. 2.2.3: assume a 10% chance that the human answers uniformly at random
+from reward_predictor.config import LABEL_NOISE
+
 
 
 def preference_log_probs(delta: torch.Tensor, noise: float = LABEL_NOISE

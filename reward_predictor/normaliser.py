@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-REWARD_STD = 0.05  # App. A.2: predicted rewards rescaled to mean 0 and std 0.05 (Atari)
+from reward_predictor.config import REWARD_STD
 
 
 class RunningNormaliser(nn.Module):

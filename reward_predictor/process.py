@@ -4,70 +4,24 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from dataclasses import dataclass
-from multiprocessing.context import BaseContext
 from typing import Any
 
 import numpy as np
 import torch
 
+from launch.precision import use_bf16
 from launch.process_setup import reuse_freed_memory
 from pref_interface.segment import Preference
-from reward_predictor.ensemble import LEARNING_RATE, RewardPredictorEnsemble
+from reward_predictor.config import TrainerConfig, TrainerStats
+from reward_predictor.ensemble import RewardPredictorEnsemble
 from reward_predictor.nets import make_reward_net
 from reward_predictor.shared import SharedWeights
-from reward_predictor.trainer import BATCH_SIZE, MAX_PREFS, VAL_MAX_PAIRS, RewardPredictorTrainer
+from reward_predictor.trainer import RewardPredictorTrainer
 
 log = logging.getLogger(__name__)
 
 IDLE_SLEEP_S = 0.05  # wait between queue polls while there is nothing to train on
 REST_POLL_S = 0.05  # while resting (duty < 1), how often the trainer checks whether A2C waits
-
-
-@dataclass
-class TrainerConfig:
-    """Settings of the reward-predictor trainer process."""
-
-    env_kind: str = "atari"  # reward net: "atari" or "moving_dot"
-    n_members: int = 3  # App. A: an ensemble of 3 predictors
-    dropout: float = 0.0  # dropout on the conv layers (App. A.2 uses 0.5)
-    batchnorm: bool = False  # batch norm on the conv layers (App. A.2)
-    lr: float = LEARNING_RATE  # Adam learning rate
-    l2: float = 0.0  # initial L2 coefficient of every member
-    max_prefs: int = MAX_PREFS  # labels kept, oldest dropped first (App. A: 3,000)
-    batch_size: int = BATCH_SIZE  # segment pairs per member per step
-    ckpt_interval: int = 1000  # train steps between checkpoints (0: only on exit)
-    ckpt_path: str | None = None  # where checkpoints are written (None: never)
-    load_ckpt_path: str | None = None  # checkpoint to start from (None: fresh weights)
-    torch_threads: int = 1  # torch intra-op threads of this process
-    seed: int = 0  # seeds weight init, bootstrap counts and minibatch sampling
-    publish_every_steps: int = 10  # publish weights after this many steps ...
-    publish_every_s: float = 1.0  # ... or this many seconds, whichever comes first
-    validate_every_steps: int = 50  # steps between validation passes and TensorBoard points
-    val_max_pairs: int = VAL_MAX_PAIRS  # labels scored per validation pass
-    reward_std: float = 0.05  # App. A.2: the agent's reward has std 0.05 (Atari)
-    label_noise: float = 0.1  # App. A: a 10% chance the labeller answered at random; 0: plain BT
-    adaptive_l2: bool = False  # App. A: keep validation loss at 1.1-1.5x training loss
-    duty: float = 1.0  # fraction of the time spent training; the rest is left to A2C (2 cores)
-    # torch threads while A2C is idle: waiting for it, or not yet running (pretraining).
-    # 0: torch_threads
-    threads_while_agent_idle: int = 0
-    bf16: bool = False  # bfloat16 autocast in the nets (where the CPU has native bf16)
-    initial_prefs_path: str | None = None  # a preference store whose latest labels start the buffer
-    device: str = "cpu"  # where the trainer trains ("cuda": a GPU); consumers always use the CPU
-
-
-@dataclass
-class TrainerStats:
-    """Counters the trainer process shares with the rest of the run."""
-
-    labels_received: Any  # mp.Value('i')
-    val_accuracy: Any  # mp.Value('d'), NaN until the first validation
-    epoch: Any  # mp.Value('i'): pretraining epochs done
-
-    @staticmethod
-    def create(ctx: BaseContext) -> "TrainerStats":
-        return TrainerStats(ctx.Value("i", 0), ctx.Value("d", float("nan")), ctx.Value("i", 0))
 
 
 def build_ensemble(config: TrainerConfig, device: str = "cpu") -> RewardPredictorEnsemble:
@@ -77,7 +31,7 @@ def build_ensemble(config: TrainerConfig, device: str = "cpu") -> RewardPredicto
         lambda: make_reward_net(config.env_kind, config.dropout, config.batchnorm),
         n_members=config.n_members, lr=config.lr, l2=config.l2, reward_std=config.reward_std,
         noise=config.label_noise)
-    ensemble.bf16 = config.bf16
+    ensemble.bf16 = use_bf16(config.precision)
     return ensemble.to(device)  # before any optimiser state exists, so that follows the weights
 
 
@@ -152,6 +106,7 @@ def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWe
         if config.ckpt_path and trainer.steps > 0:
             trainer.save(config.ckpt_path)
         writer.close()
+        shared_weights.release()
 
 
 def load_prefs(path: str | None, max_prefs: int) -> list[Preference]:

@@ -1,45 +1,50 @@
-"""Reward-predictor weights shared between the trainer process and its consumers (the A2C
-process), in place of the earlier reproduction's parameter server."""
+"""Reward-predictor weights shared between the trainer process and its consumers (A2C's reward,
+the interface's query selection), in place of the earlier reproduction's parameter server."""
 from __future__ import annotations
 
 import multiprocessing as mp
+from multiprocessing import shared_memory
 from multiprocessing.context import BaseContext
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
+if TYPE_CHECKING:
+    from torch import nn
 
 PULL_LOCK_TIMEOUT_S = 0.1  # a consumer skips a pull rather than wait longer than this
+_NAME_BYTES = 64  # room for the shared-memory block's name
+_ALIGN = 64  # bytes: each tensor starts on a cache line
 
 
 class SharedWeights:
     """A versioned copy of a module's state_dict in shared memory.
 
-    Build it in the parent from a template module (the same architecture the trainer and the
-    consumers build), then pass it to spawned processes as a Process argument. The trainer calls
-    `publish`; consumers call `pull` once per rollout, which copies only when a newer version has
-    been published.
+    Made in the supervising process without a module (that process never imports torch) and
+    passed to the spawned processes. The trainer's first `publish` lays the state out in a block
+    of shared memory and names it here; a consumer attaches on its first `pull` after that. Both
+    lay the block out from their own module's state_dict, so they must build the same
+    architecture. `pull` copies only when a newer version has been published.
     """
 
-    def __init__(self, template: nn.Module, ctx: BaseContext | None = None) -> None:
+    def __init__(self, ctx: BaseContext | None = None) -> None:
         ctx = ctx or mp.get_context("spawn")
-        with torch.no_grad():
-            self.tensors = {k: v.detach().clone().share_memory_()
-                            for k, v in template.state_dict().items()}
         self._version = ctx.Value("q", 0, lock=False)  # guarded by self._lock
+        self._block_name = ctx.Array("c", _NAME_BYTES, lock=False)  # set by the first publish
         # Training progress beside the weights (each has one writer, so no lock): see PredictorPace.
         self._labels_trained = ctx.Value("q", 0, lock=False)  # written by the trainer
         self._consumer_waiting = ctx.Value("b", 0, lock=False)  # written by the consumer
         self._lock = ctx.Lock()
-        self._seen = -1  # version this handle last pulled; -1: never, so the first pull copies
+        self._seen = 0  # version this handle last pulled
+        self._block: shared_memory.SharedMemory | None = None
+        self._views: dict[str, Any] | None = None
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_seen"] = -1  # a new process has pulled nothing yet
+        state.update(_seen=0, _block=None, _views=None)  # a new process has attached to nothing
         return state
 
     @property
     def version(self) -> int:
-        """How many times weights have been published (0: still the template's)."""
+        """How many times weights have been published (0: none yet)."""
         return int(self._version.value)
 
     @property
@@ -60,21 +65,26 @@ class SharedWeights:
     def consumer_waiting(self, waiting: bool) -> None:
         self._consumer_waiting.value = int(waiting)
 
-    @torch.no_grad()
-    def publish(self, module: nn.Module) -> int:
+    def publish(self, module: "nn.Module") -> int:
         """Copy `module`'s state_dict into shared memory and bump the version; returns it."""
-        state = module.state_dict()
-        with self._lock:
-            for k, shared in self.tensors.items():
-                shared.copy_(state[k])
-            self._version.value += 1
-            return int(self._version.value)
+        import torch
 
-    @torch.no_grad()
-    def pull(self, module: nn.Module) -> bool:
+        with torch.no_grad():
+            state = module.state_dict()
+            with self._lock:
+                if self._views is None:
+                    self._create(state)
+                for k, shared in self._views.items():
+                    shared.copy_(state[k])
+                self._version.value += 1
+                return int(self._version.value)
+
+    def pull(self, module: "nn.Module") -> bool:
         """Copy the shared weights into `module` if a newer version was published since the last
         pull through this handle. Never waits more than PULL_LOCK_TIMEOUT_S: if the trainer is
         mid-publish for that long, returns False and the next pull catches up."""
+        import torch
+
         if self._version.value == self._seen:  # a racy read, rechecked under the lock
             return False
         if not self._lock.acquire(timeout=PULL_LOCK_TIMEOUT_S):
@@ -84,9 +94,55 @@ class SharedWeights:
             if version == self._seen:
                 return False
             state = module.state_dict()
-            for k, shared in self.tensors.items():
-                state[k].copy_(shared)
+            if self._views is None:
+                self._attach(state)
+            with torch.no_grad():
+                for k, shared in self._views.items():
+                    state[k].copy_(shared)
             self._seen = version
             return True
         finally:
             self._lock.release()
+
+    def release(self) -> None:
+        """The publisher's last act: remove the block's name (processes attached keep it mapped)."""
+        if self._block is not None:
+            self._views = None
+            self._block.unlink()
+
+    def _create(self, state: dict) -> None:
+        layout, size = _layout(state)
+        self._block = shared_memory.SharedMemory(create=True, size=size)
+        self._block_name.value = self._block.name.encode()
+        self._views = _views(self._block, layout)
+
+    def _attach(self, state: dict) -> None:
+        self._block = shared_memory.SharedMemory(name=self._block_name.value.decode())
+        layout, size = _layout(state)
+        assert size <= self._block.size, "consumer and trainer built different predictors"
+        self._views = _views(self._block, layout)
+
+
+def _layout(state: dict) -> tuple[dict[str, tuple[int, Any, tuple[int, ...]]], int]:
+    """Byte offset, dtype and shape of each tensor of a state_dict in the block; the block size."""
+    out, offset = {}, 0
+    for k, t in state.items():
+        offset = -(-offset // _ALIGN) * _ALIGN
+        out[k] = (offset, t.dtype, tuple(t.shape))
+        offset += t.numel() * t.element_size()
+    return out, max(offset, 1)
+
+
+def _views(block: shared_memory.SharedMemory, layout: dict) -> dict:
+    import torch
+
+    return {k: torch.frombuffer(block.buf, dtype=dtype, count=max(1, _numel(shape)),
+                                offset=offset)[:_numel(shape)].view(shape)
+            for k, (offset, dtype, shape) in layout.items()}
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

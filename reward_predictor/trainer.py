@@ -11,13 +11,11 @@ import numpy as np
 import torch
 
 from pref_interface.packed import ClipPool
+from reward_predictor.config import BATCH_SIZE, MAX_PREFS, VAL_MAX_PAIRS
 from pref_interface.segment import Preference, Segment
 from reward_predictor.ensemble import RewardPredictorEnsemble, bootstrap_counts
 from reward_predictor.regularisation import INITIAL_ADAPTIVE_L2, adapt_l2
 
-MAX_PREFS = 3000  # App. A: "only the last 3,000 labels" are kept
-BATCH_SIZE = 16  # Ibarz et al. 2018: batches of 16 segment pairs
-VAL_MAX_PAIRS = 256  # labels scored per validation pass (a random subset beyond this)
 CHECKPOINT_FORMAT = 1
 
 

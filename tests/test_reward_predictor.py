@@ -292,6 +292,11 @@ def test_bootstrap_counts_are_poisson_one():
     assert not np.array_equal(counts[:, 0], counts[:, 1])  # members resample independently
 
 
+def _label_key(p: Preference) -> tuple:
+    """A label by its content (the trainer holds clips packed, so not the same objects)."""
+    return p.left.frames.tobytes(), p.right.frames.tobytes(), p.mu, p.is_validation
+
+
 def test_a_single_predictor_uses_every_label():
     rng = np.random.default_rng(1)
     trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=1),
@@ -300,8 +305,8 @@ def test_a_single_predictor_uses_every_label():
     for p in labels:
         trainer.add(p)
     assert (trainer.bootstrap_counts() == 1).all()
-    seen = {id(p) for _ in range(30) for p in trainer.sample_batches()[0]}
-    assert seen == {id(p) for p in labels}
+    seen = {_label_key(p) for _ in range(30) for p in trainer.sample_batches()[0]}
+    assert seen == {_label_key(p) for p in labels}
 
 
 def test_members_train_only_on_their_bootstrap_resample():
@@ -312,11 +317,12 @@ def test_members_train_only_on_their_bootstrap_resample():
         trainer.add(p)
     counts = trainer.bootstrap_counts()
     drawn = np.zeros_like(counts)
-    index = {id(p): i for i, p in enumerate(labels)}
+    index = {_label_key(p): i for i, p in enumerate(labels)}
+    assert len(index) == len(labels)
     for _ in range(300):
         for m, batch in enumerate(trainer.sample_batches()):
             for p in batch:
-                drawn[index[id(p)], m] += 1
+                drawn[index[_label_key(p)], m] += 1
     assert (drawn[counts == 0] == 0).all()
     # Labels with count 2 are drawn about twice as often as those with count 1.
     for m in range(3):
@@ -333,11 +339,9 @@ def test_only_the_latest_labels_are_kept_and_validation_is_held_out():
     for p in labels:
         trainer.add(p)
     assert trainer.n_labels == 6 and trainer.n_val == 2 and trainer.n_train == 4
-    def key(p: Preference) -> tuple:
-        return p.left.frames.tobytes(), p.right.frames.tobytes(), p.mu, p.is_validation
-    assert [key(p) for p in trainer.held_labels()] == [key(p) for p in labels[4:]]
-    drawn = {key(p) for _ in range(20) for batch in trainer.sample_batches() for p in batch}
-    assert drawn <= {key(p) for p in labels[4:] if not p.is_validation}
+    assert [_label_key(p) for p in trainer.held_labels()] == [_label_key(p) for p in labels[4:]]
+    drawn = {_label_key(p) for _ in range(20) for batch in trainer.sample_batches() for p in batch}
+    assert drawn <= {_label_key(p) for p in labels[4:] if not p.is_validation}
 
 
 class _ScaledNewestPixel(nn.Module):
@@ -411,20 +415,21 @@ def test_shared_weights_reach_a_spawned_process():
     ctx = mp.get_context("spawn")
     torch.manual_seed(0)
     template = AtariRewardNet(batchnorm=True)
-    shared = SharedWeights(template, ctx)
+    shared = SharedWeights(ctx)  # made without a module, as the supervising process makes it
+    assert shared.publish(template) == 1
     out, go = ctx.Queue(), ctx.Event()
     proc = ctx.Process(target=_consumer, args=(shared, out, go), daemon=True)
     proc.start()
     try:
         tag, pulled_first, pulled_again, version, checksum = out.get(timeout=60)
-        assert tag == "first" and pulled_first and not pulled_again and version == 0
+        assert tag == "first" and pulled_first and not pulled_again and version == 1
         assert checksum == pytest.approx(_checksum(template))
         trained = AtariRewardNet(batchnorm=True)  # different weights
         trained.norms[0].running_mean.fill_(3.0)  # buffers travel too
-        assert shared.publish(trained) == 1
+        assert shared.publish(trained) == 2
         go.set()
         tag, version, checksum = out.get(timeout=60)
-        assert tag == "second" and version == 1
+        assert tag == "second" and version == 2
         assert checksum == pytest.approx(_checksum(trained))
     finally:
         proc.join(timeout=30)
@@ -485,7 +490,7 @@ def test_a_predictor_trained_on_the_gpu_gives_the_same_rewards_on_the_cpu(tmp_pa
     assert np.isfinite(val["val_loss"]) and not math.isnan(val["true_return_correlation"])
 
     consumer = build_ensemble(config)  # CPU, as in the A2C process
-    shared = SharedWeights(build_ensemble(config))
+    shared = SharedWeights()
     shared.publish(trainer.ensemble)
     assert shared.pull(consumer)
     obs = rng.integers(0, 256, (6, 4, 84, 84), dtype=np.uint8)
@@ -546,7 +551,7 @@ def test_no_preference_is_dropped_and_the_trainer_checkpoints_on_interrupt(tmp_p
     ctx = mp.get_context("spawn")
     config = TrainerConfig(env_kind="moving_dot", n_members=2, lr=1e-3, ckpt_interval=50,
                            ckpt_path=str(tmp_path / "rp.pt"), validate_every_steps=25)
-    shared = SharedWeights(build_ensemble(config), ctx)
+    shared = SharedWeights(ctx)
     stats = TrainerStats.create(ctx)
     prefs: queue.Queue = queue.Queue()
     for i in range(40):
@@ -563,7 +568,7 @@ def test_no_preference_is_dropped_and_the_trainer_checkpoints_on_interrupt(tmp_p
 def test_trainer_process_stops_on_its_event(tmp_path):
     ctx = mp.get_context("spawn")
     config = TrainerConfig(env_kind="moving_dot", n_members=1)
-    shared = SharedWeights(build_ensemble(config), ctx)
+    shared = SharedWeights(ctx)
     stats = TrainerStats.create(ctx)
     stop = threading.Event()
     worker = threading.Thread(target=run_trainer,
@@ -610,7 +615,7 @@ def test_a2c_waits_for_the_trainer_and_the_trainer_stops_resting_for_it(tmp_path
     ctx = mp.get_context("spawn")
     config = TrainerConfig(env_kind="moving_dot", n_members=1, batch_size=16, duty=5e-4,
                            validate_every_steps=1000, threads_while_agent_idle=1)
-    shared = SharedWeights(build_ensemble(config), ctx)
+    shared = SharedWeights(ctx)
     stats, stop = TrainerStats.create(ctx), threading.Event()
     prefs: queue.Queue = queue.Queue()
     for _ in range(20):
@@ -636,7 +641,7 @@ def test_a2c_waits_for_the_trainer_and_the_trainer_stops_resting_for_it(tmp_path
 
 
 def test_a_waiting_a2c_gives_up_when_the_run_stops():
-    shared = SharedWeights(nn.Linear(1, 1))
+    shared = SharedWeights()
     stop = threading.Event()
     threading.Timer(0.2, stop.set).start()
     waited = PredictorPace(shared, min_labels_per_step=1.0).wait(100, stop)  # nobody trains
@@ -681,7 +686,7 @@ def test_a2c_takes_the_newest_predictor_only_after_refresh_steps(refresh_steps, 
     with torch.no_grad():
         for p in new.parameters():
             p.add_(0.5)
-    shared = SharedWeights(build_ensemble(config))
+    shared = SharedWeights()
     shared.publish(old)
     reward = PredictedReward(shared, config, refresh_steps)
     obs = np.random.default_rng(0).integers(0, 256, (4, 4, 84, 84), dtype=np.uint8)

@@ -1,0 +1,51 @@
+"""A2C's settings and the counters it shares, importable without torch (the supervising process
+builds them)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class A2CConfig:
+    """A2C hyperparameters; defaults are the paper's Atari settings (App. A.2)."""
+
+    n_envs: int = 16
+    n_steps: int = 5  # steps per env per update
+    gamma: float = 0.99
+    lr: float = 7e-4
+    rms_alpha: float = 0.99
+    rms_eps: float = 1e-5
+    optimizer: str = "rmsprop_torch"  # or "rmsprop_tf", as baselines' A2C (a2c/optim.py)
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    lr_zero_timesteps: float | None = None  # lr decays linearly to 0 here (paper: 80M); None: constant
+
+
+@dataclass
+class A2CRunConfig:
+    """Everything the A2C process needs besides its queues."""
+
+    env_id: str
+    total_timesteps: int
+    a2c: A2CConfig = field(default_factory=A2CConfig)
+    seed: int = 0
+    ckpt_dir: str = "policy"
+    ckpt_interval: int = 1000  # updates between policy checkpoints
+    load_ckpt_dir: str | None = None
+    torch_threads: int = 2
+    env_threads: int = 0  # ale-py threads; 0: one per core
+    precision: str = "auto"  # "fp32", "bf16" (autocast), or "auto": bf16 where the CPU has it
+    device: str = "cpu"  # where the policy acts and learns ("cuda": a GPU)
+    hide_episode_ends: bool = False  # App. A: the agent sees one continuous episode
+    learn: bool = True  # False: only act (e.g. the untrained policy making the first clips)
+
+
+class A2CStats:
+    """Shared counters the run's supervisor reads for the live status line."""
+
+    def __init__(self, ctx):
+        self.timesteps = ctx.Value("q", 0, lock=False)
+        self.steps_per_sec = ctx.Value("d", 0.0, lock=False)
+        self.episodes = ctx.Value("q", 0, lock=False)
+        self.recent_return = ctx.Value("d", float("nan"), lock=False)

@@ -1,0 +1,60 @@
+"""The reward predictor's settings, their paper defaults and the counters its processes share,
+importable without torch (the supervising process builds them)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from multiprocessing.context import BaseContext
+from typing import Any
+
+LEARNING_RATE = 2e-4  # the earlier reproduction's --reward_predictor_learning_rate
+MAX_PREFS = 3000  # App. A: "only the last 3,000 labels" are kept
+BATCH_SIZE = 16  # Ibarz et al. 2018: batches of 16 segment pairs
+VAL_MAX_PAIRS = 256  # labels scored per validation pass (a random subset beyond this)
+REWARD_STD = 0.05  # App. A.2: predicted rewards rescaled to mean 0 and std 0.05 (Atari)
+LABEL_NOISE = 0.1  # Sec. 2.2.3: assume a 10% chance that the human answers uniformly at random
+
+
+@dataclass
+class TrainerConfig:
+    """Settings of the reward-predictor trainer process."""
+
+    env_kind: str = "atari"  # reward net: "atari" or "moving_dot"
+    n_members: int = 3  # App. A: an ensemble of 3 predictors
+    dropout: float = 0.0  # dropout on the conv layers (App. A.2 uses 0.5)
+    batchnorm: bool = False  # batch norm on the conv layers (App. A.2)
+    lr: float = LEARNING_RATE  # Adam learning rate
+    l2: float = 0.0  # initial L2 coefficient of every member
+    max_prefs: int = MAX_PREFS  # labels kept, oldest dropped first (App. A: 3,000)
+    batch_size: int = BATCH_SIZE  # segment pairs per member per step
+    ckpt_interval: int = 1000  # train steps between checkpoints (0: only on exit)
+    ckpt_path: str | None = None  # where checkpoints are written (None: never)
+    load_ckpt_path: str | None = None  # checkpoint to start from (None: fresh weights)
+    torch_threads: int = 1  # torch intra-op threads of this process
+    seed: int = 0  # seeds weight init, bootstrap counts and minibatch sampling
+    publish_every_steps: int = 10  # publish weights after this many steps ...
+    publish_every_s: float = 1.0  # ... or this many seconds, whichever comes first
+    validate_every_steps: int = 50  # steps between validation passes and TensorBoard points
+    val_max_pairs: int = VAL_MAX_PAIRS  # labels scored per validation pass
+    reward_std: float = REWARD_STD
+    label_noise: float = LABEL_NOISE  # 0: plain Bradley-Terry
+    adaptive_l2: bool = False  # App. A: keep validation loss at 1.1-1.5x training loss
+    duty: float = 1.0  # fraction of the time spent training; the rest is left to A2C (2 cores)
+    # torch threads while A2C is idle: waiting for it, or not yet running (pretraining).
+    # 0: torch_threads
+    threads_while_agent_idle: int = 0
+    precision: str = "fp32"  # "bf16": bfloat16 autocast in the nets; "auto": where the CPU has it
+    initial_prefs_path: str | None = None  # a preference store whose latest labels start the buffer
+    device: str = "cpu"  # where the trainer trains ("cuda": a GPU); consumers always use the CPU
+
+
+@dataclass
+class TrainerStats:
+    """Counters the trainer process shares with the rest of the run."""
+
+    labels_received: Any  # mp.Value('i')
+    val_accuracy: Any  # mp.Value('d'), NaN until the first validation
+    epoch: Any  # mp.Value('i'): pretraining epochs done
+
+    @staticmethod
+    def create(ctx: BaseContext) -> "TrainerStats":
+        return TrainerStats(ctx.Value("i", 0), ctx.Value("d", float("nan")), ctx.Value("i", 0))
