@@ -102,3 +102,41 @@ def test_each_milestone_command_is_a_valid_run(name, tmp_path):
     args = build_parser().parse_args([m.mode, m.env_id, *m.flags, "--seed", "0",
                                       "--log_dir", str(tmp_path / name)])
     check_args(args)  # raises UsageError on a bad value
+
+
+def test_the_supervising_process_wires_a_preference_run_without_importing_torch(tmp_path):
+    """Its settings, channels, counters and shared weights come from torch-free modules; torch
+    is imported in the children that compute (issue: 300 MB for a process that only waits)."""
+    script = f"""
+import multiprocessing as mp, sys
+import run
+args = run.build_parser().parse_args(["train_policy_with_preferences", "PongNoFrameskip-v4",
+    "--synthetic_prefs", "--dropout", "0.5", "--batchnorm", "--log_dir", {str(tmp_path / 'r')!r}])
+run.check_args(args)
+ctx = mp.get_context("spawn")
+from a2c.config import A2CStats
+from pref_interface.process import InterfaceStats
+from reward_predictor.config import TrainerStats
+from reward_predictor.pace import labels_per_member
+from reward_predictor.shared import SharedWeights
+sup = run.Supervisor(ctx, ctx.Event())
+ch = run.Channels.for_run(ctx, args, sup.stop_event, SharedWeights(ctx))
+run.a2c_config(args, args.run_dir), run.trainer_config(args, args.run_dir), run.interface_config(args)
+A2CStats(ctx), TrainerStats.create(ctx), InterfaceStats.create(ctx), ch.a2c_observers()
+labels_per_member(0.1, "ensemble", 3)
+print("torch" in sys.modules)
+"""
+    r = run("-c", script)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+
+
+def test_a_bad_predictor_checkpoint_is_a_one_line_error_from_the_preflight_check(tmp_path):
+    bad = tmp_path / "reward_predictor.pt"
+    bad.write_bytes(b"not a checkpoint")
+    r = run("run.py", "train_policy_with_preferences", "MovingDotNoFrameskip-v0",
+            "--synthetic_prefs", "--load_reward_predictor_ckpt_dir", str(bad),
+            "--log_dir", str(tmp_path / "r"))
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "reward predictor checkpoint" in r.stderr, r.stderr
+    assert not (tmp_path / "r").exists()

@@ -20,7 +20,7 @@ from reward_predictor import (AtariRewardNet, CheckpointError, MovingDotRewardNe
                               build_ensemble, make_reward_net, preference_loss, run_trainer)
 from reward_predictor.ensemble import segment_returns, take_batchnorm_statistics
 from reward_predictor.nets import dropout_half
-from reward_predictor.pace import PredictorPace
+from reward_predictor.pace import PredictorPace, labels_per_member
 from reward_predictor.process import run_pretraining
 from reward_predictor.reward_fn import PredictedReward
 
@@ -697,3 +697,12 @@ def test_a2c_takes_the_newest_predictor_only_after_refresh_steps(refresh_steps, 
     # after publishing, which is the first to take the new ones.
     changed = [not np.allclose(reward(obs, actions), on_old) for _ in range(4)]
     assert changed == [i >= first_new_call for i in range(4)]
+
+
+def test_the_paper_pace_counts_each_member_or_the_whole_ensemble():
+    # App. A.2's "1 label per 10 RL timesteps" for "the predictor": per member by default; read
+    # for the ensemble, each of 3 members trains on a third of it.
+    assert labels_per_member(0.1, "member", 3) == 0.1
+    assert labels_per_member(0.1, "ensemble", 3) == pytest.approx(0.1 / 3)
+    with pytest.raises(ValueError, match="neither"):
+        labels_per_member(0.1, "members", 3)

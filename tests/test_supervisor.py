@@ -3,15 +3,16 @@ import multiprocessing as mp
 import time
 
 from run import Supervisor
-from tests.supervised_targets import crash_after, work_until_stopped
+
+WORKER = "tests.supervised_targets:work_until_stopped"  # children import their targets
 
 
 def test_a_crashed_child_stops_the_others_and_the_run_fails(capsys):
     ctx = mp.get_context("spawn")
     sup = Supervisor(ctx, ctx.Event())
     finished = ctx.Value("i", 0)
-    sup.start("worker", work_until_stopped, sup.stop_event, finished)
-    sup.start("crasher", crash_after, 1.0)
+    sup.start("worker", WORKER, sup.stop_event, finished)
+    sup.start("crasher", "tests.supervised_targets:crash_after", 1.0)
     t0 = time.monotonic()
     code = sup.wait()
     assert code == 1
@@ -23,13 +24,11 @@ def test_a_crashed_child_stops_the_others_and_the_run_fails(capsys):
 
 
 def test_a_child_stuck_after_the_stop_is_terminated_after_the_grace(capsys):
-    from tests.supervised_targets import ignore_the_stop
-
     ctx = mp.get_context("spawn")
     sup = Supervisor(ctx, ctx.Event())
     finished = ctx.Value("i", 0)
-    sup.start("worker", work_until_stopped, sup.stop_event, finished)
-    sup.start("stuck", ignore_the_stop, sup.stop_event)
+    sup.start("worker", WORKER, sup.stop_event, finished)
+    sup.start("stuck", "tests.supervised_targets:ignore_the_stop", sup.stop_event)
     assert sup.wait(until=lambda: True, grace_s=2.0) == 0
     assert not any(p.is_alive() for p in sup.procs.values())
     assert finished.value == 1
