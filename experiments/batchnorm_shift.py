@@ -37,7 +37,7 @@ def shift(run_dir: Path, n_clips: int, seed: int = 0, save: str | None = None) -
     trainer = RewardPredictorTrainer(build_ensemble(config))
     trainer.load(str(run_dir / "reward_predictor" / cli.PREDICTOR_FILE))
     ensemble = trainer.ensemble
-    prefs = load_prefs(str(run_dir / "prefs.sqlite"), config.max_prefs)
+    prefs = list(load_prefs(str(run_dir / "prefs.sqlite"), config.max_prefs))
     val = [p for p in prefs if p.is_validation]
     train = [s for p in prefs if not p.is_validation for s in (p.left, p.right)]
     if not val or not train:

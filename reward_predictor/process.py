@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -109,14 +109,15 @@ def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWe
         shared_weights.release()
 
 
-def load_prefs(path: str | None, max_prefs: int) -> list[Preference]:
-    """The latest `max_prefs` labels of a preference store (none if `path` is None)."""
+def load_prefs(path: str | None, max_prefs: int) -> Iterator[Preference]:
+    """The latest `max_prefs` labels of a preference store, oldest first, one at a time (none if
+    `path` is None)."""
     if path is None:
-        return []
+        return
     from pref_interface.store import PreferenceStore
 
     with PreferenceStore(path, create=False) as store:
-        return store.latest(max_prefs)
+        yield from store.iter_latest(max_prefs)
 
 
 def run_pretraining(config: TrainerConfig, prefs_path: str, n_epochs: int, stop_event: Any,
