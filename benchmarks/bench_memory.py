@@ -9,7 +9,8 @@ proportional set (PSS; shared pages split between the processes that share them)
 number of labels stored so far. Prints the figures at the label counts asked for, and how much
 the sum grew from the moment the trainer's label buffer was full (--max_prefs labels) to the end.
 Targets (issue 22): Pong with the paper's 3,000-label buffer full at <= 1.5 GB summed; <= 5%
-growth from then to the end of a run of 1M further steps.
+growth from then to the end of a run of 1M further steps. Ctrl-C stops the run and reports what
+was sampled; `--from_csv FILE` reports a saved sampling again.
 
     .venv/bin/python -m benchmarks.bench_memory PongNoFrameskip-v4 --steps 2000000 \\
         --extra "--dropout 0.5 --batchnorm --label_schedule none --max_pairs_per_clip 0"
@@ -18,14 +19,14 @@ growth from then to the end of a run of 1M further steps.
 from __future__ import annotations
 
 import argparse
-import os
+import signal
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TextIO
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -88,8 +89,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="label counts at which to report each process")
     p.add_argument("--extra", default="", help="more run.py flags, quoted")
     p.add_argument("--csv", help="also write every sample to this file, as it is taken")
+    p.add_argument("--from_csv", help="report the samples of an earlier --csv instead of running")
     a = p.parse_args(argv)
+    if a.from_csv:
+        report(read_csv(a.from_csv), a.at_labels, a.max_prefs)
+        return 0
     print(machine_header())
+    samples: list = []  # (seconds, labels, {name: (rss, pss)})
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         cmd = [sys.executable, "run.py", "train_policy_with_preferences", a.env_id,
@@ -98,36 +104,58 @@ def main(argv: Sequence[str] | None = None) -> int:
                "--max_prefs", str(a.max_prefs), "--log_dir", str(run_dir), *a.extra.split()]
         print(" ".join(cmd[1:]))
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        samples = []  # (seconds, labels, {name: (rss, pss)})
-        start = time.monotonic()
         csv = open(a.csv, "w") if a.csv else None
-        if csv:
-            csv.write("seconds,labels,process,rss_mb,pss_mb\n")
-        while proc.poll() is None:
-            per_process: dict[str, tuple[float, float]] = {}
-            for pid in descendants(proc.pid):
-                mem = process_memory(pid)
-                if mem is not None:
-                    name = "main" if pid == proc.pid else mem[0]
-                    old = per_process.get(name, (0.0, 0.0))
-                    per_process[name] = (old[0] + mem[1], old[1] + mem[2])
-            t, n = time.monotonic() - start, stored_labels(run_dir / "prefs.sqlite")
-            samples.append((t, n, per_process))
+        try:
+            sample_until_exit(proc, run_dir, a.every_s, samples, csv)
+        except KeyboardInterrupt:
+            print("stopping the run (Ctrl-C): reporting what was sampled")
+            proc.send_signal(signal.SIGINT)
+            proc.wait()
+        finally:
             if csv:
-                csv.writelines(f"{t:.1f},{n},{name},{rss:.1f},{pss:.1f}\n"
-                               for name, (rss, pss) in per_process.items())
-                csv.flush()
-            if len(samples) % max(1, round(60 / a.every_s)) == 0:  # a line a minute
-                print(f"{t / 60:6.1f} min  {n:5d} labels  summed RSS "
-                      f"{sum(v[0] for v in per_process.values()):6.0f} MB, PSS "
-                      f"{sum(v[1] for v in per_process.values()):6.0f} MB", flush=True)
-            time.sleep(a.every_s)
-        if csv:
-            csv.close()
-        if proc.returncode != 0:
+                csv.close()
+        if proc.returncode not in (0, 130):
             print(f"run.py exited with {proc.returncode}")
     report(samples, a.at_labels, a.max_prefs)
     return 0
+
+
+def sample_until_exit(proc: subprocess.Popen, run_dir: Path, every_s: float, samples: list,
+                      csv: TextIO | None) -> None:
+    """Sample the run's processes every `every_s` seconds until run.py exits."""
+    start = time.monotonic()
+    if csv:
+        csv.write("seconds,labels,process,rss_mb,pss_mb\n")
+    while proc.poll() is None:
+        per_process: dict[str, tuple[float, float]] = {}
+        for pid in descendants(proc.pid):
+            mem = process_memory(pid)
+            if mem is not None:
+                name = "main" if pid == proc.pid else mem[0]
+                old = per_process.get(name, (0.0, 0.0))
+                per_process[name] = (old[0] + mem[1], old[1] + mem[2])
+        t, n = time.monotonic() - start, stored_labels(run_dir / "prefs.sqlite")
+        samples.append((t, n, per_process))
+        if csv:
+            csv.writelines(f"{t:.1f},{n},{name},{rss:.1f},{pss:.1f}\n"
+                           for name, (rss, pss) in per_process.items())
+            csv.flush()
+        if len(samples) % max(1, round(60 / every_s)) == 0:  # a line a minute
+            print(f"{t / 60:6.1f} min  {n:5d} labels  summed RSS "
+                  f"{sum(v[0] for v in per_process.values()):6.0f} MB, PSS "
+                  f"{sum(v[1] for v in per_process.values()):6.0f} MB", flush=True)
+        time.sleep(every_s)
+
+
+def read_csv(path: str) -> list:
+    """The samples of a file written by --csv."""
+    by_time: dict[float, tuple[int, dict]] = {}
+    with open(path) as f:
+        next(f)
+        for line in f:
+            t, n, name, rss, pss = line.strip().split(",")
+            by_time.setdefault(float(t), (int(n), {}))[1][name] = (float(rss), float(pss))
+    return [(t, n, per) for t, (n, per) in sorted(by_time.items())]
 
 
 def report(samples: list, at_labels: list[int], max_prefs: int) -> None:

@@ -55,9 +55,9 @@ class ClipPool:
         self._clips: dict[bytes, PackedSegment] = {}
         self._refs: dict[bytes, int] = {}
 
-    def add(self, seg: Segment) -> bytes:
+    def add(self, seg: Segment | PackedSegment) -> bytes:
         """Hold `seg` (or count one more reference to it); returns its key."""
-        packed = PackedSegment.pack(seg)
+        packed = seg if isinstance(seg, PackedSegment) else PackedSegment.pack(seg)
         key = packed.key
         if key not in self._clips:
             self._clips[key] = packed

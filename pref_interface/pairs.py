@@ -81,6 +81,10 @@ class SegmentBuffer:
                 self._partners[other].discard(old)
         return seg_id
 
+    def packed(self, seg_id: int) -> PackedSegment:
+        """A segment as the buffer holds it (what a label carries to the trainer)."""
+        return self._segs[seg_id]
+
     def is_validation(self, seg_id: int) -> bool:
         """Whether a segment (and so every label on it) belongs to the validation split."""
         return self._is_val[seg_id]

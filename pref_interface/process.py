@@ -183,7 +183,7 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
             if not pairs:
                 time.sleep(IDLE_SLEEP_S)
                 continue
-            for left_id, left, _, right in pairs:
+            for left_id, left, right_id, right in pairs:
                 mu = labeller.label(left, right)
                 if mu is None:  # incomparable: not stored (§2.2.2)
                     continue
@@ -191,8 +191,9 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
                                   is_validation=buffer.is_validation(left_id))
                 store.add(pref)  # committed before anyone hears of it
                 n_stored += 1
-                if pref_queue is not None:
-                    pref_queue.put(pref)
+                if pref_queue is not None:  # the clips travel packed: the trainer holds them so
+                    pref_queue.put(Preference(buffer.packed(left_id), buffer.packed(right_id),
+                                              mu, pref.source, pref.is_validation))
                 increment(stats.labels_total)
     except LabellingStopped:
         done = True  # the trainer (if any) keeps running and drains pref_queue

@@ -65,7 +65,8 @@ class Segment:
 @dataclass(frozen=True)
 class Preference:
     """A label on a pair of segments: `mu` is the probability that `left` is preferred
-    (1.0 left better, 0.0 right better, 0.5 equally good; "incomparable" pairs are never stored)."""
+    (1.0 left better, 0.0 right better, 0.5 equally good; "incomparable" pairs are never stored).
+    On the way to the trainer the segments are `PackedSegment`s (pref_interface/packed.py)."""
 
     left: Segment
     right: Segment

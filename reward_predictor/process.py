@@ -46,7 +46,8 @@ def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWe
     """
     from torch.utils.tensorboard import SummaryWriter  # only the trainer process needs it
 
-    reuse_freed_memory()  # a training step's tensors are too big for glibc to keep (30% of a step)
+    if config.env_kind == "atari":  # its step's tensors are too big for glibc to keep (30% of a step)
+        reuse_freed_memory()
     torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
     ensemble = build_ensemble(config, config.device)
@@ -126,7 +127,8 @@ def run_pretraining(config: TrainerConfig, prefs_path: str, n_epochs: int, stop_
     (App. A: 200 epochs on the first 500 labels) and checkpoint it, also when stopped early."""
     from torch.utils.tensorboard import SummaryWriter
 
-    reuse_freed_memory()
+    if config.env_kind == "atari":
+        reuse_freed_memory()
     # No A2C runs beside pretraining, so its threads are free as when it waits for the predictor.
     torch.set_num_threads(config.threads_while_agent_idle or config.torch_threads)
     torch.manual_seed(config.seed)

@@ -54,3 +54,16 @@ def test_a_pool_counts_references_per_clip():
     assert len(pool) == 1 and np.array_equal(pool.get(key).frames, seg.frames)
     pool.release(key)
     assert len(pool) == 0
+
+
+def test_a_label_that_arrives_packed_is_held_as_it_came():
+    # The interface sends labels with their clips packed (no raw frames cross the queue).
+    rng = np.random.default_rng(3)
+    a, b = _segment(rng), _segment(rng)
+    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=1))
+    trainer.add(Preference(PackedSegment.pack(a), PackedSegment.pack(b), 0.0, is_validation=True))
+    trainer.add(Preference(a, b, 1.0))  # the same clips, raw: still held once
+    assert len(trainer.clips) == 2
+    held = trainer.held_labels()
+    assert np.array_equal(held[0].left.frames, a.frames) and held[0].is_validation
+    assert np.array_equal(held[1].right.frames, b.frames) and held[1].mu == 1.0

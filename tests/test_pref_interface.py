@@ -297,7 +297,9 @@ def test_no_preference_is_dropped_when_the_trainer_is_slow(tmp_path):
     with PreferenceStore(store_path, create=False) as store:
         stored = [store.get(i) for i in store.all_ids()]
     assert len(stored) == 25
-    for got, want in zip(received, stored):  # every label, in order
+    for got, want in zip(received, stored):  # every label, in order; the clips travel packed
+        got = Preference(got.left.unpack(), got.right.unpack(), got.mu, got.source,
+                         got.is_validation)
         assert np.array_equal(got.left.frames, want.left.frames)
         assert np.array_equal(got.right.frames, want.right.frames)
         assert (got.mu, got.is_validation, got.source) == (want.mu, want.is_validation, "synthetic")
