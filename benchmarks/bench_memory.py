@@ -7,7 +7,8 @@ every --every_s seconds reads, for each of its processes (named in /proc by laun
 the resident set (RSS; shared library pages count in every process that maps them) and the
 proportional set (PSS; shared pages split between the processes that share them), with the
 number of labels stored so far. Prints the figures at the label counts asked for, and how much
-the sum grew from the moment the trainer's label buffer was full (--max_prefs labels) to the end.
+the sum grew from the moment the trainer's label buffer was full (--max_prefs labels) and the
+loop's processes all ran, to the end.
 Targets (issue 22): Pong with the paper's 3,000-label buffer full at <= 1.5 GB summed; <= 5%
 growth from then to the end of a run of 1M further steps. Ctrl-C stops the run and reports what
 was sampled; `--from_csv FILE` reports a saved sampling again.
@@ -90,9 +91,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--extra", default="", help="more run.py flags, quoted")
     p.add_argument("--csv", help="also write every sample to this file, as it is taken")
     p.add_argument("--from_csv", help="report the samples of an earlier --csv instead of running")
+    p.add_argument("--settle_s", type=float, default=120.0,
+                   help="seconds the loop's processes get to reach their working size before "
+                        "figures are read (first steps, first validation)")
     a = p.parse_args(argv)
     if a.from_csv:
-        report(read_csv(a.from_csv), a.at_labels, a.max_prefs)
+        report(read_csv(a.from_csv), a.at_labels, a.max_prefs, a.settle_s)
         return 0
     print(machine_header())
     samples: list = []  # (seconds, labels, {name: (rss, pss)})
@@ -116,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 csv.close()
         if proc.returncode not in (0, 130):
             print(f"run.py exited with {proc.returncode}")
-    report(samples, a.at_labels, a.max_prefs)
+    report(samples, a.at_labels, a.max_prefs, a.settle_s)
     return 0
 
 
@@ -158,12 +162,17 @@ def read_csv(path: str) -> list:
     return [(t, n, per) for t, (n, per) in sorted(by_time.items())]
 
 
-def report(samples: list, at_labels: list[int], max_prefs: int) -> None:
+def report(samples: list, at_labels: list[int], max_prefs: int, settle_s: float) -> None:
     def total(per: dict, k: int) -> float:
         return sum(v[k] for v in per.values())
     print(f"\n{'labels':>7s} {'minutes':>7s}  {'process':16s} {'RSS MB':>8s} {'PSS MB':>8s}")
+    # Counted from when the loop has run for `settle_s`: the largest set of processes seen (the
+    # loop's; pretraining runs alone before them, and they exit one by one at the end).
+    loop_names = max((set(s[2]) for s in samples), key=len, default=set())
+    running = [s for s in samples if set(s[2]) == loop_names]
+    loop = [s for s in running if s[0] >= running[0][0] + settle_s] if running else []
     for target in at_labels:
-        hit = next((s for s in samples if s[1] >= target), None)
+        hit = next((s for s in loop if s[1] >= target), None)
         if hit is None:
             print(f"{target:7d}  not reached (the run ended at {max(s[1] for s in samples)} labels)")
             continue
@@ -171,18 +180,19 @@ def report(samples: list, at_labels: list[int], max_prefs: int) -> None:
         for name, (rss, pss) in sorted(per.items()):
             print(f"{n:7d} {t / 60:7.1f}  {name:16s} {rss:8.0f} {pss:8.0f}")
         print(f"{n:7d} {t / 60:7.1f}  {'sum':16s} {total(per, 0):8.0f} {total(per, 1):8.0f}")
-    full = [s for s in samples if s[1] >= max_prefs]
+    full = [s for s in loop if s[1] >= max_prefs]
     if len(full) >= 2:
         first, last = full[0], full[-1]
-        # The peak over the last minute, so one sample between steps does not flatter the end.
+        # Peaks over a minute at each end, so one sample between steps does not flatter either.
+        head = [s for s in full if s[0] <= first[0] + 60]
         tail = [s for s in full if s[0] >= last[0] - 60]
-        end_rss = max(total(s[2], 0) for s in tail)
-        end_pss = max(total(s[2], 1) for s in tail)
-        print(f"\nbuffer full ({max_prefs} labels) at {first[0] / 60:.1f} min: summed RSS "
-              f"{total(first[2], 0):.0f} MB, PSS {total(first[2], 1):.0f} MB; at the end "
-              f"({last[0] / 60:.1f} min, peak of its last minute): RSS {end_rss:.0f} MB "
-              f"({end_rss / total(first[2], 0) - 1:+.1%}), PSS {end_pss:.0f} MB "
-              f"({end_pss / total(first[2], 1) - 1:+.1%})")
+        start_rss, end_rss = (max(total(s[2], 0) for s in x) for x in (head, tail))
+        start_pss, end_pss = (max(total(s[2], 1) for s in x) for x in (head, tail))
+        print(f"\nbuffer full ({max_prefs} labels), loop settled, at {first[0] / 60:.1f} min: "
+              f"summed RSS {start_rss:.0f} MB, PSS {start_pss:.0f} MB (peaks of its first "
+              f"minute); at the end ({last[0] / 60:.1f} min, peaks of its last minute): RSS "
+              f"{end_rss:.0f} MB ({end_rss / start_rss - 1:+.1%}), PSS {end_pss:.0f} MB "
+              f"({end_pss / start_pss - 1:+.1%})")
     else:
         print(f"\nthe label buffer ({max_prefs}) did not fill: no growth figure")
 

@@ -5,7 +5,7 @@ and unmaps it on free. The reward predictor's activations for one batch (800 fra
 floats) are 35 MB each, so every training step faulted in hundreds of MB of new pages: 30% of a
 step on the 2-core test machine (docs/results.md). Heap-only allocation with no trimming makes
 the process hold its peak instead, which is what a step needs again a moment later; the heap's
-fragments add about 100 MB to that peak, so only the predictor's training processes do it.
+fragments add about 100 MB to that peak, so only the Atari predictor's training processes do it.
 """
 from __future__ import annotations
 
