@@ -46,18 +46,8 @@ def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWe
     """
     from torch.utils.tensorboard import SummaryWriter  # only the trainer process needs it
 
-    if config.env_kind == "atari":  # its step's tensors are too big for glibc to keep (30% of a step)
-        reuse_freed_memory()
-    torch.set_num_threads(config.torch_threads)
-    torch.manual_seed(config.seed)
-    ensemble = build_ensemble(config, config.device)
-    trainer = RewardPredictorTrainer(ensemble, config.max_prefs, config.batch_size, config.seed,
-                                     adaptive_l2=config.adaptive_l2)
-    if config.load_ckpt_path:
-        trainer.load(config.load_ckpt_path)  # CheckpointError ends the process with its message
-        log.info("reward predictor loaded from %s (step %d)", config.load_ckpt_path, trainer.steps)
-    for pref in load_prefs(config.initial_prefs_path, config.max_prefs):
-        trainer.add(pref)
+    trainer = _set_up(config, config.torch_threads, config.initial_prefs_path)
+    ensemble = trainer.ensemble
     shared_weights.publish(ensemble)
     writer = SummaryWriter(log_dir)
     start_step, threads = trainer.steps, config.torch_threads
@@ -110,6 +100,24 @@ def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWe
         shared_weights.release()
 
 
+def _set_up(config: TrainerConfig, threads: int, prefs_path: str | None) -> RewardPredictorTrainer:
+    """What the trainer and pretraining processes do first: the trainer the config describes,
+    its checkpoint loaded (CheckpointError ends the process with its message) and the latest
+    labels of `prefs_path` added."""
+    if config.env_kind == "atari":  # its step's tensors are too big for glibc to keep (30% of a step)
+        reuse_freed_memory()
+    torch.set_num_threads(threads)
+    torch.manual_seed(config.seed)
+    trainer = RewardPredictorTrainer(build_ensemble(config, config.device), config.max_prefs,
+                                     config.batch_size, config.seed, adaptive_l2=config.adaptive_l2)
+    if config.load_ckpt_path:
+        trainer.load(config.load_ckpt_path)
+        log.info("reward predictor loaded from %s (step %d)", config.load_ckpt_path, trainer.steps)
+    for pref in load_prefs(prefs_path, config.max_prefs):
+        trainer.add(pref)
+    return trainer
+
+
 def load_prefs(path: str | None, max_prefs: int) -> Iterator[Preference]:
     """The latest `max_prefs` labels of a preference store, oldest first, one at a time (none if
     `path` is None)."""
@@ -127,17 +135,8 @@ def run_pretraining(config: TrainerConfig, prefs_path: str, n_epochs: int, stop_
     (App. A: 200 epochs on the first 500 labels) and checkpoint it, also when stopped early."""
     from torch.utils.tensorboard import SummaryWriter
 
-    if config.env_kind == "atari":
-        reuse_freed_memory()
     # No A2C runs beside pretraining, so its threads are free as when it waits for the predictor.
-    torch.set_num_threads(config.threads_while_agent_idle or config.torch_threads)
-    torch.manual_seed(config.seed)
-    trainer = RewardPredictorTrainer(build_ensemble(config, config.device), config.max_prefs,
-                                     config.batch_size, config.seed, adaptive_l2=config.adaptive_l2)
-    if config.load_ckpt_path:
-        trainer.load(config.load_ckpt_path)
-    for pref in load_prefs(prefs_path, config.max_prefs):
-        trainer.add(pref)
+    trainer = _set_up(config, config.threads_while_agent_idle or config.torch_threads, prefs_path)
     stats.labels_received.value = trainer.n_labels
     writer = SummaryWriter(log_dir)
 

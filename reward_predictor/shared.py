@@ -2,6 +2,7 @@
 the interface's query selection), in place of the earlier reproduction's parameter server."""
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 from multiprocessing import shared_memory
 from multiprocessing.context import BaseContext
@@ -136,13 +137,6 @@ def _layout(state: dict) -> tuple[dict[str, tuple[int, Any, tuple[int, ...]]], i
 def _views(block: shared_memory.SharedMemory, layout: dict) -> dict:
     import torch
 
-    return {k: torch.frombuffer(block.buf, dtype=dtype, count=max(1, _numel(shape)),
-                                offset=offset)[:_numel(shape)].view(shape)
+    return {k: torch.frombuffer(block.buf, dtype=dtype, count=math.prod(shape),
+                                offset=offset).view(shape)
             for k, (offset, dtype, shape) in layout.items()}
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
