@@ -19,6 +19,7 @@ from pathlib import Path
 from launch.deferred import Deferred
 from launch.preflight import first_error
 from launch.process_setup import name_process
+from pref_interface.player import PLAYER_KINDS
 
 MODES = ("gather_initial_prefs", "pretrain_reward_predictor", "train_policy_with_preferences",
          "train_policy_with_original_rewards")
@@ -79,9 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("preferences")
     g.add_argument("--synthetic_prefs", action="store_true",
                    help="label clip pairs by their true reward instead of asking a person")
-    g.add_argument("--clip_player", choices=("auto", "window", "terminal"), default="auto",
-                   help="where a person watches the clip pairs: a window, or the terminal in "
-                        "colour; auto: a window when a display is available")
+    g.add_argument("--clip_player", choices=PLAYER_KINDS, default="auto",
+                   help="where a person watches the clip pairs: a window, the terminal in "
+                        "colour, or a page in the browser (web); auto: a window when a display "
+                        "is available")
+    g.add_argument("--web_host", default="127.0.0.1",
+                   help="--clip_player web: the address the page listens on (reach a remote "
+                        "run's page by SSH port forwarding rather than opening this)")
+    g.add_argument("--web_port", type=int, default=0,
+                   help="--clip_player web: the page's port (0: a free one)")
     g.add_argument("--n_initial_prefs", type=int, default=500,
                    help="labels gathered from the untrained policy before pretraining (App. A)")
     g.add_argument("--max_prefs", type=int, default=3000,
@@ -459,6 +466,9 @@ class Channels:
     reward_weights: predictor trainer -> A2C; shared-memory weights with a version number.
     answers: main process's terminal key reader -> human labeller (pref_interface.keys); one
         queue for the whole run (None when nobody labels by hand).
+    page_updates (args.page_updates, passed in the interface's config): the human labeller's
+        WebPlayer -> the labelling page's server in the main process (--clip_player web); one
+        queue for the whole run.
     episodes: A2C -> episode viewer (--render_episodes); maxsize 1, A2C drops episodes when full.
     stop: set by the supervisor to end every process cleanly.
     """
@@ -550,6 +560,7 @@ def interface_config(args: argparse.Namespace, stop_after_labels: int | None = N
     return InterfaceConfig(max_segs=args.max_segs, synthetic=args.synthetic_prefs,
                            max_pairs_per_clip=args.max_pairs_per_clip or None,
                            clip_player=getattr(args, "player_kind", None) or "terminal",
+                           page_updates=getattr(args, "page_updates", None),
                            keep_typed_ahead=not sys.stdin.isatty(),
                            max_in_flight=None if stop_after_labels else 4,
                            stop_after_labels=stop_after_labels, seed=args.seed,
@@ -619,6 +630,9 @@ def pretrain_phase(args, run_dir: Path, ctx, prefs_path: str) -> int:
     sup = Supervisor(ctx, ctx.Event())
     stats = TrainerStats.create(ctx)
     print(f"pretraining the reward predictor for {epochs} epochs", file=sys.stderr)
+    if getattr(args, "page_updates", None) is not None:
+        args.page_updates.put({"notice": f"pretraining the reward predictor ({epochs} epochs); "
+                                         "labelling goes on after it"})
     sup.start("reward_predictor", "reward_predictor.process:run_pretraining",
               trainer_config(args, run_dir), prefs_path,
               epochs, sup.stop_event, stats, str(run_dir / "tb" / "pretrain"))
@@ -754,6 +768,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume:
             args = apply_resume(args, argv)
         check_args(args)
+        page = open_labelling_page(args)
     except UsageError as e:
         print(f"run.py: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -761,6 +776,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run directory: {run_dir}", file=sys.stderr)
     ctx = mp.get_context("spawn")
     reader = start_key_reader(args, ctx)
+    if page is not None:
+        args.page_updates = ctx.Queue()
+        page.updates, page.answers = args.page_updates, args.answers
+        page.start()
+        print(f"label in your browser: {page.url}", file=sys.stderr)
     args.show_episodes = bool(getattr(args, "render_episodes", False)) and episode_window(args)
     mode = {"gather_initial_prefs": gather_initial_prefs,
             "pretrain_reward_predictor": pretrain_reward_predictor,
@@ -773,6 +793,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if reader is not None:
             reader.stop()  # the terminal gets its settings back
+        if page is not None:
+            page.stop()
 
 
 def start_key_reader(args: argparse.Namespace, ctx):
@@ -785,7 +807,23 @@ def start_key_reader(args: argparse.Namespace, ctx):
 
     args.answers = ctx.Queue()
     args.answers.cancel_join_thread()  # keys nobody read must not hold up the exit
+    if args.player_kind == "web" and not sys.stdin.isatty():
+        return None  # answers come from the page; the end of piped input must not stop it
     return KeyReader(args.answers).start()
+
+
+def open_labelling_page(args: argparse.Namespace):
+    """With --clip_player web, the labelling page's server, listening already (a port in use is
+    a usage error) but not yet serving: `start()` it once the channels exist."""
+    if getattr(args, "player_kind", None) != "web":
+        return None
+    from pref_interface.web.server import LabellingPage
+
+    try:
+        return LabellingPage(None, None, args.web_host, args.web_port)
+    except OSError as e:
+        raise UsageError(f"--web_host/--web_port: cannot listen on {args.web_host}:"
+                         f"{args.web_port} ({e.strerror or e})") from None
 
 
 def episode_window(args: argparse.Namespace) -> bool:

@@ -15,13 +15,16 @@ import math
 import queue
 from typing import Any
 
-from pref_interface.keys import ANSWER_KEYS, ENTER, EOF, REPLAY_KEY, answer_of
+from pref_interface.keys import (ANSWER_KEYS, ENTER, EOF, REPLAY_KEY, PairAnswer, ReopenLabel,
+                                 answer_of)
 from pref_interface.player import FPS, ClipPlayer, Playback, clip_frames, make_player
-from pref_interface.process import InterfaceStats, LabellingStopped
-from pref_interface.segment import Segment
+from pref_interface.process import InterfaceStats, LabelEditor, LabellingStopped
+from pref_interface.segment import LabelEdit, Segment
 
 KEYS_HELP = "L left better, R right better, E equal, Enter incomparable, P replay, ^D stop"
 ANSWER_NAMES = {"L": "left better", "R": "right better", "E": "equally good"}
+KEY_OF_MU = {mu: key for key, mu in ANSWER_KEYS.items()}
+HISTORY_LENGTH = 10  # labels the page lists for changing or deleting
 
 
 def describe_token(token: str) -> str:
@@ -48,6 +51,7 @@ class HumanLabeller:
         has_trainer: a predictor trainer takes the labels (show how many it has not taken yet).
         keep_typed_ahead: let keys typed before a pair appeared answer it (piped answers);
             False drops them, so a double key press never labels a pair nobody has seen.
+        labels: the stored labels, for the page's edits (`LabelEdit`, `ReopenLabel` tokens).
     """
 
     source = "human"
@@ -56,13 +60,14 @@ class HumanLabeller:
                  stop_event: Any | None = None, stats: InterfaceStats | None = None,
                  val_accuracy: Any | None = None, target: int | None = None,
                  has_trainer: bool = False, keep_typed_ahead: bool = False,
-                 fps: float = FPS) -> None:
+                 fps: float = FPS, labels: LabelEditor | None = None) -> None:
         self.answers = answers
         self._player_spec = player
         self.player: ClipPlayer | None = None if isinstance(player, str) else player
         self.stop_event, self.stats, self.val_accuracy = stop_event, stats, val_accuracy
         self.target, self.has_trainer, self.fps = target, has_trainer, fps
         self.keep_typed_ahead = keep_typed_ahead
+        self.labels = labels
         self.n_pairs = 0
         self.last = ""
         self.stopped_by_person = False
@@ -77,14 +82,33 @@ class HumanLabeller:
         if not self.keep_typed_ahead:
             self._discard_typed_ahead()
         self.n_pairs += 1
-        playback = Playback(self.player, clip_frames(left.frames), clip_frames(right.frames),
-                            self.fps)
-        hint = ""
+        return self._ask(left, right)
+
+    def stored(self, label_id: int) -> None:
+        """The interface stored the last answer as label `label_id`: refresh the page's list."""
+        self._show_history()
+
+    def _ask(self, left: Segment, right: Segment, again: int | None = None) -> float | None:
+        """Play a pair until it is answered; `again`: the stored label being answered anew."""
+        frames = clip_frames(left.frames), clip_frames(right.frames)
+        playback = Playback(self.player, *frames, self.fps)
+        hint = f"label {again}: answer it again (incomparable deletes it)" if again else ""
         while True:
             token = playback.next_token(self.answers, lambda: self.status_lines(hint),
                                         self.stop_event)
             if token is None:
                 return None
+            if isinstance(token, LabelEdit):
+                hint = self._edit(token)
+                continue
+            if isinstance(token, ReopenLabel):
+                hint = self._reopen(token.label_id) if again is None else hint
+                playback = Playback(self.player, *frames, self.fps)  # back to this pair
+                continue
+            if isinstance(token, PairAnswer):
+                if token.pair_id != getattr(self.player, "pair_id", None):
+                    continue  # for a pair already answered (another tab, or the terminal)
+                token = token.key
             key = answer_of(token)
             if key == EOF:
                 self._stop()
@@ -99,6 +123,29 @@ class HumanLabeller:
                 return ANSWER_KEYS[key]
             else:
                 hint = invalid_key_hint(token)
+
+    def _edit(self, edit: LabelEdit) -> str:
+        """Apply a change to a stored label; what the prompt says about it."""
+        if self.labels is None or not self.labels.edit(edit):
+            return f"label {edit.label_id} is not in the store"
+        self._show_history()
+        return f"label {edit.label_id}: " + ("deleted" if edit.mu is None else
+                                             f"now {ANSWER_NAMES[KEY_OF_MU[edit.mu]]}")
+
+    def _reopen(self, label_id: int) -> str:
+        """Ask a stored label's pair again and replace the label by the answer."""
+        pref = self.labels.get(label_id) if self.labels is not None else None
+        if pref is None:
+            return f"label {label_id} is not in the store"
+        mu = self._ask(pref.left, pref.right, again=label_id)
+        if self.stop_event is not None and self.stop_event.is_set():
+            return ""  # the run is stopping: the label stays as it was
+        return self._edit(LabelEdit(label_id, mu))
+
+    def _show_history(self) -> None:
+        show = getattr(self.player, "show_history", None)
+        if show is not None and self.labels is not None:
+            show(self.labels.recent(HISTORY_LENGTH))
 
     def close(self) -> None:
         """Leave the player (the terminal block stays on screen, the window closes)."""
@@ -132,7 +179,7 @@ class HumanLabeller:
 
     def _discard_typed_ahead(self) -> None:
         """Keys typed before this pair appeared belong to no pair the person saw: drop them,
-        except Ctrl-D."""
+        except Ctrl-D and the page's label edits."""
         while True:
             try:
                 token = self.answers.get_nowait()
@@ -140,6 +187,8 @@ class HumanLabeller:
                 return
             if token == EOF:
                 self._stop()
+            if isinstance(token, LabelEdit):  # not tied to a pair: still wanted
+                self.last = self._edit(token)
 
     def _stop(self) -> None:
         self.answers.put(EOF)  # sticky: a later phase's labeller stops too

@@ -11,6 +11,9 @@ A token is one key ("L", "r", "\\n" for Enter, an escape sequence for an arrow k
 is a terminal (read in cbreak mode: no echo, no line editing, but Ctrl-C still raises SIGINT), or
 one line without its newline when stdin is a pipe or file. `EOF` (Ctrl-D, or the end of the input)
 is the last token: after it the reader stops and the terminal is restored.
+
+The labelling page (`pref_interface.web`) puts tokens of its own on the same queue: `PairAnswer`
+(an answer tied to the pair it was shown with), `ReopenLabel` and `segment.LabelEdit`.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import os
 import select
 import sys
 import threading
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 ENTER = "\n"
@@ -27,6 +31,22 @@ ESC = "\x1b"
 
 ANSWER_KEYS = {"L": 1.0, "R": 0.0, "E": 0.5}  # mu: the probability that the left clip is better
 REPLAY_KEY = "P"
+
+
+@dataclass(frozen=True)
+class PairAnswer:
+    """An answer from the labelling page: `key` ("L", "R", "E" or ENTER) for the pair `pair_id`
+    only; the labeller drops it when that pair is no longer the one shown."""
+
+    pair_id: str
+    key: str
+
+
+@dataclass(frozen=True)
+class ReopenLabel:
+    """Show a stored label's pair again; the answer replaces the label (incomparable deletes it)."""
+
+    label_id: int
 
 
 def split_keys(text: str) -> list[str]:

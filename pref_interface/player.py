@@ -27,7 +27,7 @@ FPS = 25 / 1.7  # App. A.2: 25 steps in 1.7 s
 ZOOM = 4
 MAX_COLUMNS = 80
 GAP = 2  # columns between the two clips in the terminal
-PLAYER_KINDS = ("auto", "window", "terminal")
+PLAYER_KINDS = ("auto", "window", "terminal", "web")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
@@ -59,10 +59,11 @@ def display_available() -> bool:
 
 
 def resolve_player(kind: str) -> str:
-    """"window" or "terminal" for a --clip_player choice; ValueError if "window" cannot open."""
+    """"window", "terminal" or "web" for a --clip_player choice; ValueError if "window" cannot
+    open."""
     if kind not in PLAYER_KINDS:
         raise ValueError(f"--clip_player must be one of {', '.join(PLAYER_KINDS)}, got {kind!r}")
-    if kind == "terminal":
+    if kind in ("terminal", "web"):
         return kind
     if display_available():
         return "window"

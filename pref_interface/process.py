@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from pref_interface.pairs import SegmentBuffer
-from pref_interface.segment import Preference, Segment
+from pref_interface.segment import LabelEdit, Preference, Segment
 from pref_interface.sender import QueueSender
 from pref_interface.store import PreferenceStore
 from pref_interface.schedule import FRAMESKIP, LabelSchedule
@@ -37,7 +37,10 @@ class InterfaceConfig:
     synthetic: bool = True
     """Label with the true-reward oracle (§3.1); False means a person labels (pref_interface.human)."""
     clip_player: str = "terminal"
-    """Human labelling: where the clips play, "window" or "terminal" (pref_interface.player)."""
+    """Human labelling: where the clips play, "window", "terminal" (pref_interface.player) or
+    "web" (the labelling page, pref_interface.web)."""
+    page_updates: Any = None
+    """With "web": the queue to the labelling page in the main process."""
     keep_typed_ahead: bool = False
     """Human labelling: let keys typed before a pair appeared answer it (answers piped in from a
     file). False drops them, so a double key press never labels a pair nobody has seen."""
@@ -109,12 +112,44 @@ class LabellingStopped(Exception):
     interface stops asking, keeps every label, and returns."""
 
 
+class LabelEditor:
+    """A person's changes to stored labels: each goes to the store first, then to the trainer
+    (when one takes labels), which holds a copy."""
+
+    def __init__(self, store: PreferenceStore, pref_queue: Any | None) -> None:
+        self.store, self.pref_queue = store, pref_queue
+
+    def recent(self, n: int) -> list[tuple[int, float]]:
+        """(id, mu) of the newest `n` labels, newest first."""
+        return self.store.recent_answers(n)
+
+    def get(self, label_id: int) -> Preference | None:
+        try:
+            return self.store.get(label_id)
+        except KeyError:
+            return None
+
+    def edit(self, edit: LabelEdit) -> bool:
+        """Change or delete a stored label; False when there is no such label."""
+        try:
+            if edit.mu is None:
+                self.store.delete(edit.label_id)
+            else:
+                self.store.set_mu(edit.label_id, edit.mu)
+        except KeyError:
+            return False
+        if self.pref_queue is not None:
+            self.pref_queue.put(edit)
+        return True
+
+
 def make_labeller(config: InterfaceConfig, answers: Any | None = None, stop_event: Any | None = None,
                   stats: InterfaceStats | None = None, val_accuracy: Any | None = None,
-                  n_stored: int = 0) -> Labeller:
+                  n_stored: int = 0, labels: LabelEditor | None = None) -> Labeller:
     """The labeller the config asks for. A person (`synthetic=False`) needs `answers`, the queue
     of key tokens from the process that owns the terminal; `stop_event`, `stats`, `val_accuracy`
-    (the trainer's, or None) and `n_stored` (labels already in the store) feed the prompt."""
+    (the trainer's, or None) and `n_stored` (labels already in the store) feed the prompt;
+    `labels` lets the person change stored labels (the labelling page)."""
     if config.synthetic:
         return make_teacher(config.teacher, rng=np.random.default_rng(
             np.random.SeedSequence(config.seed).spawn(3)[2]),
@@ -124,9 +159,14 @@ def make_labeller(config: InterfaceConfig, answers: Any | None = None, stop_even
     from pref_interface.human import HumanLabeller
 
     target = config.stop_after_labels - n_stored if config.stop_after_labels is not None else None
-    return HumanLabeller(answers, config.clip_player, stop_event, stats, val_accuracy, target,
+    player = config.clip_player
+    if player == "web":
+        from pref_interface.web.player import WebPlayer
+
+        player = WebPlayer(config.page_updates)
+    return HumanLabeller(answers, player, stop_event, stats, val_accuracy, target,
                          has_trainer=config.max_in_flight is not None,
-                         keep_typed_ahead=config.keep_typed_ahead)
+                         keep_typed_ahead=config.keep_typed_ahead, labels=labels)
 
 
 def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any | None, stop_event: Any,
@@ -160,7 +200,7 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
     store = PreferenceStore(store_path)
     n_stored = len(store)
     labeller = labeller if labeller is not None else make_labeller(
-        config, answers, stop_event, stats, val_accuracy, n_stored)
+        config, answers, stop_event, stats, val_accuracy, n_stored, LabelEditor(store, pref_queue))
     tb = _LabelLog(log_dir, stats, n_stored, agent_steps)
     predictor = make_predictor() if make_predictor and config.selection != "random" else None
     score = make_pair_scorer(config.selection, predictor)
@@ -189,12 +229,15 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
                     continue
                 pref = Preference(left, right, mu, labeller.source,
                                   is_validation=buffer.is_validation(left_id))
-                store.add(pref)  # committed before anyone hears of it
+                label_id = store.add(pref)  # committed before anyone hears of it
                 n_stored += 1
                 if pref_queue is not None:  # the clips travel packed: the trainer holds them so
                     pref_queue.put(Preference(buffer.packed(left_id), buffer.packed(right_id),
-                                              mu, pref.source, pref.is_validation))
+                                              mu, pref.source, pref.is_validation, label_id))
                 increment(stats.labels_total)
+                if hasattr(labeller, "stored"):  # a person may have changed labels meanwhile
+                    labeller.stored(label_id)
+                    n_stored = len(store)
     except LabellingStopped:
         done = True  # the trainer (if any) keeps running and drains pref_queue
     except KeyboardInterrupt:

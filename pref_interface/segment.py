@@ -73,3 +73,13 @@ class Preference:
     mu: float
     source: str = "synthetic"  # "synthetic" or "human"
     is_validation: bool = False
+    label_id: int | None = None  # its id in the preference store, once stored
+
+
+@dataclass(frozen=True)
+class LabelEdit:
+    """A person changed a stored label: its new `mu`, or None to delete it. Applied to the store
+    first, then sent to the trainer, which holds a copy of the label."""
+
+    label_id: int
+    mu: float | None

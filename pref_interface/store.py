@@ -39,7 +39,7 @@ CREATE TABLE labels (
     right_seg     BLOB    NOT NULL
 );
 """
-_COLUMNS = "source, is_validation, mu, left_seg, right_seg"
+_COLUMNS = "id, source, is_validation, mu, left_seg, right_seg"
 
 
 class StoreError(Exception):
@@ -186,6 +186,12 @@ class PreferenceStore:
         return (self._to_pref(row) for row in reversed(rows))
 
     @_db_errors_as_store_errors
+    def recent_answers(self, n: int) -> list[tuple[int, float]]:
+        """(id, mu) of the newest `n` labels, newest first (the labelling page's list)."""
+        return [(int(i), float(mu)) for i, mu in self._db.execute(
+            "SELECT id, mu FROM labels ORDER BY id DESC LIMIT ?", (n,))]
+
+    @_db_errors_as_store_errors
     def set_mu(self, label_id: int, mu: float) -> None:
         """Change a label's answer (label editing); KeyError if there is none."""
         _check_mu(mu)
@@ -214,9 +220,10 @@ class PreferenceStore:
         return "; ".join(r[0] for r in self._db.execute("PRAGMA integrity_check"))
 
     def _to_pref(self, row: tuple) -> Preference:
-        source, is_val, mu, left, right = row
+        label_id, source, is_val, mu, left, right = row
         try:
-            return Preference(decode_segment(left), decode_segment(right), float(mu), source, bool(is_val))
+            return Preference(decode_segment(left), decode_segment(right), float(mu), source,
+                              bool(is_val), int(label_id))
         except (ValueError, OSError, KeyError, AssertionError, zipfile.BadZipFile) as e:
             raise StoreError(f"preference store {self.path}: undecodable segment ({e})") from None
 

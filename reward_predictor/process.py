@@ -11,7 +11,7 @@ import torch
 
 from launch.precision import use_bf16
 from launch.process_setup import reuse_freed_memory
-from pref_interface.segment import Preference
+from pref_interface.segment import LabelEdit, Preference
 from reward_predictor.config import TrainerConfig, TrainerStats
 from reward_predictor.ensemble import RewardPredictorEnsemble
 from reward_predictor.nets import make_reward_net
@@ -57,8 +57,11 @@ def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWe
     metrics: dict = {}
     try:
         while not stop_event.is_set():
-            for pref in _drain(pref_queue):
-                trainer.add(pref)
+            for item in _drain(pref_queue):
+                if isinstance(item, LabelEdit):  # a person changed a label already sent
+                    trainer.edit(item)
+                    continue
+                trainer.add(item)
                 with stats.labels_received.get_lock():
                     stats.labels_received.value += 1
             if trainer.n_train == 0:
@@ -162,7 +165,7 @@ def _rest(seconds: float, stop_event: Any, shared_weights: SharedWeights) -> Non
             return
 
 
-def _drain(pref_queue: Any) -> list[Preference]:
+def _drain(pref_queue: Any) -> list[Preference | LabelEdit]:
     prefs = []
     while True:
         try:

@@ -1,6 +1,7 @@
 """Fits the reward-predictor ensemble to the most recent labels."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections import deque
@@ -12,7 +13,7 @@ import torch
 
 from pref_interface.packed import ClipPool
 from reward_predictor.config import BATCH_SIZE, MAX_PREFS, VAL_MAX_PAIRS
-from pref_interface.segment import Preference, Segment
+from pref_interface.segment import LabelEdit, Preference, Segment
 from reward_predictor.ensemble import RewardPredictorEnsemble, bootstrap_counts
 from reward_predictor.regularisation import INITIAL_ADAPTIVE_L2, adapt_l2
 
@@ -33,6 +34,7 @@ class _HeldLabel:
     mu: float
     source: str
     is_validation: bool
+    label_id: int | None
 
 
 class RewardPredictorTrainer:
@@ -70,7 +72,7 @@ class RewardPredictorTrainer:
     def add(self, pref: Preference) -> None:
         """Store a label, dropping the oldest one once `max_prefs` are held."""
         label = _HeldLabel(self._seq, self.clips.add(pref.left), self.clips.add(pref.right),
-                           pref.mu, pref.source, pref.is_validation)
+                           pref.mu, pref.source, pref.is_validation, pref.label_id)
         if pref.is_validation:
             self._val.append(label)
         else:
@@ -87,6 +89,25 @@ class RewardPredictorTrainer:
                 self._counts_cache = None
             self.clips.release(old.left)
             self.clips.release(old.right)
+
+    def edit(self, edit: LabelEdit) -> bool:
+        """Apply a person's change to a stored label (new mu, or deleted) to the copy held here;
+        False when that label is not held."""
+        for held in (self._train, self._val):
+            for k, label in enumerate(held):
+                if label.label_id != edit.label_id:
+                    continue
+                if edit.mu is not None:
+                    held[k] = dataclasses.replace(label, mu=edit.mu)
+                    return True
+                del held[k]
+                if held is self._train:
+                    del self._train_counts[k]
+                    self._counts_cache = None
+                self.clips.release(label.left)
+                self.clips.release(label.right)
+                return True
+        return False
 
     def held_labels(self) -> list[Preference]:
         """Every label held, oldest first, unpacked."""

@@ -1,0 +1,74 @@
+"""The labelling page in headless Chromium, driven by Playwright (tests and benchmarks only).
+
+Debian's `chromium` is used as it is (`.ci/run` installs it): Playwright's own browser download is
+not needed. The flags keep Chromium off the network, which this tool never needs.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Iterator
+
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync"]
+URL_LINE = re.compile(r"label in your browser: (http://\S+)")
+
+
+def chromium_path() -> str | None:
+    """The system's Chromium, or None."""
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def browser_missing() -> str | None:
+    """Why the page cannot be driven here (for a skip reason), or None when it can."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pipenv install --dev)"
+    return None if chromium_path() else "no chromium here (apt-get install chromium)"
+
+
+@contextmanager
+def headless_page(width: int = 1000, height: int = 900) -> Iterator:
+    """A Playwright page in a fresh headless Chromium."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), headless=True,
+                                    args=CHROMIUM_FLAGS)
+        try:
+            # bypass_csp: Playwright's waits evaluate strings, which the page's policy forbids
+            context = browser.new_context(viewport={"width": width, "height": height},
+                                          bypass_csp=True)
+            yield context.new_page()
+        finally:
+            browser.close()
+
+
+def start_labelling_run(args: list[str], log: IO[str], timeout_s: float = 120.0
+                        ) -> tuple[subprocess.Popen, str]:
+    """Start `run.py` with `--clip_player web` (stdin closed: the page answers) and wait until
+    it prints the page's address; returns the process and the address. Its output goes to
+    `log`, a file opened for reading and writing."""
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, str(root / "run.py"), *args, "--clip_player", "web"],
+                            cwd=root, stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        log.seek(0)
+        match = URL_LINE.search(log.read())
+        if match:
+            return proc, match.group(1)
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.kill()
+    log.seek(0)
+    raise RuntimeError(f"run.py printed no page address:\n{log.read()[-2000:]}")
