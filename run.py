@@ -18,7 +18,7 @@ from pathlib import Path
 
 from launch.deferred import Deferred
 from launch.preflight import first_error
-from launch.process_setup import name_process
+from launch.process_setup import die_with_parent, name_process
 from pref_interface.player import PLAYER_KINDS
 
 MODES = ("gather_initial_prefs", "pretrain_reward_predictor", "train_policy_with_preferences",
@@ -359,9 +359,10 @@ def make_run_dir(args: argparse.Namespace) -> Path:
 def _child(call: Deferred, errors) -> None:
     """Entry point of every child: Ctrl-C is the supervisor's to handle (it sets the stop event);
     an exception is sent to the supervisor as text and the child exits non-zero. The child shows
-    its name in `ps` (launch/process_setup.py)."""
+    its name in `ps` and ends if the supervisor is killed (launch/process_setup.py)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     name_process(mp.current_process().name)
+    die_with_parent()
     try:
         call()
     except BaseException:  # noqa: BLE001 - reported, then the child exits non-zero

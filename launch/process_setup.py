@@ -1,4 +1,5 @@
-"""Process set-up: keep freed memory for reuse (where big tensors come and go), carry a name.
+"""Process set-up: keep freed memory for reuse (where big tensors come and go), carry a name,
+end with the parent.
 
 Freed memory: glibc serves every allocation above 32 MB (the largest threshold it adapts to) with a fresh mmap
 and unmaps it on free. The reward predictor's activations for one batch (800 frames of 16x26x26
@@ -15,7 +16,8 @@ import ctypes.util
 _M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 _M_MMAP_MAX = -4
 _NEVER_TRIM = 2**31 - 1  # an int: mallopt takes one
-_PR_SET_NAME = 15  # prctl option, from linux/prctl.h
+_PR_SET_PDEATHSIG = 1  # prctl options, from linux/prctl.h
+_PR_SET_NAME = 15
 _NAME_BYTES = 15  # the kernel keeps the first 15 bytes of a process name
 
 
@@ -40,3 +42,13 @@ def name_process(name: str) -> bool:
     /proc/PID/comm, so a run's processes can be told apart. False where Linux's prctl is missing."""
     prctl = _libc_function("prctl")
     return prctl is not None and prctl(_PR_SET_NAME, name.encode()[:_NAME_BYTES], 0, 0, 0) == 0
+
+
+def die_with_parent() -> bool:
+    """Have the kernel send this process SIGTERM when its parent dies, so a run's children never
+    outlive a supervisor that was killed outright (SIGKILL gives it no chance to stop them).
+    False where Linux's prctl is missing."""
+    import signal
+
+    prctl = _libc_function("prctl")
+    return prctl is not None and prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0

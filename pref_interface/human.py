@@ -68,6 +68,7 @@ class HumanLabeller:
         self.target, self.has_trainer, self.fps = target, has_trainer, fps
         self.keep_typed_ahead = keep_typed_ahead
         self.labels = labels
+        self._upcoming: tuple[Segment, Segment] | None = None
         self.n_pairs = 0
         self.last = ""
         self.stopped_by_person = False
@@ -77,21 +78,41 @@ class HumanLabeller:
     def label(self, left: Segment, right: Segment) -> float | None:
         """Play the pair until the person answers; mu, or None (incomparable, or the run is
         stopping). Raises LabellingStopped on Ctrl-D / end of input."""
-        if self.player is None:
-            self.player = make_player(self._player_spec)
+        self._make_player()
         if not self.keep_typed_ahead:
             self._discard_typed_ahead()
         self.n_pairs += 1
-        return self._ask(left, right)
+        upcoming, self._upcoming = self._upcoming, None
+        return self._ask(left, right, upcoming=upcoming)
+
+    def upcoming(self, left: Segment, right: Segment) -> None:
+        """The pair that comes after the one about to be asked: a player that can (the page)
+        loads it ahead, so it shows the moment the person answers."""
+        self._upcoming = left, right
+
+    def _make_player(self) -> ClipPlayer:
+        if self.player is None:
+            self.player = make_player(self._player_spec)
+        return self.player
 
     def stored(self, label_id: int) -> None:
         """The interface stored the last answer as label `label_id`: refresh the page's list."""
         self._show_history()
 
-    def _ask(self, left: Segment, right: Segment, again: int | None = None) -> float | None:
-        """Play a pair until it is answered; `again`: the stored label being answered anew."""
+    def _ask(self, left: Segment, right: Segment, again: int | None = None,
+             upcoming: tuple[Segment, Segment] | None = None) -> float | None:
+        """Play a pair until it is answered; `again`: the stored label being answered anew;
+        `upcoming`: the pair asked next (see `upcoming`)."""
         frames = clip_frames(left.frames), clip_frames(right.frames)
-        playback = Playback(self.player, *frames, self.fps)
+        preload = getattr(self.player, "preload", None) if upcoming else None
+
+        def play() -> Playback:
+            playback = Playback(self.player, *frames, self.fps)
+            if preload is not None:
+                preload(*(clip_frames(seg.frames) for seg in upcoming))
+            return playback
+
+        playback = play()
         hint = f"label {again}: answer it again (incomparable deletes it)" if again else ""
         while True:
             token = playback.next_token(self.answers, lambda: self.status_lines(hint),
@@ -103,7 +124,7 @@ class HumanLabeller:
                 continue
             if isinstance(token, ReopenLabel):
                 hint = self._reopen(token.label_id) if again is None else hint
-                playback = Playback(self.player, *frames, self.fps)  # back to this pair
+                playback = play()  # back to this pair
                 continue
             if isinstance(token, PairAnswer):
                 if token.pair_id != getattr(self.player, "pair_id", None):

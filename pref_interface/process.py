@@ -209,6 +209,7 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
         n_initial=min(config.initial_labels, config.max_labels),
         anneal_every=config.anneal_every_frames)
     done = False  # reached stop_after_labels: the reader of pref_queue is expected to drain it
+    pending: list = []  # pairs drawn and not yet labelled (a person's next one: see below)
     try:
         while not stop_event.is_set():
             if config.stop_after_labels is not None and n_stored >= config.stop_after_labels:
@@ -216,14 +217,18 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
                 return
             _drain_segments(seg_queue, buffer, stats)
             tb.maybe_log(n_stored)
+            person = labeller.source == "human"
             wanted = _labels_wanted(config, stats, schedule, n_stored, agent_steps,
-                                    labeller.source == "human")
-            pairs = buffer.sample_new_pairs(wanted, pair_rng, score, config.oversample) \
-                if wanted else []
-            if not pairs:
+                                    person) - len(pending)
+            if wanted > 0:
+                pending += buffer.sample_new_pairs(wanted, pair_rng, score, config.oversample)
+            if not pending:
                 time.sleep(IDLE_SLEEP_S)
                 continue
+            pairs, pending = (pending[:1], pending[1:]) if person else (pending, [])
             for left_id, left, right_id, right in pairs:
+                if pending and hasattr(labeller, "upcoming"):
+                    labeller.upcoming(pending[0][1], pending[0][3])
                 mu = labeller.label(left, right)
                 if mu is None:  # incomparable: not stored (§2.2.2)
                     continue
@@ -255,14 +260,15 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
 
 def _labels_wanted(config: InterfaceConfig, stats: InterfaceStats, schedule: LabelSchedule | None,
                    n_stored: int, agent_steps: Any | None, human: bool) -> int:
-    """How many pairs to label now: a person gets one at a time; synthetic labels fill the free
-    in-flight slots (so the trainer is never starved nor flooded), within the schedule's budget."""
+    """How many pairs to have in hand now: for a person, the pair shown and the next one (the
+    labelling page loads it ahead); synthetic labels fill the free in-flight slots (so the
+    trainer is never starved nor flooded); both within the schedule's budget."""
     wanted = 16 if config.max_in_flight is None else config.max_in_flight - stats.labels_in_flight
     if config.stop_after_labels is not None:
         wanted = min(wanted, config.stop_after_labels - n_stored)
     if schedule is not None and agent_steps is not None:
         wanted = min(wanted, schedule.labels_due(agent_steps.value * FRAMESKIP) - n_stored)
-    return max(0, min(wanted, 1 if human else wanted))
+    return max(0, min(wanted, 2 if human else wanted))
 
 
 class _LabelLog:

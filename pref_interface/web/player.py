@@ -5,6 +5,7 @@ The browser plays the clips itself, so `draw` only forwards the prompt when it c
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 from typing import Any
@@ -23,11 +24,26 @@ class WebPlayer:
         self.pair_id: str | None = None
         self._ids = (f"{os.getpid()}-{n}" for n in itertools.count(1))  # unique across phases
         self._status: list[str] | None = None
+        self._next: tuple[bytes, str] | None = None  # the preloaded pair: content key, id
+
+    def preload(self, left: np.ndarray, right: np.ndarray) -> None:
+        """Send the pair that follows the one shown now, so that the page has it before the
+        person answers and shows it at once."""
+        pair_id = next(self._ids)
+        self._next = _content_key(left, right), pair_id
+        self.page_updates.put({"next": {"id": pair_id, "frames": [len(left), len(right)]},
+                               "sprites": (sprite_png(left), sprite_png(right))})
 
     def load(self, left: np.ndarray, right: np.ndarray) -> None:
-        self.pair_id = next(self._ids)
-        self.page_updates.put({"pair": {"id": self.pair_id, "frames": [len(left), len(right)]},
-                               "sprites": (sprite_png(left), sprite_png(right))})
+        update: dict = {"next": None}  # a preload for what follows this pair comes after it
+        if self._next is not None and self._next[0] == _content_key(left, right):
+            self.pair_id = self._next[1]  # the page has its clips already
+        else:
+            self.pair_id = next(self._ids)
+            update["sprites"] = sprite_png(left), sprite_png(right)
+        self._next = None
+        update["pair"] = {"id": self.pair_id, "frames": [len(left), len(right)]}
+        self.page_updates.put(update)
 
     def draw(self, t: int, status: list[str]) -> None:
         if status != self._status:
@@ -39,5 +55,13 @@ class WebPlayer:
         self.page_updates.put({"history": [{"id": i, "mu": mu} for i, mu in entries]})
 
     def close(self, message: str | None = None) -> None:
-        self.pair_id = None
-        self.page_updates.put({"pair": None, "notice": message or "no pair to label now"})
+        self.pair_id, self._next = None, None
+        self.page_updates.put({"pair": None, "next": None,
+                               "notice": message or "no pair to label now"})
+
+
+def _content_key(left: np.ndarray, right: np.ndarray) -> bytes:
+    digest = hashlib.blake2b(digest_size=16)
+    for frames in (left, right):
+        digest.update(np.ascontiguousarray(frames).data)
+    return digest.digest()

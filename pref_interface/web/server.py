@@ -60,7 +60,8 @@ class LabellingPage:
         self.answers, self.updates = answers, updates
         self.token = token or secrets.token_urlsafe(18)
         self._cond = threading.Condition()
-        self._state: dict = {"version": 1, "pair": None, "answered": False, "status": [],
+        self._state: dict = {"version": 1, "pair": None, "next": None, "answered": False,
+                             "status": [],
                              "history": [], "notice": "waiting for the first pair of clips"}
         self._sprites: dict[str, tuple[bytes, bytes]] = {}
         self._nonces: set[str] = set()
@@ -94,12 +95,12 @@ class LabellingPage:
         update = dict(update)
         sprites = update.pop("sprites", None)
         with self._cond:
+            if sprites is not None:  # for the pair or the preloaded next one
+                self._sprites[(update.get("next") or update["pair"])["id"]] = sprites
+                while len(self._sprites) > SPRITES_KEPT:
+                    del self._sprites[next(iter(self._sprites))]
             if "pair" in update:
-                pair = update["pair"]
-                if pair is not None:
-                    self._sprites[pair["id"]] = sprites
-                    while len(self._sprites) > SPRITES_KEPT:
-                        del self._sprites[next(iter(self._sprites))]
+                if update["pair"] is not None:
                     update.setdefault("notice", "")
                 self._state["answered"] = False
             self._state.update(update)

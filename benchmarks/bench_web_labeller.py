@@ -1,0 +1,99 @@
+"""The labelling page's speed: time from a person's answer to the next pair on screen.
+
+Starts `run.py gather_initial_prefs ENV --clip_player web` for each environment, opens the page in
+headless Chromium (pref_interface/web/headless.py), and answers --pairs pairs, one every
+--think_s seconds (a person watches a clip for 1.7 s, App. A.2). For each answer it reads the
+page's own measure: from the key press to the frame in which the next pair is first painted. Also
+prints how long the answer's POST took. Target (issue 20): under 100 ms locally.
+
+    .venv/bin/python -m benchmarks.bench_web_labeller
+    .venv/bin/python -m benchmarks.bench_web_labeller --envs PongNoFrameskip-v4 --screenshot docs/labelling.png
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_a2c import machine_header  # noqa: E402
+from pref_interface.web.headless import (browser_missing, headless_page,  # noqa: E402
+                                         start_labelling_run)
+
+KEYS = "LRE"
+RECORD_POSTS = """() => {
+  const fetch0 = window.fetch;
+  window.postMs = [];
+  window.fetch = async (url, options) => {
+    const t = performance.now();
+    const response = await fetch0(url, options);
+    if (options && options.method === "POST") window.postMs.push(performance.now() - t);
+    return response;
+  };
+}"""
+
+
+def measure(env_id: str, pairs: int, think_s: float, screenshot: str | None) -> dict:
+    """Answer `pairs` pairs on a fresh run's page; the page's timings in ms."""
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryFile("w+") as log:
+        proc, url = start_labelling_run(
+            ["gather_initial_prefs", env_id, "--n_initial_prefs", str(pairs + 5),
+             "--log_dir", str(Path(tmp) / "run")], log)
+        try:
+            with headless_page() as page:
+                page.goto(url)
+                page.evaluate(RECORD_POSTS)
+                shown = None
+                for k in range(pairs):
+                    page.wait_for_function(
+                        f"window.labelling.canAnswer() && window.labelling.shownPair !== " + json.dumps(shown),
+                        timeout=120_000)
+                    shown = page.evaluate("window.labelling.shownPair")
+                    time.sleep(think_s)
+                    if k == 0 and screenshot:
+                        page.screenshot(path=screenshot)
+                    page.keyboard.press(KEYS[k % len(KEYS)])
+                page.wait_for_function(f"window.labelling.swapMs.length >= {pairs}",
+                                       timeout=60_000)
+                return {"swap": page.evaluate("window.labelling.swapMs"),
+                        "post": page.evaluate("window.postMs")}
+        finally:
+            proc.terminate()
+            proc.wait(60)
+
+
+def summary(values: list[float]) -> str:
+    return (f"min {min(values):6.1f}  median {statistics.median(values):6.1f}  "
+            f"max {max(values):6.1f} ms")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--envs", nargs="+", default=["MovingDotNoFrameskip-v0", "PongNoFrameskip-v4"])
+    p.add_argument("--pairs", type=int, default=30, help="answers per environment")
+    p.add_argument("--think_s", type=float, default=1.7,
+                   help="seconds the page plays a pair before it is answered (one 1.7 s clip)")
+    p.add_argument("--screenshot", help="save the page as it shows the first pair (last env)")
+    args = p.parse_args(argv)
+    missing = browser_missing()
+    if missing:
+        print(f"bench_web_labeller: {missing}", file=sys.stderr)
+        return 2
+    print(machine_header())
+    for env_id in args.envs:
+        print(f"{env_id}: answering {args.pairs} pairs, {args.think_s} s each ...", flush=True)
+        ms = measure(env_id, args.pairs, args.think_s, args.screenshot)
+        print(f"  answer -> next pair painted: {summary(ms['swap'])}")
+        print(f"  answer POST round trip:      {summary(ms['post'])}")
+        print(f"  under 100 ms: {sum(x < 100 for x in ms['swap'])}/{len(ms['swap'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

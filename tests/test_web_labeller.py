@@ -1,0 +1,292 @@
+"""The labelling page (--clip_player web): sprites, the server's rules, the labeller's page
+tokens, label edits reaching the store and the trainer, and the page in a real browser."""
+from __future__ import annotations
+
+import io
+import json
+import queue
+import secrets
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+from pref_interface.human import HumanLabeller
+from pref_interface.keys import ENTER, PairAnswer, ReopenLabel
+from pref_interface.process import LabelEditor
+from pref_interface.segment import LabelEdit, Preference, Segment
+from pref_interface.store import PreferenceStore
+from pref_interface.web.headless import browser_missing, headless_page, start_labelling_run
+from pref_interface.web.player import WebPlayer
+from pref_interface.web.server import LabellingPage
+from pref_interface.web.sprites import sprite_png
+from reward_predictor import MovingDotRewardNet, RewardPredictorEnsemble, RewardPredictorTrainer
+from tests.test_human_labeller import RecordingPlayer, clip
+
+
+# ---- sprites and the player -----------------------------------------------------------------
+
+def test_a_sprite_is_a_png_of_every_frame_top_to_bottom():
+    frames = np.random.default_rng(0).integers(0, 256, (25, 84, 84), dtype=np.uint8)
+    png = sprite_png(frames)
+    back = np.round(matplotlib.image.imread(io.BytesIO(png)) * 255).astype(np.uint8)
+    assert back.shape == (25 * 84, 84) and np.array_equal(back.reshape(25, 84, 84), frames)
+
+
+def test_a_preloaded_pair_is_shown_under_its_id_without_sending_its_clips_again():
+    updates: queue.Queue = queue.Queue()
+    player = WebPlayer(updates)
+    a, b, c = (clip(v).frames[3:] for v in (255, 128, 60))
+    player.load(a, b)
+    first = updates.get_nowait()
+    assert "sprites" in first and first["next"] is None
+    player.preload(b, c)
+    preload = updates.get_nowait()
+    player.load(b, c)
+    shown = updates.get_nowait()
+    assert shown["pair"]["id"] == preload["next"]["id"] == player.pair_id
+    assert "sprites" not in shown and shown["next"] is None
+    player.preload(a, c)
+    updates.get_nowait()
+    player.load(c, a)  # not the preloaded pair: new id, clips sent
+    other = updates.get_nowait()
+    assert "sprites" in other and other["pair"]["id"] not in (first["pair"]["id"],
+                                                              preload["next"]["id"])
+
+
+# ---- the server ------------------------------------------------------------------------------
+
+@pytest.fixture
+def page():
+    answers: queue.Queue = queue.Queue()
+    server = LabellingPage(answers, queue.Queue()).start()
+    server.apply({"pair": {"id": "p1", "frames": [25, 25]}, "next": None,
+                  "sprites": (b"left-png", b"right-png"), "history": [{"id": 7, "mu": 1.0}]})
+    yield server
+    server.stop()
+
+
+def request(page: LabellingPage, path: str, body: dict | bytes | None = None,
+            token: str | None = "page") -> tuple[int, bytes]:
+    token = page.token if token == "page" else token
+    sep = "&" if "?" in path else "?"
+    url = page.url.split("/?")[0] + path + (f"{sep}token={token}" if token is not None else "")
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def drained(q: queue.Queue) -> list:
+    items = []
+    while True:
+        try:
+            items.append(q.get_nowait())
+        except queue.Empty:
+            return items
+
+
+def test_the_page_listens_on_loopback_only_by_default(page):
+    assert page.url.startswith("http://127.0.0.1:") and f"token={page.token}" in page.url
+
+
+@pytest.mark.parametrize("path", ["/", "/state", "/clip?pair=p1&side=left", "/answer"])
+@pytest.mark.parametrize("token", [None, "", "wrong"])
+def test_every_request_without_the_token_is_refused_and_changes_nothing(page, path, token):
+    body = {"pair": "p1", "key": "L", "nonce": secrets.token_hex(8)} if path == "/answer" else None
+    status, _ = request(page, path, body, token=token)
+    assert status == 403
+    assert drained(page.answers) == [] and not page.state()["answered"]
+
+
+@pytest.mark.parametrize("path", ["/page.html", "/../../etc/passwd", "/pref_interface/web/page.html",
+                                  "/clip?pair=p1&side=../../x"])
+def test_no_path_of_the_machine_is_served(page, path):
+    assert request(page, path)[0] == 404
+
+
+def test_the_page_and_the_clips_of_the_pair_shown_are_served(page):
+    status, html = request(page, "/")
+    assert status == 200 and b"Which clip is better?" in html
+    assert request(page, "/clip?pair=p1&side=right") == (200, b"right-png")
+    state = json.loads(request(page, "/state?since=0")[1])
+    assert state["pair"]["id"] == "p1" and state["history"] == [{"id": 7, "mu": 1.0}]
+
+
+def test_a_state_request_waits_for_a_change(page):
+    version = page.state()["version"]
+    threading.Timer(0.2, page.apply, [{"status": ["pair 2"]}]).start()
+    state = json.loads(request(page, f"/state?since={version}")[1])
+    assert state["version"] > version and state["status"] == ["pair 2"]
+
+
+def test_a_pair_takes_one_answer_and_a_replayed_or_second_answer_is_refused(page):
+    nonce = secrets.token_hex(8)
+    assert request(page, "/answer", {"pair": "p1", "key": "L", "nonce": nonce})[0] == 200
+    assert request(page, "/answer", {"pair": "p1", "key": "L", "nonce": nonce})[0] == 409
+    # another tab, same pair, its own request
+    assert request(page, "/answer", {"pair": "p1", "key": "R",
+                                     "nonce": secrets.token_hex(8)})[0] == 409
+    assert request(page, "/answer", {"pair": "old", "key": "R",
+                                     "nonce": secrets.token_hex(8)})[0] == 409
+    assert drained(page.answers) == [PairAnswer("p1", "L")]
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", {"pair": "p1", "nonce": "n" * 16},
+                                  {"pair": "p1", "key": "X", "nonce": "n" * 16},
+                                  {"pair": "p1", "key": "L"}, {"pair": 1, "key": "L", "nonce": "n" * 16}])
+def test_a_malformed_answer_is_refused_and_changes_nothing(page, body):
+    assert request(page, "/answer", body)[0] == 400
+    assert drained(page.answers) == [] and not page.state()["answered"]
+
+
+def test_space_answers_incomparable(page):
+    assert request(page, "/answer", {"pair": "p1", "key": "incomparable",
+                                     "nonce": secrets.token_hex(8)})[0] == 200
+    assert drained(page.answers) == [PairAnswer("p1", ENTER)]
+
+
+def test_only_listed_labels_can_be_edited_or_shown_again_and_only_once_per_request(page):
+    nonce = secrets.token_hex(8)
+    assert request(page, "/edit", {"label": 7, "answer": "E", "nonce": nonce})[0] == 200
+    assert request(page, "/edit", {"label": 7, "answer": "E", "nonce": nonce})[0] == 409
+    assert request(page, "/edit", {"label": 8, "answer": "E",
+                                   "nonce": secrets.token_hex(8)})[0] == 404
+    assert request(page, "/edit", {"label": 7, "answer": "maybe",
+                                   "nonce": secrets.token_hex(8)})[0] == 400
+    assert request(page, "/edit", {"label": 7, "answer": "delete",
+                                   "nonce": secrets.token_hex(8)})[0] == 200
+    assert request(page, "/reopen", {"label": 7, "nonce": secrets.token_hex(8)})[0] == 200
+    assert drained(page.answers) == [LabelEdit(7, 0.5), LabelEdit(7, None), ReopenLabel(7)]
+
+
+# ---- the labeller and the store ----------------------------------------------------------------
+
+class PagePlayer(RecordingPlayer):
+    """A RecordingPlayer that names each pair it loads, as the WebPlayer does."""
+
+    def load(self, left, right):
+        super().load(left, right)
+        self.pair_id = f"p{len(self.loaded)}"
+
+
+def test_an_answer_from_the_page_labels_only_the_pair_it_was_given_for():
+    answers: queue.Queue = queue.Queue()
+    for token in (PairAnswer("p0", "L"), PairAnswer("p1", "R")):
+        answers.put(token)
+    lab = HumanLabeller(answers, PagePlayer(), fps=200.0, keep_typed_ahead=True)
+    assert lab.label(clip(255), clip(128)) == 0.0  # the stale answer for p0 was dropped
+
+
+def stored_labels(path: str, n: int) -> list[int]:
+    seg = clip(200)
+    with PreferenceStore(path) as store:
+        return [store.add(Preference(seg, clip(100 + k), 1.0, "human")) for k in range(n)]
+
+
+def test_an_edit_goes_to_the_store_then_to_the_trainer():
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/prefs.sqlite"
+        ids = stored_labels(path, 3)
+        sent: queue.Queue = queue.Queue()
+        with PreferenceStore(path) as store:
+            editor = LabelEditor(store, sent)
+            assert editor.edit(LabelEdit(ids[0], 0.0)) and editor.edit(LabelEdit(ids[1], None))
+            assert not editor.edit(LabelEdit(999, 0.5))
+            assert editor.recent(10) == [(ids[2], 1.0), (ids[0], 0.0)]
+        assert drained(sent) == [LabelEdit(ids[0], 0.0), LabelEdit(ids[1], None)]
+
+
+def test_undo_shows_the_last_pair_again_and_its_new_answer_replaces_the_label():
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/prefs.sqlite"
+        ids = stored_labels(path, 2)
+        answers: queue.Queue = queue.Queue()
+        with PreferenceStore(path) as store:
+            player = PagePlayer()
+            lab = HumanLabeller(answers, player, fps=200.0, keep_typed_ahead=True,
+                                labels=LabelEditor(store, None))
+            # shown: p1 (the new pair); undo reopens label ids[1] as p2; its answer E replaces
+            # it; p1 comes back as p3 and is answered R
+            for token in (ReopenLabel(ids[1]), PairAnswer("p2", "E"), PairAnswer("p3", "R")):
+                answers.put(token)
+            assert lab.label(clip(10), clip(20)) == 0.0
+            assert store.recent_answers(10) == [(ids[1], 0.5), (ids[0], 1.0)]
+            answers.put(ReopenLabel(ids[0]))
+            answers.put(PairAnswer("p5", ENTER))  # incomparable deletes the reopened label
+            answers.put(PairAnswer("p6", "L"))
+            assert lab.label(clip(10), clip(20)) == 1.0
+            assert store.recent_answers(10) == [(ids[1], 0.5)]
+
+
+def test_the_trainer_applies_an_edit_to_the_label_it_holds():
+    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=1))
+    for k in range(3):
+        trainer.add(Preference(clip(10 + k), clip(100 + k), 1.0, "human", k == 2, label_id=k))
+    assert trainer.edit(LabelEdit(0, 0.5)) and trainer.edit(LabelEdit(2, None))
+    assert trainer.edit(LabelEdit(1, None)) and not trainer.edit(LabelEdit(7, 0.0))
+    assert trainer.n_train == 1 and trainer.n_val == 0 and len(trainer.clips) == 2
+    assert len(trainer.bootstrap_counts()) == 1 and trainer.held_labels()[0].mu == 0.5
+
+
+# ---- in a browser -------------------------------------------------------------------------------
+
+@pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing()))
+def test_a_person_labels_in_the_browser_and_the_store_holds_exactly_what_was_pressed(tmp_path):
+    log = open(tmp_path / "run.log", "w+")
+    proc, url = start_labelling_run(["gather_initial_prefs", "MovingDotNoFrameskip-v0",
+                                     "--n_initial_prefs", "4", "--log_dir", str(tmp_path / "run")],
+                                    log)
+    try:
+        with headless_page() as page:
+            page.goto(url)
+            shown = None
+
+            def next_pair() -> str:
+                page.wait_for_function("window.labelling.canAnswer() && "
+                                       f"window.labelling.shownPair !== {json.dumps(shown)}",
+                                       timeout=60_000)
+                return page.evaluate("window.labelling.shownPair")
+
+            shown = next_pair()
+            drawn = page.evaluate("window.labelling.framesDrawn")
+            page.wait_for_function(f"window.labelling.framesDrawn.left > {drawn['left'] + 5} && "
+                                   f"window.labelling.framesDrawn.right > {drawn['right'] + 5}")
+            for side in ("left", "right"):  # both clips play: their frames change, not blank
+                lit = page.evaluate(f"""() => {{ const c = document.getElementById('{side}');
+                    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+                    return d.some((v, i) => i % 4 !== 3 && v > 0); }}""")
+                assert lit
+            # L, R, E, Space (not stored), undo (label 3 again: now R), E
+            keys = ("L", "R", "E", "Space", "U", "R", "E")
+            for k, key in enumerate(keys):
+                page.keyboard.press(key)
+                if k < len(keys) - 1:  # the last label ends the gathering: no next pair
+                    shown = next_pair()
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(60)
+        log.close()
+    with PreferenceStore(tmp_path / "run" / "prefs.sqlite", create=False) as store:
+        assert [mu for _, mu in reversed(store.recent_answers(10))] == [1.0, 0.0, 0.0, 0.5]
+        assert all(p.source == "human" for p in store.latest(10))
+    status, _ = request_url(url.split("?")[0] + "state")
+    assert status in (403, None)  # without the token (or, the run having ended, nothing listens)
+
+
+def request_url(url: str) -> tuple[int | None, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except OSError:
+        return None, b""
