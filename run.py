@@ -609,9 +609,11 @@ def gather_phase(args, run_dir: Path, ctx, n_labels: int) -> int:
               ch.a2c_observers(istats), ch.stop)
     ch.start_episode_viewer(sup)
     print(f"gathering {n_labels} labels from the untrained policy", file=sys.stderr)
-    if ch.answers is not None:
-        print("answer here: Ctrl-D stops labelling (labels kept), Ctrl-C stops the run",
-              file=sys.stderr)
+    if ch.answers is not None and args.player_kind == "web" and not sys.stdin.isatty():
+        print("answer on the page; Ctrl-C stops the run", file=sys.stderr)
+    elif ch.answers is not None:
+        print("answer " + ("on the page or " if args.player_kind == "web" else "") +
+              "here: Ctrl-D stops labelling (labels kept), Ctrl-C stops the run", file=sys.stderr)
     # A person labelling sees the counters in the prompt: no status line over the player.
     return sup.wait(None if ch.answers is not None else
                     lambda: preference_status(a2c_stats, istats),
