@@ -17,6 +17,8 @@ import traceback
 from pathlib import Path
 
 from launch.deferred import Deferred
+from launch.env_settings import describe as env_settings_help
+from launch.env_settings import env_settings
 from launch.preflight import first_error
 from launch.process_setup import die_with_parent, name_process
 from pref_interface.player import PLAYER_KINDS
@@ -35,9 +37,13 @@ class OneLineParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults in the help, and the epilog (settings per environment) as written."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="run.py", description=__doc__.splitlines()[0],
-                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                      epilog=env_settings_help(), formatter_class=_HelpFormatter)
     p.add_argument("mode", nargs="?", help=f"one of: {', '.join(MODES)}")
     p.add_argument("env_id", nargs="?", help="MovingDotNoFrameskip-v0, PongNoFrameskip-v4, "
                                              "EnduroNoFrameskip-v4 or any <Game>NoFrameskip-v4")
@@ -125,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dropout", type=float, default=0.0,
                    help="dropout on the conv layers (the paper's Atari setting: 0.5)")
     g.add_argument("--batchnorm", action="store_true", help="batch norm on the conv layers")
+    g.add_argument("--no_batchnorm", dest="batchnorm", action="store_false",
+                   help="no batch norm (where the environment's settings turn it on)")
     g.add_argument("--reward_predictor_learning_rate", type=float, default=2e-4,
                    help="Adam learning rate of each member")
     g.add_argument("--load_reward_predictor_ckpt_dir",
@@ -185,15 +193,28 @@ def load_settings(run_dir: Path) -> dict:
     return {**defaults, **saved}
 
 
+def given_flags(argv: list[str]) -> dict:
+    """The flags (and positionals) given on the command line, without the parser's defaults."""
+    explicit = build_parser()
+    for action in explicit._actions:
+        action.default = argparse.SUPPRESS
+    return vars(explicit.parse_args(argv))
+
+
+def apply_env_settings(args: argparse.Namespace, argv: list[str]) -> None:
+    """Give the environment's own settings (launch/env_settings.py) to every flag not given."""
+    given = given_flags(argv)
+    for name, value in env_settings(args.env_id).items():
+        if name not in given:
+            setattr(args, name, value)
+
+
 def apply_resume(args: argparse.Namespace, argv: list[str]) -> argparse.Namespace:
     """With --resume: the run's saved settings, overridden by the flags given on this command
     line, pointed at the run's own checkpoints and label store."""
     run_dir = Path(args.resume)
     saved = load_settings(run_dir)
-    explicit = build_parser()  # a parser without defaults tells which flags were given
-    for action in explicit._actions:
-        action.default = argparse.SUPPRESS
-    given = vars(explicit.parse_args(argv))
+    given = given_flags(argv)
     for positional in ("mode", "env_id"):
         if given.get(positional) not in (None, saved[positional]):
             raise UsageError(f"--resume: this run's {positional} is {saved[positional]}")
@@ -769,7 +790,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.resume:
-            args = apply_resume(args, argv)
+            args = apply_resume(args, argv)  # the saved settings include the env's own
+        else:
+            apply_env_settings(args, argv)
         check_args(args)
         page = open_labelling_page(args)
     except UsageError as e:

@@ -86,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "--n_initial_prefs", "64", "--n_initial_epochs", "1",
                             "--million_timesteps", million, "--log_dir", str(run),
                             *PAPER_PREDICTOR, "--min_predictor_labels_per_step", str(a.pace),
-                            "--predictor_pace_unit", unit, *extra])
+                            "--predictor_pace_unit", unit,
+                            "--label_schedule", "none", *extra])  # labels as fast as taken
             tb = run / "tb"
             rows.append((f"loop, pace {a.pace:g} per {unit}",
                          steady_mean(scalars(tb, "charts/SPS"), a.skip_s), wall,

@@ -37,32 +37,20 @@ class Milestone:
 
 
 MILESTONES = {
+    # Each runs with its environment's own settings (launch/env_settings.py), the ones run.py
+    # gives it when no flag says otherwise.
     # 90% of the scripted go-to-centre policy's ~21.8 (REFERENCE.md).
     "moving_dot": Milestone(
-        "MovingDotNoFrameskip-v0", "train_policy_with_preferences",
-        ["--synthetic_prefs", "--n_initial_prefs", "200", "--n_initial_epochs", "20",
-         "--reward_predictor_learning_rate", "3e-3", "--million_timesteps", "0.3",
-         "--lr_zero_million_timesteps", "0.3",
-         # A2C's default entropy bonus (0.01) outweighs a learned reward of std 0.02-0.05 here:
-         # entropy climbed back towards uniform and some runs ended near random play (README).
-         "--ent_coef", "0.003"],
+        "MovingDotNoFrameskip-v0", "train_policy_with_preferences", ["--synthetic_prefs"],
         19.6, 64, "90% of the scripted policy's return, target <= 5 min on 2 cores"),
     # Issue 6: mean true score >= +19 over 10 episodes within 6M agent steps, <= 3,300 labels.
     "pong_prefs": Milestone(
-        "PongNoFrameskip-v4", "train_policy_with_preferences",
-        ["--synthetic_prefs", "--dropout", "0.5", "--batchnorm", "--million_timesteps", "6",
-         "--label_schedule", "annealed", "--max_labels", "3300",
-         # App. A pretrains 200 epochs; on 2 CPU cores that alone takes about an hour.
-         "--n_initial_epochs", "20",
-         # --reward_std stays at App. A.2's 0.05: 0.25 was a workaround for members that
-         # disagreed (README, "Batch norm statistics that lagged the weights").
-         # The paper trains the predictor on about 1 label per 10 agent steps (App. A).
-         "--min_predictor_labels_per_step", "0.1"],
+        "PongNoFrameskip-v4", "train_policy_with_preferences", ["--synthetic_prefs"],
         19.0, 10, "mean of 10 episodes >= +19 within 6M steps and 3,300 labels"),
     "pong_true": Milestone(
         "PongNoFrameskip-v4", "train_policy_with_original_rewards",
         # One process alone: two torch and two env threads are fastest on 2 cores (bench_a2c).
-        ["--million_timesteps", "6", "--torch_threads", "2", "--env_threads", "2"],
+        ["--torch_threads", "2", "--env_threads", "2"],
         19.0, 10, "the true-reward baseline"),
 }
 

@@ -140,3 +140,21 @@ def test_a_bad_predictor_checkpoint_is_a_one_line_error_from_the_preflight_check
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "reward predictor checkpoint" in r.stderr, r.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_an_environments_settings_apply_unless_a_flag_is_given(tmp_path):
+    import run
+
+    def parsed(*argv: str):
+        argv = list(argv)
+        args = run.build_parser().parse_args(argv)
+        run.apply_env_settings(args, argv)
+        return args
+
+    dot = parsed("train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--ent_coef", "0.02")
+    assert dot.n_initial_prefs == 200 and dot.million_timesteps == 0.3 and dot.ent_coef == 0.02
+    pong = parsed("train_policy_with_preferences", "PongNoFrameskip-v4", "--no_batchnorm")
+    assert pong.dropout == 0.5 and pong.min_predictor_labels_per_step == 0.1
+    assert not pong.batchnorm
+    other = parsed("train_policy_with_preferences", "BreakoutNoFrameskip-v4")
+    assert other.n_initial_prefs == 500 and other.dropout == 0.0  # the paper's defaults

@@ -14,3 +14,23 @@ def test_every_run_py_flag_is_documented_in_the_readme():
              if s.startswith("--") and s != "--help"}
     assert flags, "no flags found in run.py's parser"
     assert not flags - documented, sorted(flags - documented)
+
+
+def test_the_readme_lists_each_environments_settings_as_run_py_applies_them():
+    from launch.env_settings import ENV_SETTINGS
+
+    readme = (ROOT / "README.md").read_text()
+    for env_id, name in (("MovingDotNoFrameskip-v0", "MovingDot"), ("PongNoFrameskip-v4", "Pong")):
+        row = re.search(rf"^\| {name} \| `([^`]*)` \|$", readme, re.M)
+        assert row, f"no settings row for {name}"
+        words, listed = row.group(1).split(), {}
+        for k, word in enumerate(words):
+            if word.startswith("--"):
+                value = words[k + 1] if k + 1 < len(words) and not words[k + 1].startswith("--") \
+                    else True
+                listed[word[2:]] = value
+        expected = ENV_SETTINGS[env_id]
+        assert set(listed) == set(expected), name
+        for flag, value in expected.items():
+            assert listed[flag] is True if value is True else (
+                type(value)(listed[flag]) == value), (name, flag)

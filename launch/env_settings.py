@@ -1,0 +1,38 @@
+"""Settings per environment: the flags our measured runs used, so that a short command reproduces
+them. A flag given on the command line wins over these; `run.py --help` lists them."""
+from __future__ import annotations
+
+_MOVING_DOT = {
+    "n_initial_prefs": 200, "n_initial_epochs": 20, "reward_predictor_learning_rate": 3e-3,
+    "million_timesteps": 0.3, "lr_zero_million_timesteps": 0.3,
+    # A2C's entropy bonus of 0.01 outweighs a learned reward of std 0.02-0.05 here: the policy
+    # drifted back towards uniform (docs/experiments.md).
+    "ent_coef": 0.003,
+}
+# App. A.2's predictor (dropout 0.5, batch norm), labels annealed over the run (App. A), the
+# predictor trained on about one label per 10 agent steps (App. A); 20 pretraining epochs, not
+# App. A's 200, which take about an hour on 2 CPU cores.
+_ATARI = {
+    "dropout": 0.5, "batchnorm": True, "label_schedule": "annealed", "max_labels": 3300,
+    "n_initial_epochs": 20, "min_predictor_labels_per_step": 0.1,
+}
+ENV_SETTINGS: dict[str, dict[str, object]] = {
+    "MovingDotNoFrameskip-v0": _MOVING_DOT,
+    "MovingDot-v0": _MOVING_DOT,
+    "PongNoFrameskip-v4": {**_ATARI, "million_timesteps": 6.0},
+    "EnduroNoFrameskip-v4": _ATARI,
+}
+
+
+def env_settings(env_id: str | None) -> dict[str, object]:
+    """The settings this environment runs with unless a flag says otherwise (none for others)."""
+    return dict(ENV_SETTINGS.get(env_id or "", {}))
+
+
+def describe() -> str:
+    """The settings per environment, for `--help`."""
+    lines = ["settings per environment (a flag given on the command line wins):"]
+    for env_id, settings in ENV_SETTINGS.items():
+        flags = " ".join(f"--{k}" if v is True else f"--{k} {v}" for k, v in settings.items())
+        lines.append(f"  {env_id}: {flags}")
+    return "\n".join(lines)
