@@ -552,10 +552,14 @@ def percent(value: float) -> str:
     return "-" if value != value else f"{value:.0%}"  # NaN until the first validation
 
 
+def number(value: float) -> str:
+    return "-" if value != value else f"{value:.1f}"  # NaN until the first episode ends
+
+
 def a2c_status(stats) -> str:
     """One short line (fits 80 columns with the preference counters)."""
     return (f"steps {stats.timesteps.value / 1e3:,.1f}k | {stats.steps_per_sec.value:,.0f}/s | "
-            f"ep {stats.episodes.value} | return {stats.recent_return.value:.1f}")
+            f"ep {stats.episodes.value} | return {number(stats.recent_return.value)}")
 
 
 def trainer_config(args: argparse.Namespace, run_dir: Path | None):

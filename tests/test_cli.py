@@ -158,3 +158,18 @@ def test_an_environments_settings_apply_unless_a_flag_is_given(tmp_path):
     assert not pong.batchnorm
     other = parsed("train_policy_with_preferences", "BreakoutNoFrameskip-v4")
     assert other.n_initial_prefs == 500 and other.dropout == 0.0  # the paper's defaults
+
+
+def test_the_status_line_shows_a_dash_before_the_first_episode_ends():
+    from types import SimpleNamespace
+
+    import run
+
+    def value(v):
+        return SimpleNamespace(value=v)
+
+    stats = SimpleNamespace(timesteps=value(1200), steps_per_sec=value(300.0), episodes=value(0),
+                            recent_return=value(float("nan")))
+    assert run.a2c_status(stats).endswith("return -") and "nan" not in run.a2c_status(stats)
+    stats.recent_return = value(-20.5)
+    assert run.a2c_status(stats).endswith("return -20.5")
