@@ -23,6 +23,9 @@ from pref_interface.teachers import Labeller, make_teacher
 
 SEGMENT_QUEUE_MAXSIZE = 4  # A2C drops segments rather than wait for the interface
 IDLE_SLEEP_S = 0.02
+# A person's first pair is held back this long at most until a second pair is drawn, so that the
+# page has the next pair ready from the first answer on.
+FIRST_PAIR_HOLD_S = 3.0
 
 
 @dataclass
@@ -210,6 +213,7 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
         anneal_every=config.anneal_every_frames)
     done = False  # reached stop_after_labels: the reader of pref_queue is expected to drain it
     pending: list = []  # pairs drawn and not yet labelled (a person's next one: see below)
+    n_asked, first_drawn = 0, 0.0  # a person's pairs asked so far; when the first was drawn
     try:
         while not stop_event.is_set():
             if config.stop_after_labels is not None and n_stored >= config.stop_after_labels:
@@ -222,10 +226,16 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
                                     person) - len(pending)
             if wanted > 0:
                 pending += buffer.sample_new_pairs(wanted, pair_rng, score, config.oversample)
-            if not pending:
+            if person and len(pending) == 1 and wanted > 0 and n_asked == 0:
+                first_drawn = first_drawn or time.monotonic()  # wait a moment for a next pair
+                hold_first = time.monotonic() - first_drawn < FIRST_PAIR_HOLD_S
+            else:
+                hold_first = False
+            if not pending or hold_first:
                 time.sleep(IDLE_SLEEP_S)
                 continue
             pairs, pending = (pending[:1], pending[1:]) if person else (pending, [])
+            n_asked += len(pairs)
             for left_id, left, right_id, right in pairs:
                 if pending and hasattr(labeller, "upcoming"):
                     labeller.upcoming(pending[0][1], pending[0][3])
