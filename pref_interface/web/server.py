@@ -7,7 +7,9 @@ replayed request is refused (409) and changes nothing; an answer names the pair 
 and only the first answer to the pair shown now is taken, whichever tab or terminal gives it.
 
     GET  /?token=T                          the page
-    GET  /state?token=T&since=V             the state once its version is past V (long poll)
+    GET  /state?token=T&since=V             the state once its version is past V (long poll):
+                                            the pair, the next pair (loaded ahead), the prompt,
+                                            the recent labels
     GET  /clip?token=T&pair=P&side=left     a clip of the pair as a sprite PNG (sprites.py)
     POST /answer?token=T  {"pair", "key": "L"|"R"|"E"|"incomparable", "nonce"}
     POST /edit?token=T    {"label", "answer": "L"|"R"|"E"|"delete", "nonce"}
