@@ -808,8 +808,7 @@ def main(argv: list[str] | None = None) -> int:
     reader = start_key_reader(args, ctx)
     if page is not None:
         args.page_updates = ctx.Queue()
-        page.updates, page.answers = args.page_updates, args.answers
-        page.start()
+        page.start(args.answers, args.page_updates)
         print(f"label in your browser: {page.url}", file=sys.stderr)
     args.show_episodes = bool(getattr(args, "render_episodes", False)) and episode_window(args)
     mode = {"gather_initial_prefs": gather_initial_prefs,
@@ -850,7 +849,7 @@ def open_labelling_page(args: argparse.Namespace):
     from pref_interface.web.server import LabellingPage
 
     try:
-        return LabellingPage(None, None, args.web_host, args.web_port)
+        return LabellingPage(args.web_host, args.web_port)
     except OSError as e:
         raise UsageError(f"--web_host/--web_port: cannot listen on {args.web_host}:"
                          f"{args.web_port} ({e.strerror or e})") from None

@@ -62,8 +62,7 @@ def test_a_preloaded_pair_is_shown_under_its_id_without_sending_its_clips_again(
 
 @pytest.fixture
 def page():
-    answers: queue.Queue = queue.Queue()
-    server = LabellingPage(answers, queue.Queue()).start()
+    server = LabellingPage().start(queue.Queue(), queue.Queue())
     server.apply({"pair": {"id": "p1", "frames": [25, 25]}, "next": None,
                   "sprites": (b"left-png", b"right-png"), "history": [{"id": 7, "mu": 1.0}]})
     yield server

@@ -51,15 +51,13 @@ class LabellingPage:
     """Serves the page and keeps what it shows: the pair, the prompt, the recent labels.
 
     Args:
-        answers: the labeller's token queue (shared with the terminal's key reader).
-        updates: the queue the interface's `WebPlayer` puts the page's changes on.
         host, port: where to listen (port 0: a free port). Binding happens here, so a port in
-            use raises OSError before anything runs.
+            use raises OSError before anything runs; `start` then serves.
     """
 
-    def __init__(self, answers: Any, updates: Any, host: str = "127.0.0.1", port: int = 0,
-                 token: str | None = None) -> None:
-        self.answers, self.updates = answers, updates
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> None:
+        self.answers: Any = None
+        self.updates: Any = None
         self.token = token or secrets.token_urlsafe(18)
         self._cond = threading.Condition()
         self._state: dict = {"version": 1, "pair": None, "next": None, "answered": False,
@@ -77,7 +75,11 @@ class LabellingPage:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}/?token={self.token}"
 
-    def start(self) -> "LabellingPage":
+    def start(self, answers: Any, updates: Any) -> "LabellingPage":
+        """Serve: answers and edits go on `answers` (the labeller's token queue, shared with the
+        terminal's key reader); the interface's `WebPlayer` puts the page's changes on
+        `updates`."""
+        self.answers, self.updates = answers, updates
         self._running.set()
         threading.Thread(target=self._server.serve_forever, name="labelling-page",
                          daemon=True).start()
