@@ -843,7 +843,7 @@ def start_key_reader(args: argparse.Namespace, ctx):
 
 def open_labelling_page(args: argparse.Namespace):
     """With --clip_player web, the labelling page's server, listening already (a port in use is
-    a usage error) but not yet serving: `start()` it once the channels exist."""
+    a usage error) but not yet serving: `start(answers, page_updates)` it once the channels exist."""
     if getattr(args, "player_kind", None) != "web":
         return None
     from pref_interface.web.server import LabellingPage
