@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 def shift(run_dir: Path, n_clips: int, seed: int = 0, save: str | None = None) -> dict:
     """{'before': [...], 'after': [...]} per-member validation accuracies (the ensemble's last),
     plus the label counts; with `save`, the mended predictor is written there."""
-    import run as cli
+    from launch import configs as cli
     from experiments.probe_predictor import run_settings
     from reward_predictor.ensemble import segment_returns, take_batchnorm_statistics
     from reward_predictor.process import build_ensemble, load_prefs

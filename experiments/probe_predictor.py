@@ -98,9 +98,9 @@ def collect(env, reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
 
 
 def run_settings(run_dir: Path) -> argparse.Namespace:
-    """A run's saved settings, completed as run.py completes them, so that `run.trainer_config`
+    """A run's saved settings, completed as run.py completes them, so that `trainer_config`
     builds the predictor exactly as the run built it for A2C (on the CPU)."""
-    import run as cli
+    from launch import cli
     from envs import env_kind
 
     settings = argparse.Namespace(**cli.load_settings(run_dir))
@@ -113,7 +113,7 @@ def load_run(run_dir: Path, policy: str, n_envs: int, seed: int):
     """The run's env, its predictor as A2C uses it, and an action function."""
     import torch
 
-    import run as cli
+    from launch import configs as cli
     from a2c.rollout import sample_actions
     from envs import make_vec_env
     from reward_predictor.reward_fn import load_ensemble

@@ -96,7 +96,7 @@ def test_ctrl_c_saves_a_checkpoint_leaves_no_process_and_exits_130(tmp_path,
 def test_each_milestone_command_is_a_valid_run(name, tmp_path):
     """`python -m experiments.milestone NAME` must not die on a flag that run.py refuses."""
     from experiments.milestone import MILESTONES
-    from run import build_parser, check_args
+    from launch.cli import build_parser, check_args
 
     m = MILESTONES[name]
     args = build_parser().parse_args([m.mode, m.env_id, *m.flags, "--seed", "0",
@@ -109,19 +109,20 @@ def test_the_supervising_process_wires_a_preference_run_without_importing_torch(
     is imported in the children that compute (issue: 300 MB for a process that only waits)."""
     script = f"""
 import multiprocessing as mp, sys
-import run
-args = run.build_parser().parse_args(["train_policy_with_preferences", "PongNoFrameskip-v4",
+from launch import cli, configs
+from launch.supervisor import Channels, Supervisor
+args = cli.build_parser().parse_args(["train_policy_with_preferences", "PongNoFrameskip-v4",
     "--synthetic_prefs", "--dropout", "0.5", "--batchnorm", "--log_dir", {str(tmp_path / 'r')!r}])
-run.check_args(args)
+cli.check_args(args)
 ctx = mp.get_context("spawn")
 from a2c.config import A2CStats
 from pref_interface.process import InterfaceStats
 from reward_predictor.config import TrainerStats
 from reward_predictor.pace import labels_per_member
 from reward_predictor.shared import SharedWeights
-sup = run.Supervisor(ctx, ctx.Event())
-ch = run.Channels.for_run(ctx, args, sup.stop_event, SharedWeights(ctx))
-run.a2c_config(args, args.run_dir), run.trainer_config(args, args.run_dir), run.interface_config(args)
+sup = Supervisor(ctx, ctx.Event())
+ch = Channels.for_run(ctx, args, sup.stop_event, SharedWeights(ctx))
+configs.a2c_config(args, args.run_dir), configs.trainer_config(args, args.run_dir), configs.interface_config(args)
 A2CStats(ctx), TrainerStats.create(ctx), InterfaceStats.create(ctx), ch.a2c_observers()
 labels_per_member(0.1, "ensemble", 3)
 print("torch" in sys.modules)
@@ -143,12 +144,12 @@ def test_a_bad_predictor_checkpoint_is_a_one_line_error_from_the_preflight_check
 
 
 def test_an_environments_settings_apply_unless_a_flag_is_given(tmp_path):
-    import run
+    from launch import cli
 
     def parsed(*argv: str):
         argv = list(argv)
-        args = run.build_parser().parse_args(argv)
-        run.apply_env_settings(args, argv)
+        args = cli.build_parser().parse_args(argv)
+        cli.apply_env_settings(args, argv)
         return args
 
     dot = parsed("train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--ent_coef", "0.02")
@@ -163,13 +164,13 @@ def test_an_environments_settings_apply_unless_a_flag_is_given(tmp_path):
 def test_the_status_line_shows_a_dash_before_the_first_episode_ends():
     from types import SimpleNamespace
 
-    import run
+    from launch.supervisor import a2c_status
 
     def value(v):
         return SimpleNamespace(value=v)
 
     stats = SimpleNamespace(timesteps=value(1200), steps_per_sec=value(300.0), episodes=value(0),
                             recent_return=value(float("nan")))
-    assert run.a2c_status(stats).endswith("return -") and "nan" not in run.a2c_status(stats)
+    assert a2c_status(stats).endswith("return -") and "nan" not in a2c_status(stats)
     stats.recent_return = value(-20.5)
-    assert run.a2c_status(stats).endswith("return -20.5")
+    assert a2c_status(stats).endswith("return -20.5")

@@ -2,7 +2,7 @@
 import re
 from pathlib import Path
 
-from run import build_parser
+from launch.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -2,7 +2,7 @@
 import multiprocessing as mp
 import time
 
-from run import Supervisor
+from launch.supervisor import Supervisor
 
 WORKER = "tests.supervised_targets:work_until_stopped"  # children import their targets
 

@@ -1,0 +1,186 @@
+"""The run's processes: the channels they share, how each child starts, and the supervisor that
+shows the status line and stops them all together."""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import signal
+import sys
+import time
+import traceback
+
+from launch.deferred import Deferred
+from launch.process_setup import die_with_parent, name_process
+
+EXIT_INTERRUPTED = 130
+
+
+def _child(call: Deferred, errors) -> None:
+    """Entry point of every child: Ctrl-C is the supervisor's to handle (it sets the stop event);
+    an exception is sent to the supervisor as text and the child exits non-zero. The child shows
+    its name in `ps` and ends if the supervisor is killed (launch/process_setup.py)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    name_process(mp.current_process().name)
+    die_with_parent()
+    try:
+        call()
+    except BaseException:  # noqa: BLE001 - reported, then the child exits non-zero
+        errors.put(traceback.format_exc())
+        sys.exit(1)
+
+
+class Supervisor:
+    """Starts the run's processes, shows the status line, and stops everything together."""
+
+    def __init__(self, ctx, stop_event):
+        self.ctx = ctx
+        self.stop_event = stop_event
+        self.errors = ctx.Queue()
+        self.procs: dict[str, mp.Process] = {}
+
+    def start(self, name: str, target: str, *args) -> None:
+        """Start `target` ("module:function") with `args` in a child named `name`; the module is
+        imported there, not here (this process never imports torch)."""
+        proc = self.ctx.Process(target=_child, args=(Deferred(target, *args), self.errors),
+                                name=name, daemon=False)
+        proc.start()
+        self.procs[name] = proc
+
+    def wait(self, status_line=None, until=None, grace_s: float = 60.0) -> int:
+        """Block until every process ends (or `until()` is true, then stop them); return an exit
+        status: 0, 1 for a crashed child, 130 for Ctrl-C."""
+        tty = sys.stderr.isatty()
+        last_print = 0.0
+        deadline = None  # once `until()` holds: when the children still running are terminated
+        try:
+            while any(p.is_alive() for p in self.procs.values()):
+                crashed = [n for n, p in self.procs.items()
+                           if not p.is_alive() and p.exitcode not in (0, None)]
+                if crashed:
+                    return self._fail(crashed)
+                if deadline is None and until is not None and until():
+                    self.stop_event.set()
+                    deadline = time.monotonic() + grace_s
+                if deadline is not None and time.monotonic() > deadline:
+                    # A child stuck past the grace (e.g. reading a clip that A2C, exiting, left
+                    # half-written in the queue) must not hold the run open: its work is saved.
+                    stuck = [n for n, p in self.procs.items() if p.is_alive()]
+                    sys.stderr.write(f"\nstopping {', '.join(stuck)}: not done {grace_s:.0f} s "
+                                     "after the stop\n")
+                    self._join(0.0)
+                    return 0  # terminated by us, not failed
+                now = time.monotonic()
+                if status_line is not None and now - last_print >= (1.0 if tty else 30.0):
+                    last_print = now
+                    line = status_line()
+                    if line:  # "" while a person labels: the prompt is on screen
+                        sys.stderr.write(f"\r\x1b[K{line}" if tty else f"{line}\n")
+                        sys.stderr.flush()
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            sys.stderr.write("\nstopping: saving checkpoints and labels...\n")
+            self.stop_event.set()
+            self._join(grace_s)
+            return EXIT_INTERRUPTED
+        finally:
+            if tty and status_line is not None:
+                sys.stderr.write("\n")
+        crashed = [n for n, p in self.procs.items() if p.exitcode not in (0, None)]
+        return self._fail(crashed) if crashed else 0
+
+    def _fail(self, crashed: list[str]) -> int:
+        for name in crashed:
+            sys.stderr.write(f"\nprocess {name!r} failed (exit {self.procs[name].exitcode})\n")
+        while not self.errors.empty():
+            sys.stderr.write(self.errors.get())
+        self.stop_event.set()
+        self._join(10.0)
+        return 1
+
+    def _join(self, grace_s: float) -> None:
+        deadline = time.monotonic() + grace_s
+        for proc in self.procs.values():
+            proc.join(max(0.0, deadline - time.monotonic()))
+        for proc in self.procs.values():
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(5.0)
+            if proc.is_alive():
+                proc.kill()
+
+
+class Channels:
+    """Everything the processes share, named in one place.
+
+    segments: A2C -> preference interface; small, A2C drops clips when it is full.
+    preferences: preference interface -> predictor trainer; unbounded, never dropped.
+    reward_weights: predictor trainer -> A2C; shared-memory weights with a version number.
+    answers: main process's terminal key reader -> human labeller (pref_interface.keys); one
+        queue for the whole run (None when nobody labels by hand).
+    page_updates (args.page_updates, passed in the interface's config): the human labeller's
+        WebPlayer -> the labelling page's server in the main process (--clip_player web); one
+        queue for the whole run.
+    episodes: A2C -> episode viewer (--render_episodes); maxsize 1, A2C drops episodes when full.
+    stop: set by the supervisor to end every process cleanly.
+    """
+
+    def __init__(self, ctx, stop, reward_weights=None, answers=None, episodes: bool = False):
+        from pref_interface.episodes import EPISODE_QUEUE_MAXSIZE
+        from pref_interface.process import SEGMENT_QUEUE_MAXSIZE
+
+        self.segments = ctx.Queue(maxsize=SEGMENT_QUEUE_MAXSIZE)
+        self.preferences = ctx.Queue()
+        self.reward_weights = reward_weights
+        self.answers = answers
+        self.episodes = ctx.Queue(maxsize=EPISODE_QUEUE_MAXSIZE) if episodes else None
+        self.stop = stop
+
+    @classmethod
+    def for_run(cls, ctx, args: argparse.Namespace, stop, reward_weights=None) -> "Channels":
+        return cls(ctx, stop, reward_weights, getattr(args, "answers", None),
+                   getattr(args, "show_episodes", False))
+
+    def a2c_observers(self, interface_stats=None):
+        """A2C's rollout observers (clip cutter, episode recorder) as one picklable factory."""
+        from functools import partial
+
+        from pref_interface.episodes import chain_observers, make_episode_observers
+        from pref_interface.process import make_clip_observers
+
+        factories = []
+        if interface_stats is not None:
+            factories.append(partial(make_clip_observers, self.segments,
+                                     interface_stats.segments_dropped))
+        if self.episodes is not None:
+            factories.append(partial(make_episode_observers, self.episodes))
+        return partial(chain_observers, factories) if factories else None
+
+    def start_episode_viewer(self, sup: "Supervisor") -> None:
+        if self.episodes is not None:
+            sup.start("episode_viewer", "pref_interface.episodes:run_episode_viewer", self.episodes,
+                      self.stop)
+
+
+def percent(value: float) -> str:
+    return "-" if value != value else f"{value:.0%}"  # NaN until the first validation
+
+
+def number(value: float) -> str:
+    return "-" if value != value else f"{value:.1f}"  # NaN until the first episode ends
+
+
+def a2c_status(stats) -> str:
+    """One short line (fits 80 columns with the preference counters)."""
+    return (f"steps {stats.timesteps.value / 1e3:,.1f}k | {stats.steps_per_sec.value:,.0f}/s | "
+            f"ep {stats.episodes.value} | return {number(stats.recent_return.value)}")
+
+
+def preference_status(a2c_stats, interface_stats=None, trainer_stats=None) -> str:
+    line = a2c_status(a2c_stats)
+    if interface_stats is not None:
+        line += f" | labels {interface_stats.labels_total.value}"
+        if interface_stats.segments_dropped.value:
+            line += f" ({interface_stats.segments_dropped.value} clips dropped)"
+    if trainer_stats is not None:
+        line += f" | val acc {percent(trainer_stats.val_accuracy.value)}"
+    return line
