@@ -8,12 +8,15 @@ processes the supervisor starts and stops (launch/supervisor.py).
 from __future__ import annotations
 
 import multiprocessing as mp
+import shlex
 import signal
 import sys
 
 from launch.cli import EXIT_USAGE, UsageError, make_run_dir, parse_args
+from launch.configs import PREFS_FILE
 from launch.phases import MODE_RUNNERS
 from launch.session import Session, open_labelling_page
+from launch.summary import RunReport
 from launch.supervisor import EXIT_INTERRUPTED
 
 
@@ -37,12 +40,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run directory: {run_dir}", file=sys.stderr)
     ctx = mp.get_context("spawn")
     session = Session(args, ctx, page)
+    report = RunReport(run_dir, args.env_id)
+    code = 1
     try:
-        return MODE_RUNNERS[args.mode](args, run_dir, ctx)
+        code = MODE_RUNNERS[args.mode](args, run_dir, ctx, report)
     except KeyboardInterrupt:  # between phases: nothing is running
-        return EXIT_INTERRUPTED
+        code = EXIT_INTERRUPTED
     finally:
         session.close()  # the terminal gets its settings back
+        print(end_of_run(args, report, code), file=sys.stderr)
+    return code
+
+
+def end_of_run(args, report: RunReport, code: int) -> str:
+    """The summary printed when the run ends, however it ends."""
+    trains = args.mode in ("train_policy_with_preferences", "train_policy_with_original_rewards")
+    labels = args.mode != "train_policy_with_original_rewards" and not args.frozen_reward_predictor
+    d = shlex.quote(str(report.run_dir))
+    return report.summary(
+        code, report.run_dir / PREFS_FILE if labels else None, trained=trains,
+        watch_cmd=f"python run_checkpoint.py {args.env_id} {d}/policy" if trains else None,
+        resume_cmd=f"python run.py --resume {d}" if trains and code != 0 else None)
 
 
 if __name__ == "__main__":

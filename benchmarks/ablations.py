@@ -28,9 +28,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from envs.scores import MOVING_DOT_LEVEL as LEVEL  # noqa: E402
 from experiments.runlog import RunLog  # noqa: E402
 
-LEVEL = 19.6  # 90% of the scripted policy's ~21.8 per episode
 BASE = ["train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
         "--n_initial_prefs", "200", "--n_initial_epochs", "20",
         "--reward_predictor_learning_rate", "3e-3", "--lr_zero_million_timesteps", "0.3",

@@ -139,86 +139,12 @@ def bench_ours(env_id: str, num_envs: int, steps: int, warmup_steps: int, torch_
 # --------------------------------------------------------------------------------------------
 
 def make_sb3_vec_env(game: str, num_envs: int, seed: int, env_threads: int) -> Any:
-    """ale-py's AtariVectorEnv with envs/atari.py's settings, as an SB3 VecEnv.
+    """ale-py's AtariVectorEnv with envs/atari.py's settings, as an SB3 VecEnv
+    (examples/sb3_vec_env.py). ale-py clips the rewards (SB3 trains on what it is given) and the
+    score rows are not blanked: neither changes the work done by the agent."""
+    from examples.sb3_vec_env import SB3VecEnv
 
-    Built inside a function so stable-baselines3 (a dev dependency) is imported only here.
-    """
-    from stable_baselines3.common.vec_env.base_vec_env import VecEnv as SB3VecEnv
-
-    class AleSB3VecEnv(SB3VecEnv):
-        """SB3's VecEnv API over ale-py's C++ vector env (step_async/step_wait = send/recv).
-
-        Same preprocessing as envs/atari.py, except that ale-py clips the rewards (SB3 trains on
-        what it is given) and the score rows are not blanked (neither changes the work done by
-        the agent). Episode ends carry SB3's `terminal_observation` / `TimeLimit.truncated` and a
-        Monitor-style `episode` entry.
-        """
-
-        def __init__(self) -> None:
-            self.env = make_ale_vector_env(game, num_envs, env_threads, reward_clipping=True)
-            self.render_mode = None
-            self._returns = np.zeros(num_envs, dtype=np.float64)
-            self._lengths = np.zeros(num_envs, dtype=np.int64)
-            self._t0 = time.time()
-            super().__init__(num_envs, self.env.single_observation_space,
-                             self.env.single_action_space)
-            self.seed(seed)
-
-        def reset(self) -> np.ndarray:
-            obs, _ = self.env.reset(seed=self._seeds[0])  # consecutive seeds from _seeds[0]
-            self._reset_seeds()
-            self._returns[:] = 0.0
-            self._lengths[:] = 0
-            return obs
-
-        def step_async(self, actions: np.ndarray) -> None:
-            self.env.send(np.asarray(actions, dtype=np.int64).reshape(self.num_envs))
-
-        def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
-            obs, rewards, terminated, truncated, info = self.env.recv()
-            dones = terminated | truncated
-            self._returns += rewards
-            self._lengths += 1
-            infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
-            for i in np.flatnonzero(dones):
-                infos[i] = {
-                    "terminal_observation": info["final_obs"][i],
-                    "TimeLimit.truncated": bool(truncated[i] and not terminated[i]),
-                    "episode": {"r": float(self._returns[i]), "l": int(self._lengths[i]),
-                                "t": round(time.time() - self._t0, 6)},
-                }
-                self._returns[i] = 0.0
-                self._lengths[i] = 0
-            return obs, rewards.astype(np.float32), dones, infos
-
-        def close(self) -> None:
-            self.env.close()
-
-        def _indices(self, indices: None | int | Sequence[int]) -> list[int]:
-            if indices is None:
-                return list(range(self.num_envs))
-            return [indices] if isinstance(indices, int) else list(indices)
-
-        def get_attr(self, attr_name: str, indices: None | int | Sequence[int] = None) -> list[Any]:
-            if attr_name != "render_mode" and not hasattr(self.env, attr_name):
-                raise AttributeError(attr_name)
-            value = None if attr_name == "render_mode" else getattr(self.env, attr_name)
-            return [value for _ in self._indices(indices)]
-
-        def set_attr(self, attr_name: str, value: Any,
-                     indices: None | int | Sequence[int] = None) -> None:
-            raise NotImplementedError("the sub-environments live in ale-py's C++ vector env")
-
-        def env_method(self, method_name: str, *method_args: Any,
-                       indices: None | int | Sequence[int] = None,
-                       **method_kwargs: Any) -> list[Any]:
-            raise NotImplementedError("the sub-environments live in ale-py's C++ vector env")
-
-        def env_is_wrapped(self, wrapper_class: type,
-                           indices: None | int | Sequence[int] = None) -> list[bool]:
-            return [False for _ in self._indices(indices)]
-
-    return AleSB3VecEnv()
+    return SB3VecEnv(make_ale_vector_env(game, num_envs, env_threads, reward_clipping=True), seed)
 
 
 def bench_sb3(env_id: str, num_envs: int, steps: int, warmup_steps: int, torch_threads: int,

@@ -24,6 +24,24 @@ class StepResult:
     finished: list[EpisodeRecord] = field(default_factory=list)
 
 
+class EpisodeTracker:
+    """The running true score and length of each of N envs; reports the episodes that end."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.lengths = np.zeros(num_envs, dtype=np.int64)
+
+    def __call__(self, rewards: np.ndarray, dones: np.ndarray) -> list[EpisodeRecord]:
+        """Account one step of every env; the records of the episodes that ended on it."""
+        self.returns += rewards
+        self.lengths += 1
+        finished = [EpisodeRecord(int(i), float(self.returns[i]), int(self.lengths[i]))
+                    for i in np.flatnonzero(dones)]
+        self.returns[dones] = 0.0
+        self.lengths[dones] = 0
+        return finished
+
+
 class VecEnv:
     """N environments stepped together; subclasses set num_envs/num_actions and call `_account`."""
 
@@ -40,15 +58,4 @@ class VecEnv:
         pass
 
     def _init_episode_stats(self) -> None:
-        self._returns = np.zeros(self.num_envs, dtype=np.float64)
-        self._lengths = np.zeros(self.num_envs, dtype=np.int64)
-
-    def _account(self, rewards: np.ndarray, dones: np.ndarray) -> list[EpisodeRecord]:
-        """Track the true score per env and report episodes that ended on this step."""
-        self._returns += rewards
-        self._lengths += 1
-        finished = [EpisodeRecord(int(i), float(self._returns[i]), int(self._lengths[i]))
-                    for i in np.flatnonzero(dones)]
-        self._returns[dones] = 0.0
-        self._lengths[dones] = 0
-        return finished
+        self._account = EpisodeTracker(self.num_envs)

@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from envs.scores import MOVING_DOT_LEVEL  # noqa: E402
 from experiments.plot_runs import plot  # noqa: E402
 from experiments.runlog import RunLog  # noqa: E402
 
@@ -39,10 +40,9 @@ class Milestone:
 MILESTONES = {
     # Each runs with its environment's own settings (launch/env_settings.py), the ones run.py
     # gives it when no flag says otherwise.
-    # 90% of the scripted go-to-centre policy's ~21.8 (REFERENCE.md).
     "moving_dot": Milestone(
         "MovingDotNoFrameskip-v0", "train_policy_with_preferences", ["--synthetic_prefs"],
-        19.6, 64, "90% of the scripted policy's return, target <= 5 min on 2 cores"),
+        MOVING_DOT_LEVEL, 64, "90% of the scripted policy's return, target <= 5 min on 2 cores"),
     # Issue 6: mean true score >= +19 over 10 episodes within 6M agent steps, <= 3,300 labels.
     "pong_prefs": Milestone(
         "PongNoFrameskip-v4", "train_policy_with_preferences", ["--synthetic_prefs"],

@@ -88,6 +88,19 @@ class Supervisor:
         crashed = [n for n, p in self.procs.items() if p.exitcode not in (0, None)]
         return self._fail(crashed) if crashed else 0
 
+    def check(self) -> int | None:
+        """Without blocking: None while no child has failed; else the failure is printed, the
+        others are stopped and 1 is returned (for callers that cannot block in `wait`)."""
+        crashed = [n for n, p in self.procs.items()
+                   if not p.is_alive() and p.exitcode not in (0, None)]
+        return self._fail(crashed) if crashed else None
+
+    def stop(self, grace_s: float = 60.0) -> None:
+        """Ask every child to stop (they save their work) and end those still running after
+        `grace_s`."""
+        self.stop_event.set()
+        self._join(grace_s)
+
     def _fail(self, crashed: list[str]) -> int:
         for name in crashed:
             sys.stderr.write(f"\nprocess {name!r} failed (exit {self.procs[name].exitcode})\n")

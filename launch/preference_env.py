@@ -1,0 +1,217 @@
+"""The preference loop around any agent: a gymnasium 1.x vector-env wrapper.
+
+    env = PreferenceVecEnv(GymVectorEnv("MovingDotNoFrameskip-v0", 16), synthetic_prefs=True)
+    ...train on env with any library: its rewards are the predictor's r̂...
+    env.close()
+
+It runs what `run.py train_policy_with_preferences` runs, with the caller's training loop in the
+place of our A2C process: the same gathering and pretraining phases first (our untrained policy
+acts, as in run.py), then the predictor's trainer and the preference interface as processes
+(launch/phases.py's PreferenceLoop), the same run directory, label store, checkpoints,
+TensorBoard logs and settings. Settings are run.py's flags as keywords (`n_initial_prefs=200`,
+`batchnorm=False`, `resume="runs/x"`); an environment's own settings apply as in run.py.
+
+The wrapped env must give uint8 (N, 4, 84, 84) frame stacks, Discrete actions and same-step
+autoreset. The script that builds the wrapper needs an `if __name__ == "__main__":` guard: the
+processes are spawned, and import the script's module.
+"""
+from __future__ import annotations
+
+import atexit
+import collections
+import multiprocessing as mp
+import sys
+import time
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from a2c.config import A2CConfig
+from a2c.rollout import Rollout
+from envs.vec_env import EpisodeTracker
+from launch.cli import UsageError, build_parser, make_run_dir, parse_args
+from launch.configs import PREFS_FILE
+from launch.phases import PreferenceLoop, prepare_predictor
+from launch.session import Session, open_labelling_page
+from launch.summary import RunReport
+
+STATUS_EVERY_S = 30.0  # a status line on stderr this often (the caller's own logs go on)
+# Steps/s over this long: a library may pause stepping for seconds to learn (PPO's epochs).
+RATE_EVERY_S = 10.0
+
+
+class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
+    """Rewards become r̂, the reward predictor's; the game's own reward is in
+    `info["true_reward"]` (N,). Clips are cut from the observations that pass through and
+    labelled (by a person or `synthetic_prefs=True`) while the predictor trains on the labels.
+    `close()` stops the processes (they save their work) and prints the run's summary."""
+
+    def __init__(self, env: gymnasium.vector.VectorEnv, env_id: str | None = None,
+                 **settings: Any) -> None:
+        super().__init__(env)
+        env_id = env_id or getattr(env, "env_id", None)
+        if env_id is None:
+            raise ValueError("PreferenceVecEnv: give env_id (it picks the reward predictor's net "
+                             "and the environment's settings)")
+        _check_env(env)
+        try:
+            args = parse_args(settings_argv(env_id, env.num_envs, settings))
+            page = open_labelling_page(args)
+        except UsageError as e:
+            raise ValueError(f"PreferenceVecEnv: {e}") from None
+        self._closed = False
+        self.run_dir = make_run_dir(args)
+        print(f"run directory: {self.run_dir}", file=sys.stderr)
+        ctx = mp.get_context("spawn")
+        self._session = Session(args, ctx, page)
+        self._report = RunReport(self.run_dir, env_id)
+        code, prefs_path = prepare_predictor(args, self.run_dir, ctx, self._report)
+        if code or prefs_path is None:
+            self._session.close()
+            if code == 130:
+                raise KeyboardInterrupt
+            raise RuntimeError(f"PreferenceVecEnv: gathering or pretraining ended with status "
+                               f"{code} (its output is above); the run is in {self.run_dir}")
+        self._loop = PreferenceLoop(args, self.run_dir, ctx, prefs_path)
+        self._report.agent_stats = self._loop.agent_stats
+        atexit.register(self.close)  # children must not outlive a script that forgot close()
+        n = env.num_envs
+        self._reward = self._loop.reward_fn()
+        self._observers = self._loop.observers(n) if self._loop.observers else []
+        self._pace = self._loop.pace()
+        self._episodes = EpisodeTracker(n)
+        # One block of agent steps is handed to the clip cutter at a time, as one of A2C's rollouts.
+        T = A2CConfig().n_steps
+        self._obs = np.zeros((T + 1, n, 4, 84, 84), dtype=np.uint8)
+        self._actions = np.zeros((T, n), dtype=np.int64)
+        self._true_rewards = np.zeros((T, n), dtype=np.float32)
+        self._rewards = np.zeros((T, n), dtype=np.float32)
+        self._dones = np.zeros((T, n), dtype=bool)
+        self._t = 0
+        self._steps = self._n_episodes = 0
+        self._recent: collections.deque[float] = collections.deque(maxlen=100)
+        self._last_status = self._last_rate = time.monotonic()
+        self._steps_at_last_rate = 0
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._writer = SummaryWriter(str(self.run_dir / "tb"))
+
+    def reset(self, *, seed: int | list[int] | None = None,
+              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._obs[0], self._t = obs, 0
+        return obs, info
+
+    def step(self, actions: np.ndarray):
+        if self._t == 0:
+            self._between_blocks()
+        t = self._t
+        actions = np.asarray(actions, dtype=np.int64).reshape(self.num_envs)
+        obs, true_rewards, terminated, truncated, info = self.env.step(actions)
+        # r̂(o, a): the observation the action was taken on, and the action (App. A.2).
+        rewards = self._reward(self._obs[t], actions).astype(np.float32)
+        dones = np.logical_or(terminated, truncated)
+        self._obs[t + 1], self._actions[t], self._rewards[t] = obs, actions, rewards
+        self._true_rewards[t], self._dones[t] = true_rewards, dones
+        self._steps += self.num_envs
+        for ep in self._episodes(true_rewards, dones):
+            self._n_episodes += 1
+            self._recent.append(ep.true_return)
+            self._writer.add_scalar("charts/episodic_return", ep.true_return, self._steps)
+            self._writer.add_scalar("charts/episodic_length", ep.length, self._steps)
+        self._t += 1
+        if self._t == len(self._actions):
+            self._hand_over_block()
+        info = dict(info)
+        info["true_reward"] = np.asarray(true_rewards, dtype=np.float32)
+        return obs, rewards, terminated, truncated, info
+
+    def _hand_over_block(self) -> None:
+        """The finished block of steps goes to the clip cutter, as A2C's rollouts do."""
+        rollout = Rollout(self._obs, self._actions, self._true_rewards, self._rewards, self._dones)
+        for observer in self._observers:
+            observer(rollout)
+        self._obs[0], self._t = self._obs[-1], 0
+
+    def _between_blocks(self) -> None:
+        """Before each block: a child that failed ends the run; the predictor's pace may hold
+        the agent back; the counters, TensorBoard's rate and the status line are updated."""
+        if self._loop.sup.check() is not None:
+            self.close()
+            raise RuntimeError("PreferenceVecEnv: a process of the preference loop failed "
+                               "(its error is above)")
+        self._pace.wait(self._steps, self._loop.sup.stop_event)
+        stats = self._loop.agent_stats
+        stats.timesteps.value = self._steps
+        stats.episodes.value = self._n_episodes
+        if self._recent:
+            stats.recent_return.value = float(np.mean(self._recent))
+        now = time.monotonic()
+        if now - self._last_rate >= RATE_EVERY_S:
+            stats.steps_per_sec.value = (self._steps - self._steps_at_last_rate) / (
+                now - self._last_rate)
+            self._writer.add_scalar("charts/SPS", stats.steps_per_sec.value, self._steps)
+            self._last_rate, self._steps_at_last_rate = now, self._steps
+        if now - self._last_status >= STATUS_EVERY_S:
+            self._last_status = now
+            line = self._loop.status()
+            if line:
+                print(line, file=sys.stderr, flush=True)
+
+    def close(self, **kwargs: Any) -> None:
+        """Stop the trainer and the interface (the labels and the predictor are saved), print
+        the run's summary, close the env."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        for observer in self._observers:
+            close = getattr(observer, "close", None)
+            if close is not None:
+                close()
+        self._loop.sup.stop()
+        self._session.close()
+        self._writer.close()
+        print(self._report.summary(0, self.run_dir / PREFS_FILE, trained=True, resume_cmd=(
+            f"PreferenceVecEnv(env, resume={str(self.run_dir)!r}) (labels and predictor)")),
+              file=sys.stderr)
+        super().close(**kwargs)
+
+
+def settings_argv(env_id: str, num_envs: int, settings: dict[str, Any]) -> list[str]:
+    """run.py's command line for these keyword settings (ValueError for an unknown one)."""
+    actions: dict[str, list] = {}
+    for action in build_parser()._actions:
+        if action.option_strings and action.dest != "help":
+            actions.setdefault(action.dest, []).append(action)
+    settings = {"n_envs": num_envs, **settings}
+    if settings["n_envs"] != num_envs:
+        raise ValueError(f"PreferenceVecEnv: n_envs={settings['n_envs']} but the env has "
+                         f"{num_envs}")
+    argv = ["train_policy_with_preferences", env_id]
+    for name, value in settings.items():
+        if name not in actions:
+            raise ValueError(f"PreferenceVecEnv: unknown setting {name!r} (run.py's flags, "
+                             "without the dashes, are the settings)")
+        if isinstance(value, bool):
+            flags = [a.option_strings[0] for a in actions[name] if a.const is value]
+            if flags:
+                argv.append(flags[0])
+            elif value != actions[name][0].default:
+                raise ValueError(f"PreferenceVecEnv: {name} cannot be {value}")
+        elif value is not None:
+            argv += [actions[name][0].option_strings[0], str(value)]
+    return argv
+
+
+def _check_env(env: gymnasium.vector.VectorEnv) -> None:
+    space = env.single_observation_space
+    if space.shape != (4, 84, 84) or space.dtype != np.uint8:
+        raise ValueError(f"PreferenceVecEnv: observations must be uint8 (4, 84, 84) frame stacks, "
+                         f"got {space.dtype} {space.shape}")
+    if not isinstance(env.single_action_space, gymnasium.spaces.Discrete):
+        raise ValueError("PreferenceVecEnv: actions must be Discrete")
+    if env.metadata.get("autoreset_mode") != AutoresetMode.SAME_STEP:
+        raise ValueError("PreferenceVecEnv: the env must reset in the same step as an episode "
+                         "ends (autoreset_mode=AutoresetMode.SAME_STEP)")

@@ -1,0 +1,57 @@
+"""The few lines printed when a run ends: what it did and what to type next."""
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+EXIT_WORDS = {0: "finished", 1: "stopped: a process failed", 130: "stopped by Ctrl-C"}
+
+
+@dataclass
+class RunReport:
+    """Filled while a run goes: the phases hand over the agent's shared counters."""
+
+    run_dir: Path
+    env_id: str
+    started: float = field(default_factory=time.monotonic)
+    agent_stats: object | None = None  # a2c.config.A2CStats of the phase that ran last
+
+    def summary(self, exit_status: int, prefs_path: Path | None, trained: bool,
+                watch_cmd: str | None = None, resume_cmd: str | None = None) -> str:
+        """The lines to print at the end. `trained`: a policy learned (its return is shown);
+        `watch_cmd`, `resume_cmd`: how to watch it and how to continue the run (None: no line)."""
+        from envs.scores import reference_scores
+
+        rows = [("run directory", str(self.run_dir)),
+                ("wall-clock", _duration(time.monotonic() - self.started))]
+        stats = self.agent_stats
+        if stats is not None:
+            rows.append(("agent steps", f"{stats.timesteps.value:,}"))
+        if prefs_path is not None and prefs_path.is_file():
+            from launch.phases import stored_labels
+
+            rows.append(("labels", f"{stored_labels(str(prefs_path)):,} in {prefs_path.name}"))
+        if stats is not None and trained:
+            ret = stats.recent_return.value
+            refs = ", ".join(f"{k} {v:g}" for k, v in reference_scores(self.env_id).items())
+            shown = "- (no episode ended)" if ret != ret else (
+                f"{ret:.1f} (mean of the last 100 episodes" + (f"; {refs})" if refs else ")"))
+            rows.append(("true return", shown))
+        lines = [f"run {EXIT_WORDS.get(exit_status, f'ended with status {exit_status}')}"]
+        width = max(len(k) for k, _ in rows)
+        lines += [f"  {k:<{width}}  {v}" for k, v in rows]
+        if watch_cmd:
+            lines.append(f"  watch the policy:  {watch_cmd}")
+        tb = shlex.quote(str(self.run_dir / "tb"))
+        lines.append(f"  see the curves:    tensorboard --logdir {tb}")
+        if resume_cmd:
+            lines.append(f"  resume:            {resume_cmd}")
+        return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h} h {m:02d} min" if h else f"{m} min {s:02d} s"
