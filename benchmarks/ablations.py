@@ -16,11 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from envs.scores import MOVING_DOT_LEVEL as LEVEL  # noqa: E402
-from experiments.runlog import RunLog  # noqa: E402
+from benchmarks.time_to_level import run_until_level  # noqa: E402
 
 BASE = ["train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
         "--n_initial_prefs", "200", "--n_initial_epochs", "20",
@@ -56,36 +52,11 @@ def slug(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name).strip("_")
 
 
-def run_one(name: str, seed: int, million: float, poll_s: float = 5.0) -> dict:
+def run_one(name: str, seed: int, million: float) -> dict:
     d = OUT / f"{slug(name)}-seed{seed}"
-    if d.exists():
-        import shutil
-        shutil.rmtree(d)  # an unfinished run from an earlier attempt: start it again
-    t0 = time.time()
-    proc = subprocess.Popen([sys.executable, "run.py", *BASE, *SETTINGS[name], "--seed", str(seed),
-                             "--million_timesteps", str(million), "--log_dir", str(d)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    hit = None
-    while proc.poll() is None:
-        time.sleep(poll_s)
-        if (d / "tb").is_dir():
-            hit = RunLog(d).first_time_at(LEVEL)
-            if hit is not None:
-                os.killpg(proc.pid, signal.SIGINT)  # a clean stop, as Ctrl-C
-                proc.wait(300)
-                break
-    log = RunLog(d)
-    hit = hit or log.first_time_at(LEVEL)
-    result = {"setting": name, "seed": seed, "reached": hit is not None}
-    if hit is not None:
-        steps, _ = hit
-        ls, n = log.labels()
-        sps = log.sps
-        reach_wall = float(np.interp(steps, sps[:, 1], sps[:, 0])) if len(sps) else t0
-        result.update(steps=steps, wall_s=reach_wall - t0,
-                      labels=float(n[ls <= steps][-1]) if (ls <= steps).any() else float("nan"))
-    return result
+    cmd = ["run.py", *BASE, *SETTINGS[name], "--seed", str(seed), "--million_timesteps",
+           str(million), "--log_dir", str(d)]
+    return {"setting": name, "seed": seed, **run_until_level(cmd, d, LEVEL)}
 
 
 def report(results: list[dict], out_png: Path) -> None:
@@ -133,12 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     results_file = OUT / "results.json"
     results = json.loads(results_file.read_text()) if results_file.is_file() else []
     if not a.report_only:
-        for seed in a.seeds:
-            for name in a.settings:
-                if any(r["setting"] == name and r["seed"] == seed for r in results):
-                    continue
+        from tqdm import tqdm
+
+        todo = [(name, seed) for seed in a.seeds for name in a.settings
+                if not any(r["setting"] == name and r["seed"] == seed for r in results)]
+        with tqdm(todo, desc="ablation runs", unit="run") as bar:
+            for name, seed in bar:
+                bar.set_postfix_str(f"{name}, seed {seed}")
                 r = run_one(name, seed, a.million_timesteps)
-                print(json.dumps(r), flush=True)
+                bar.write(json.dumps(r))
                 results.append(r)
                 results_file.write_text(json.dumps(results, indent=1) + "\n")
     report(results, Path(a.out))

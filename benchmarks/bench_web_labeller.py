@@ -52,7 +52,8 @@ def measure(env_id: str, pairs: int, think_s: float, screenshot: str | None) -> 
                 shown = None
                 for k in range(pairs):
                     page.wait_for_function(
-                        f"window.labelling.canAnswer() && window.labelling.shownPair !== " + json.dumps(shown),
+                        "window.labelling.canAnswer() && window.labelling.shownPair !== "
+                        + json.dumps(shown),
                         timeout=120_000)
                     shown = page.evaluate("window.labelling.shownPair")
                     time.sleep(think_s)

@@ -1,4 +1,4 @@
-"""Our environments as gymnasium 1.x vector envs, for any RL library (and launch/preference_env.py)."""
+"""Our environments as gymnasium 1.x vector envs, for any RL library and PreferenceVecEnv."""
 from __future__ import annotations
 
 from typing import Any

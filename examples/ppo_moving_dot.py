@@ -29,6 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n_envs", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--torch_threads", type=int, default=1, help="torch threads for PPO and r̂")
+    p.add_argument("--n_initial_prefs", type=int,
+                   help="labels before pretraining (default: MovingDot's settings)")
+    p.add_argument("--n_initial_epochs", type=int,
+                   help="pretraining epochs (default: MovingDot's settings)")
     p.add_argument("--stop_at_level", action="store_true",
                    help="stop once the mean true return of the last 64 episodes reaches 90%% of "
                         "the scripted policy's")
@@ -49,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(a.torch_threads)
     env = PreferenceVecEnv(GymVectorEnv("MovingDotNoFrameskip-v0", a.n_envs, seed=a.seed),
                            synthetic_prefs=True, seed=a.seed, log_dir=a.log_dir,
-                           million_timesteps=a.million_timesteps)
+                           million_timesteps=a.million_timesteps,
+                           n_initial_prefs=a.n_initial_prefs, n_initial_epochs=a.n_initial_epochs)
 
     class StopAtLevel(BaseCallback):
         def _on_step(self) -> bool:

@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     m = MILESTONES[a.name]
     seeds = a.seeds if a.seeds is not None else ([0, 1, 2] if a.name == "moving_dot" else [0])
     if not a.report_only:
-        for seed in seeds:
+        for k, seed in enumerate(seeds, 1):
+            print(f"{a.name}: run {k} of {len(seeds)} (seed {seed})", flush=True)
             code = run_seed(m, a.name, seed, a.extra.split())
             if code not in (0,):
                 print(f"run for seed {seed} ended with status {code}", file=sys.stderr)

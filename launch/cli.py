@@ -14,6 +14,7 @@ from launch.deferred import Deferred
 from launch.env_settings import describe as env_settings_help
 from launch.env_settings import env_settings
 from launch.preflight import first_error
+from pref_interface.pairs import OVERSAMPLE
 from pref_interface.player import PLAYER_KINDS
 
 MODES = ("gather_initial_prefs", "pretrain_reward_predictor", "train_policy_with_preferences",
@@ -106,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "in it (App. A); default: 1 for Atari games except Pong, else 0")
     g.add_argument("--query_selection", choices=("random", "disagreement"), default="random",
                    help="pairs to label: random, or those the ensemble disagrees on most (App. A)")
-    g.add_argument("--oversampling", type=int, default=10,
+    g.add_argument("--oversampling", type=int, default=OVERSAMPLE,
                    help="disagreement draws this many times more candidate pairs than it shows")
     g.add_argument("--label_schedule", choices=("none", "constant", "annealed"), default="none",
                    help="none: label as fast as the predictor trains; constant or annealed (App. "
@@ -161,9 +162,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what --min_predictor_labels_per_step counts: the labels each member "
                         "trains on, or those of all members together (App. A.2 says \"the "
                         "predictor\" processes about 1 label per 10 steps)")
-    g.add_argument("--reward_refresh_steps", type=int, default=0,
-                   help="A2C takes the trainer's newest predictor only after scoring this many "
-                        "agent steps on the one it holds (0: at every rollout, as in the paper)")
     g.add_argument("--reward_predictor_threads", type=int, default=1,
                    help="torch threads in the reward-predictor trainer process; while A2C "
                         "waits for it, and in pretraining, it takes --torch_threads's too")
@@ -262,8 +260,6 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("--label_noise is in [0, 1); --oversampling and --max_labels >= 1")
     if args.min_predictor_labels_per_step < 0:
         raise UsageError("--min_predictor_labels_per_step must not be negative")
-    if args.reward_refresh_steps < 0:
-        raise UsageError("--reward_refresh_steps must not be negative")
     if not 0.0 < args.reward_predictor_duty <= 1.0:
         raise UsageError("--reward_predictor_duty must be in (0, 1]")
     if args.anneal_every_frames <= 0:

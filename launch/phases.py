@@ -9,7 +9,8 @@ from pathlib import Path
 from launch.configs import PREDICTOR_FILE, PREFS_FILE, a2c_config, interface_config, trainer_config
 from launch.deferred import Deferred
 from launch.summary import RunReport
-from launch.supervisor import Channels, Supervisor, a2c_status, percent, preference_status
+from launch.supervisor import (Channels, Progress, Supervisor, a2c_status, percent,
+                               preference_status)
 
 A2C = "a2c.train:train_a2c"  # the processes' entry points, imported in the child
 INTERFACE = "pref_interface.process:run_pref_interface"
@@ -41,9 +42,9 @@ def gather_phase(args, run_dir: Path, ctx, n_labels: int,
         print("answer " + ("on the page or " if args.player_kind == "web" else "") +
               "here: Ctrl-D stops labelling (labels kept), Ctrl-C stops the run", file=sys.stderr)
     # A person labelling sees the counters in the prompt: no status line over the player.
-    return sup.wait(None if ch.answers is not None else
-                    lambda: preference_status(a2c_stats, istats),
-                    until=lambda: not sup.procs["pref_interface"].is_alive())
+    progress = None if ch.answers is not None else Progress(
+        "labels", n_labels, "label", lambda: (istats.labels_total.value, a2c_status(a2c_stats)))
+    return sup.wait(progress=progress, until=lambda: not sup.procs["pref_interface"].is_alive())
 
 
 def pretrain_phase(args, run_dir: Path, ctx, prefs_path: str) -> int:
@@ -65,8 +66,9 @@ def pretrain_phase(args, run_dir: Path, ctx, prefs_path: str) -> int:
     sup.start("reward_predictor", "reward_predictor.process:run_pretraining",
               trainer_config(args, run_dir), prefs_path,
               epochs, sup.stop_event, stats, str(run_dir / "tb" / "pretrain"))
-    code = sup.wait(lambda: f"pretraining epoch {done + stats.epoch.value}/"
-                            f"{args.n_initial_epochs} | val acc {percent(stats.val_accuracy.value)}")
+    code = sup.wait(progress=Progress(
+        "pretraining", args.n_initial_epochs, "epoch",
+        lambda: (done + stats.epoch.value, f"val acc {percent(stats.val_accuracy.value)}")))
     args.reward_ckpt_path = str(run_dir / "reward_predictor" / PREDICTOR_FILE)
     if Path(args.reward_ckpt_path).is_file():
         progress_file.write_text(json.dumps({"epochs_done": done + stats.epoch.value}) + "\n")
@@ -115,7 +117,8 @@ def train_policy_with_preferences(args, run_dir: Path, ctx, report: RunReport) -
                            args.reward_ckpt_path),
                   ch.a2c_observers(), sup.stop_event)
         ch.start_episode_viewer(sup)
-        return sup.wait(lambda: a2c_status(stats), until=lambda: not sup.procs["a2c"].is_alive())
+        return sup.wait(progress=training_progress(args, stats, lambda: a2c_status(stats, False)),
+                        until=lambda: not sup.procs["a2c"].is_alive())
 
     code, prefs_path = prepare_predictor(args, run_dir, ctx, report)
     if code or prefs_path is None:
@@ -125,7 +128,17 @@ def train_policy_with_preferences(args, run_dir: Path, ctx, report: RunReport) -
     loop.sup.start("a2c", A2C, a2c_config(args, run_dir), str(run_dir / "tb"), loop.agent_stats,
                    loop.reward_fn, loop.observers, loop.ch.stop, loop.pace)
     loop.ch.start_episode_viewer(loop.sup)
-    return loop.sup.wait(loop.status, until=lambda: not loop.sup.procs["a2c"].is_alive())
+    # While a person labels, the counters are in the prompt: no bar over the player.
+    progress = None if loop.ch.answers is not None else training_progress(
+        args, loop.agent_stats, lambda: loop.status(steps=False))
+    return loop.sup.wait(loop.status, until=lambda: not loop.sup.procs["a2c"].is_alive(),
+                         progress=progress)
+
+
+def training_progress(args, stats, status) -> Progress:
+    """The policy's training as a progress bar of agent steps, `status()` beside it."""
+    return Progress("agent steps", int(args.million_timesteps * 1e6), "step",
+                    lambda: (stats.timesteps.value, status()), unit_scale=True)
 
 
 def prepare_predictor(args, run_dir: Path, ctx, report: RunReport | None = None
@@ -180,17 +193,18 @@ class PreferenceLoop:
                            tconfig),
                   self.agent_stats.timesteps)
         self.reward_fn = Deferred("reward_predictor.reward_fn:PredictedReward", ch.reward_weights,
-                                  tconfig, args.reward_refresh_steps)
+                                  tconfig)
         self.observers = ch.a2c_observers(self.interface_stats)
         self.pace = Deferred("reward_predictor.pace:PredictorPace", ch.reward_weights,
                              labels_per_member(args.min_predictor_labels_per_step,
                                                args.predictor_pace_unit, args.ensemble_size))
 
-    def status(self) -> str:
+    def status(self, steps: bool = True) -> str:
         """The status line; "" while a person labels (the counters are in the prompt)."""
         if self.ch.answers is not None and self.sup.procs["pref_interface"].is_alive():
             return ""
-        return preference_status(self.agent_stats, self.interface_stats, self.trainer_stats)
+        return preference_status(self.agent_stats, self.interface_stats, self.trainer_stats,
+                                 steps)
 
 
 def train_policy_with_original_rewards(args, run_dir: Path, ctx, report: RunReport) -> int:
@@ -202,7 +216,8 @@ def train_policy_with_original_rewards(args, run_dir: Path, ctx, report: RunRepo
     sup.start("a2c", A2C, a2c_config(args, run_dir), str(run_dir / "tb"), stats, None,
               ch.a2c_observers(), sup.stop_event)
     ch.start_episode_viewer(sup)
-    return sup.wait(lambda: a2c_status(stats), until=lambda: not sup.procs["a2c"].is_alive())
+    return sup.wait(progress=training_progress(args, stats, lambda: a2c_status(stats, False)),
+                    until=lambda: not sup.procs["a2c"].is_alive())
 
 
 MODE_RUNNERS = {"gather_initial_prefs": gather_initial_prefs,

@@ -8,11 +8,29 @@ import signal
 import sys
 import time
 import traceback
+from dataclasses import dataclass
+from typing import Callable
 
 from launch.deferred import Deferred
 from launch.process_setup import die_with_parent, name_process
 
 EXIT_INTERRUPTED = 130
+
+
+@dataclass
+class Progress:
+    """A wait whose end is known: `read()` gives how many of `total` `unit`s are done and a
+    short status. On a terminal it is drawn as a progress bar (tqdm), in a log as a line."""
+
+    desc: str
+    total: int
+    unit: str
+    read: Callable[[], tuple[int, str]]
+    unit_scale: bool = False  # 12.3k rather than 12345
+
+    def line(self) -> str:
+        done, status = self.read()
+        return f"{self.desc} {done:,}/{self.total:,}" + (f" | {status}" if status else "")
 
 
 def _child(call: Deferred, errors) -> None:
@@ -46,11 +64,16 @@ class Supervisor:
         proc.start()
         self.procs[name] = proc
 
-    def wait(self, status_line=None, until=None, grace_s: float = 60.0) -> int:
+    def wait(self, status_line=None, until=None, grace_s: float = 60.0,
+             progress: Progress | None = None) -> int:
         """Block until every process ends (or `until()` is true, then stop them); return an exit
-        status: 0, 1 for a crashed child, 130 for Ctrl-C."""
+        status: 0, 1 for a crashed child, 130 for Ctrl-C. Meanwhile `status_line()`, or the
+        `progress` bar, shows how the run goes."""
         tty = sys.stderr.isatty()
         last_print = 0.0
+        bar = _progress_bar(progress) if tty and progress is not None else None
+        if progress is not None and bar is None and status_line is None:
+            status_line = progress.line
         deadline = None  # once `until()` holds: when the children still running are terminated
         try:
             while any(p.is_alive() for p in self.procs.values()):
@@ -70,7 +93,12 @@ class Supervisor:
                     self._join(0.0)
                     return 0  # terminated by us, not failed
                 now = time.monotonic()
-                if status_line is not None and now - last_print >= (1.0 if tty else 30.0):
+                if bar is not None and now - last_print >= 1.0:
+                    last_print = now
+                    done, status = progress.read()
+                    bar.update(min(done, progress.total) - bar.n)
+                    bar.set_postfix_str(status)
+                elif status_line is not None and now - last_print >= (1.0 if tty else 30.0):
                     last_print = now
                     line = status_line()
                     if line:  # "" while a person labels: the prompt is on screen
@@ -83,7 +111,9 @@ class Supervisor:
             self._join(grace_s)
             return EXIT_INTERRUPTED
         finally:
-            if tty and status_line is not None:
+            if bar is not None:
+                bar.close()
+            elif tty and status_line is not None:
                 sys.stderr.write("\n")
         crashed = [n for n, p in self.procs.items() if p.exitcode not in (0, None)]
         return self._fail(crashed) if crashed else 0
@@ -120,6 +150,13 @@ class Supervisor:
                 proc.join(5.0)
             if proc.is_alive():
                 proc.kill()
+
+
+def _progress_bar(progress: Progress):
+    from tqdm import tqdm
+
+    return tqdm(total=progress.total, desc=progress.desc, unit=progress.unit, file=sys.stderr,
+                unit_scale=progress.unit_scale, dynamic_ncols=True, smoothing=0.1)
 
 
 class Channels:
@@ -182,14 +219,19 @@ def number(value: float) -> str:
     return "-" if value != value else f"{value:.1f}"  # NaN until the first episode ends
 
 
-def a2c_status(stats) -> str:
-    """One short line (fits 80 columns with the preference counters)."""
+def a2c_status(stats, steps: bool = True) -> str:
+    """One short line (fits 80 columns with the preference counters); without the steps and
+    their rate when a progress bar shows them."""
+    line = f"ep {stats.episodes.value} | return {number(stats.recent_return.value)}"
+    if not steps:
+        return line
     return (f"steps {stats.timesteps.value / 1e3:,.1f}k | {stats.steps_per_sec.value:,.0f}/s | "
-            f"ep {stats.episodes.value} | return {number(stats.recent_return.value)}")
+            + line)
 
 
-def preference_status(a2c_stats, interface_stats=None, trainer_stats=None) -> str:
-    line = a2c_status(a2c_stats)
+def preference_status(a2c_stats, interface_stats=None, trainer_stats=None,
+                      steps: bool = True) -> str:
+    line = a2c_status(a2c_stats, steps)
     if interface_stats is not None:
         line += f" | labels {interface_stats.labels_total.value}"
         if interface_stats.segments_dropped.value:

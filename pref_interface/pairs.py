@@ -11,6 +11,8 @@ import numpy as np
 from pref_interface.packed import PackedSegment
 from pref_interface.segment import Segment
 
+OVERSAMPLE = 10  # App. A: disagreement draws 10x more candidate pairs than it shows
+
 Candidate = tuple[int, Segment, int, Segment]  # (id_a, seg_a, id_b, seg_b)
 # Scores candidate pairs, higher = more worth asking about (e.g. the ensemble's disagreement).
 PairScorer = Callable[[Sequence[Candidate]], np.ndarray]
@@ -114,7 +116,7 @@ class SegmentBuffer:
         return len(ids) * (len(ids) - 1) // 2 - offered_within
 
     def sample_new_pairs(self, k: int, rng: np.random.Generator, score: PairScorer | None = None,
-                         oversample: int = 10) -> list[Candidate]:
+                         oversample: int = OVERSAMPLE) -> list[Candidate]:
         """Up to `k` pairs of distinct segments never offered before, marked as offered now.
 
         With `score`, `oversample * k` candidates are drawn and the best `k` kept (§2.2.4 / App.

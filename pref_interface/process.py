@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from pref_interface.pairs import SegmentBuffer
-from pref_interface.segment import LabelEdit, Preference, Segment
+from pref_interface.pairs import OVERSAMPLE, SegmentBuffer
+from pref_interface.segment import LabelEdit, Preference
 from pref_interface.sender import QueueSender
 from pref_interface.store import PreferenceStore
 from pref_interface.schedule import FRAMESKIP, LabelSchedule
@@ -68,7 +68,7 @@ class InterfaceConfig:
     oracle penalises episode ends, except in Pong)."""
     selection: str = "random"
     """Query selection: "random" or "disagreement" (App. A: highest ensemble variance)."""
-    oversample: int = 10
+    oversample: int = OVERSAMPLE
     """Disagreement selection draws this many times more candidate pairs than it shows."""
     label_schedule: str = "none"
     """"none" (as fast as the trainer uses them), "constant" or "annealed" (App. A: rate

@@ -75,9 +75,3 @@ class LabelSchedule:
         due = self.n_initial + self.initial_rate * self._rate_integral(max(0.0, frames_so_far))
         # The small epsilon keeps float round-off from holding back a label that is due exactly.
         return min(self.max_labels, math.floor(due + 1e-9))
-
-
-def label_schedule(kind: str, frames_so_far: float, max_labels: int, total_frames: int,
-                   n_initial: int = 0) -> int:
-    """Labels due after `frames_so_far` frames: `LabelSchedule(...).labels_due(frames_so_far)`."""
-    return LabelSchedule(kind, max_labels, total_frames, n_initial).labels_due(frames_so_far)

@@ -50,17 +50,6 @@ class Segment:
         """How many episodes ended inside the clip (0 when `dones` is None)."""
         return 0 if self.dones is None else int(self.dones.sum())
 
-    @staticmethod
-    def from_stacks(stacks: np.ndarray, actions: np.ndarray, true_rewards: np.ndarray,
-                    dones: np.ndarray | None = None) -> "Segment":
-        """Build a segment from consecutive uint8 (T, 4, 84, 84) observations."""
-        assert stacks.ndim == 4 and stacks.shape[1] == STACK, stacks.shape
-        frames = np.concatenate([stacks[0, :-1], stacks[:, -1]], axis=0)
-        return Segment(np.ascontiguousarray(frames, dtype=np.uint8),
-                       np.asarray(actions, dtype=np.int64),
-                       np.asarray(true_rewards, dtype=np.float32),
-                       None if dones is None else np.asarray(dones, dtype=bool))
-
 
 @dataclass(frozen=True)
 class Preference:

@@ -14,7 +14,6 @@ import numpy as np
 from pref_interface.pairs import Candidate, PairScorer
 from pref_interface.segment import Segment
 
-OVERSAMPLE = 10  # App. A: 10x more candidate pairs than queries
 SELECTIONS = ("random", "disagreement")
 
 # P[left preferred] under each ensemble member: (left clips, right clips) -> (n_members, B),

@@ -23,7 +23,6 @@ class TrainerConfig:
     dropout: float = 0.0  # dropout on the conv layers (App. A.2 uses 0.5)
     batchnorm: bool = False  # batch norm on the conv layers (App. A.2)
     lr: float = LEARNING_RATE  # Adam learning rate
-    l2: float = 0.0  # initial L2 coefficient of every member
     max_prefs: int = MAX_PREFS  # labels kept, oldest dropped first (App. A: 3,000)
     batch_size: int = BATCH_SIZE  # segment pairs per member per step
     ckpt_interval: int = 1000  # train steps between checkpoints (0: only on exit)

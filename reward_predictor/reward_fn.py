@@ -20,22 +20,11 @@ class _SharedEnsemble:
 
 
 class PredictedReward(_SharedEnsemble):
-    """A2C's reward function r̂: the members' normalised predictions, averaged (App. A.2).
-
-    With `refresh_steps` > 0 it takes the trainer's newest weights only once it has scored that
-    many agent steps on the weights it holds, so A2C learns against a reward that holds still in
-    between; 0 takes the newest weights at every call (the paper's setting)."""
-
-    def __init__(self, shared_weights: SharedWeights, config: TrainerConfig,
-                 refresh_steps: int = 0) -> None:
-        super().__init__(shared_weights, config)
-        self.refresh_steps = refresh_steps
-        self._scored_on_held = refresh_steps  # the first call takes the newest weights
+    """A2C's reward function r̂: the members' normalised predictions, averaged (App. A.2), with
+    the trainer's newest weights at every call."""
 
     def __call__(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        if self._scored_on_held >= self.refresh_steps and self.shared_weights.pull(self.ensemble):
-            self._scored_on_held = 0
-        self._scored_on_held += len(obs)
+        self.shared_weights.pull(self.ensemble)
         return self.ensemble.reward(obs, actions)
 
 

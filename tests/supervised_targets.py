@@ -16,3 +16,9 @@ def work_until_stopped(stop_event, finished) -> None:
 def ignore_the_stop(stop_event) -> None:
     while True:  # stuck, e.g. blocked on a half-written message
         time.sleep(0.05)
+
+
+def count_to(n: int, counter, step_s: float = 0.3) -> None:
+    for _ in range(n):
+        time.sleep(step_s)
+        counter.value += 1

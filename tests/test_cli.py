@@ -25,6 +25,12 @@ def test_original_rewards_smoke_run_writes_the_run_directory(tmp_path):
     assert '"n_envs": 4' in (d / "settings.json").read_text()
     assert list((d / "policy").glob("policy-*.pt"))
     assert list((d / "tb").glob("events.out.tfevents.*"))
+    # The summary at the end: what the run did and what to type next.
+    summary = r.stderr[r.stderr.index("run finished"):]
+    assert "agent steps    4,000" in summary and f"run directory  {d}" in summary, summary
+    assert "(mean of the last 100 episodes; random -2.5, scripted 21.8)" in summary
+    assert f"run_checkpoint.py MovingDotNoFrameskip-v0 {d}/policy" in summary
+    assert "resume:" not in summary and "labels" not in summary  # finished; no labels here
     w = run("run_checkpoint.py", "MovingDotNoFrameskip-v0", str(d / "policy"), "--episodes", "2",
             "--video", str(tmp_path / "ep.gif"))
     assert w.returncode == 0, w.stderr
@@ -43,7 +49,6 @@ def test_original_rewards_smoke_run_writes_the_run_directory(tmp_path):
     ["train_policy_with_preferences", "MovingDot-v0", "--reward_predictor_device", "cuda:99"],
     ["train_policy_with_original_rewards", "MovingDot-v0", "--device", "cuda:99"],
     ["train_policy_with_preferences", "MovingDot-v0", "--min_predictor_labels_per_step", "-1"],
-    ["train_policy_with_preferences", "MovingDot-v0", "--reward_refresh_steps", "-1"],
     ["train_policy_with_preferences", "MovingDot-v0", "--max_pairs_per_clip", "-1"],
     ["train_policy_with_original_rewards"],
 ])
@@ -85,6 +90,7 @@ def test_ctrl_c_saves_a_checkpoint_leaves_no_process_and_exits_130(tmp_path,
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert list((d / "policy").glob("policy-*.pt"))
+    assert "run stopped by Ctrl-C" in err and f"python run.py --resume {d}" in err, err
     time.sleep(0.5)
     ps = subprocess.run(["ps", "-o", "pid=,stat=", "-g", str(proc.pid)], capture_output=True,
                         text=True)

@@ -13,11 +13,12 @@ import torch
 from torch import nn
 
 from pref_interface.cutter import SegmentCutter
-from pref_interface.pairs import SegmentBuffer, select_pairs
-from pref_interface.schedule import LabelSchedule, label_schedule
+from pref_interface.pairs import OVERSAMPLE, SegmentBuffer, select_pairs
+from pref_interface.schedule import LabelSchedule
 from pref_interface.segment import Preference, Segment
-from pref_interface.selection import OVERSAMPLE, disagreement_score, make_pair_scorer
+from pref_interface.selection import disagreement_score, make_pair_scorer
 from pref_interface.store import PreferenceStore, decode_segment, encode_segment
+from tests.helpers import segment_from_stacks
 from pref_interface.teachers import (BoltzmannTeacher, EqualTeacher, Labeller, MistakeTeacher,
                                      MyopicTeacher, OracleTeacher, SkipTeacher, make_teacher,
                                      teacher_return)
@@ -154,7 +155,6 @@ def test_schedule_spends_the_budget_and_never_exceeds_it():
     assert const.labels_due(25_000_000) == 1750  # linear in T
     annealed = LabelSchedule("annealed", 3000, 50_000_000, 500)
     assert annealed.labels_due(25_000_000) > const.labels_due(25_000_000)  # front-loaded
-    assert label_schedule("annealed", 25_000_000, 3000, 50_000_000, 500) == annealed.labels_due(25_000_000)
     for bad in (dict(kind="hyperbolic"), dict(n_initial=4000), dict(total_frames=0)):
         with pytest.raises(ValueError):
             LabelSchedule(**{"kind": "annealed", "max_labels": 3000, "total_frames": 1000, **bad})
@@ -354,9 +354,9 @@ def test_teacher_spec_parser_builds_each_teacher_and_rejects_junk():
 
 def test_segments_carry_optional_episode_ends():
     stacks = np.zeros((3, 4, 84, 84), np.uint8)
-    seg = Segment.from_stacks(stacks, np.zeros(3), np.zeros(3))
+    seg = segment_from_stacks(stacks, np.zeros(3), np.zeros(3))
     assert seg.dones is None and seg.n_episode_ends == 0
-    seg = Segment.from_stacks(stacks, np.zeros(3), np.zeros(3), dones=[0, 0, 1])
+    seg = segment_from_stacks(stacks, np.zeros(3), np.zeros(3), dones=[0, 0, 1])
     assert seg.dones.dtype == bool and seg.n_episode_ends == 1
     with pytest.raises(AssertionError):
         Segment(seg.frames, seg.actions, seg.true_rewards, np.zeros(2, bool))

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from pref_interface.segment import Preference, Segment
+from tests.helpers import segment_from_stacks
 from pref_interface.store import SCHEMA_VERSION, PreferenceStore, StoreError, decode_segment, encode_segment
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,6 +78,7 @@ _WRITER = """
 import sys
 import numpy as np
 from pref_interface.segment import Preference, Segment
+from tests.helpers import segment_from_stacks
 from pref_interface.store import PreferenceStore
 rng = np.random.default_rng(int(sys.argv[2]))
 store = PreferenceStore(sys.argv[1])
@@ -193,7 +195,8 @@ def test_atari_segments_compress_to_a_few_kilobytes():
         stacks.append(obs[0].copy())
         obs, *_ = env.step(np.random.default_rng(0).integers(0, 6, size=1))
     env.close()
-    seg = Segment.from_stacks(np.array(stacks[100:125]), np.zeros(25, np.int64), np.zeros(25, np.float32))
+    seg = segment_from_stacks(np.array(stacks[100:125]), np.zeros(25, np.int64),
+                              np.zeros(25, np.float32))
     blob = encode_segment(seg)
     assert np.array_equal(decode_segment(blob).stacks(), np.array(stacks[100:125]))
     assert len(blob) < 10_000, len(blob)

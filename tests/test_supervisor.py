@@ -2,6 +2,8 @@
 import multiprocessing as mp
 import time
 
+import pytest
+
 from launch.supervisor import Supervisor
 
 WORKER = "tests.supervised_targets:work_until_stopped"  # children import their targets
@@ -33,3 +35,24 @@ def test_a_child_stuck_after_the_stop_is_terminated_after_the_grace(capsys):
     assert not any(p.is_alive() for p in sup.procs.values())
     assert finished.value == 1
     assert "stopping stuck" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_a_wait_whose_end_is_known_is_a_bar_on_a_terminal_and_a_line_in_a_log(tty, monkeypatch,
+                                                                               capsys):
+    import sys
+
+    from launch.supervisor import Progress
+
+    ctx = mp.get_context("spawn")
+    sup = Supervisor(ctx, ctx.Event())
+    done = ctx.Value("i", 0)
+    sup.start("counter", "tests.supervised_targets:count_to", 8, done)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: tty)
+    progress = Progress("labels", 8, "label", lambda: (done.value, "val acc 80%"))
+    assert sup.wait(progress=progress) == 0
+    err = capsys.readouterr().err
+    if tty:  # tqdm's bar: count, total and the status beside it
+        assert "labels:" in err and "/8 [" in err and "val acc 80%" in err, err
+    else:  # a log gets the line every 30 s: here, once at the start
+        assert err.strip() == "labels 0/8 | val acc 80%", err

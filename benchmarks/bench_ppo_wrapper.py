@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""PPO through PreferenceVecEnv against our A2C: MovingDot from synthetic preferences.
+
+For each seed, runs (a) `run.py train_policy_with_preferences MovingDotNoFrameskip-v0
+--synthetic_prefs` (our A2C, the environment's own settings) and (b) `examples/ppo_moving_dot.py`
+(stable-baselines3's PPO through the wrapper, same preference settings), one after the other.
+Each stops once the mean true return of its last 64 episodes reaches 90% of the scripted policy's
+(19.6), or at its step budget. Prints the labels, agent steps and wall-clock (from the command's
+start: gathering and pretraining included) at that moment.
+
+    python -m benchmarks.bench_ppo_wrapper --seeds 0 --out_dir ~/runs/ppo_vs_a2c
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.time_to_level import run_until_level  # noqa: E402
+from envs.scores import MOVING_DOT_LEVEL  # noqa: E402
+
+
+def commands(seed: int, out: Path, ppo_million: float) -> dict[str, tuple[list[str], Path]]:
+    a2c, ppo = out / f"a2c-seed{seed}", out / f"ppo-seed{seed}"
+    return {
+        "our A2C (run.py)": (["run.py", "train_policy_with_preferences", "MovingDotNoFrameskip-v0",
+                              "--synthetic_prefs", "--seed", str(seed), "--log_dir", str(a2c)], a2c),
+        "SB3 PPO through PreferenceVecEnv": (
+            ["-m", "examples.ppo_moving_dot", "--stop_at_level", "--seed", str(seed),
+             "--million_timesteps", str(ppo_million), "--log_dir", str(ppo)], ppo),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--out_dir", default=str(ROOT / "runs" / "ppo_vs_a2c"))
+    p.add_argument("--ppo_million_timesteps", type=float, default=1.0, help="PPO's step budget")
+    a = p.parse_args(argv)
+    out = Path(a.out_dir).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"machine: {platform.processor() or platform.machine()}; level {MOVING_DOT_LEVEL}",
+          flush=True)
+    rows = []
+    for seed in a.seeds:
+        for name, (cmd, run_dir) in commands(seed, out, a.ppo_million_timesteps).items():
+            r = {"agent": name, "seed": seed, **run_until_level(cmd, run_dir, MOVING_DOT_LEVEL)}
+            print(json.dumps(r), flush=True)
+            rows.append(r)
+    print("| agent | seed | reached 19.6 | labels | agent steps | wall-clock |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        if r["reached"]:
+            print(f"| {r['agent']} | {r['seed']} | yes | {r['labels']:,.0f} | {r['steps']:,.0f} | "
+                  f"{r['wall_s'] / 60:.1f} min |")
+        else:
+            print(f"| {r['agent']} | {r['seed']} | no | - | - | - |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

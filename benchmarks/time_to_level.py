@@ -1,0 +1,49 @@
+"""Run a training command until its true return reaches a level: the agent steps, labels and
+wall-clock it took (what benchmarks/ablations.py and bench_ppo_wrapper.py report)."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from experiments.runlog import RunLog
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_until_level(cmd: list[str], run_dir: Path, level: float, poll_s: float = 5.0) -> dict:
+    """Start `python CMD...` (writing to `run_dir`), stop it as Ctrl-C would once the mean true
+    return of its last 64 episodes reaches `level`. Returns {"reached": bool} and, when reached,
+    the agent steps, the labels in the store then, and the seconds since the command started
+    (so the initial labelling and pretraining are included)."""
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # an unfinished run from an earlier attempt: start it again
+    t0 = time.time()
+    proc = subprocess.Popen([sys.executable, *cmd], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    hit = None
+    while proc.poll() is None:
+        time.sleep(poll_s)
+        if (run_dir / "tb").is_dir():
+            hit = RunLog(run_dir).first_time_at(level)
+            if hit is not None:
+                os.killpg(proc.pid, signal.SIGINT)  # a clean stop, as Ctrl-C
+                proc.wait(300)
+                break
+    log = RunLog(run_dir)
+    hit = hit or log.first_time_at(level)
+    result = {"reached": hit is not None}
+    if hit is not None:
+        steps, _ = hit
+        ls, n = log.labels()
+        sps = log.sps
+        reach_wall = float(np.interp(steps, sps[:, 1], sps[:, 0])) if len(sps) else t0
+        result.update(steps=steps, wall_s=reach_wall - t0,
+                      labels=float(n[ls <= steps][-1]) if (ls <= steps).any() else float("nan"))
+    return result

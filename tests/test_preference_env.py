@@ -1,0 +1,125 @@
+"""PreferenceVecEnv: the preference loop around another library's agent (gymnasium 1.x)."""
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+from envs.gym_vector import GymVectorEnv
+from launch.preference_env import PreferenceVecEnv, settings_argv
+
+ROOT = Path(__file__).resolve().parent.parent
+# The loop in miniature: a few labels, one pretraining epoch.
+SMALL = dict(synthetic_prefs=True, n_initial_prefs=12, n_initial_epochs=1, max_segs=50)
+
+
+def test_settings_are_run_py_flags_as_keywords():
+    argv = settings_argv("PongNoFrameskip-v4", 8, dict(synthetic_prefs=True, batchnorm=False,
+                                                       adaptive_l2=False, dropout=0.5, seed=3))
+    assert argv == ["train_policy_with_preferences", "PongNoFrameskip-v4", "--n_envs", "8",
+                    "--synthetic_prefs", "--no_batchnorm", "--no_adaptive_l2", "--dropout", "0.5",
+                    "--seed", "3"]
+    assert "--synthetic_prefs" not in settings_argv("PongNoFrameskip-v4", 8,
+                                                    dict(synthetic_prefs=False))
+    with pytest.raises(ValueError, match="unknown setting 'learning_rate'"):
+        settings_argv("PongNoFrameskip-v4", 8, dict(learning_rate=1e-3))
+    with pytest.raises(ValueError, match="n_envs=4 but the env has 8"):
+        settings_argv("PongNoFrameskip-v4", 8, dict(n_envs=4))
+
+
+class _NextStepEnv(gymnasium.vector.VectorEnv):
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, shape=(4, 84, 84)):
+        self.num_envs = 2
+        self.single_observation_space = gymnasium.spaces.Box(0, 255, shape, np.uint8)
+        self.single_action_space = gymnasium.spaces.Discrete(3)
+
+
+@pytest.mark.parametrize("env, message", [
+    (_NextStepEnv(), "same step"),
+    (_NextStepEnv((84, 84, 4)), r"uint8 \(4, 84, 84\)"),
+])
+def test_an_env_it_cannot_cut_clips_from_is_refused_in_one_line(env, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        PreferenceVecEnv(env, "MovingDotNoFrameskip-v0", log_dir=str(tmp_path / "r"))
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_bad_setting_is_a_value_error_and_writes_nothing(tmp_path):
+    env = GymVectorEnv("MovingDotNoFrameskip-v0", 2)
+    with pytest.raises(ValueError, match="--max_segs must be positive"):
+        PreferenceVecEnv(env, log_dir=str(tmp_path / "r"), max_segs=0)
+    assert not (tmp_path / "r").exists()
+
+
+def test_gym_vector_env_reports_episodes_as_record_episode_statistics_does():
+    env = GymVectorEnv("MovingDotNoFrameskip-v0", 3, seed=1)
+    obs, _ = env.reset(seed=1)
+    assert obs.shape == (3, 4, 84, 84) and obs.dtype == np.uint8
+    total = np.zeros(3)
+    for t in range(250):  # a MovingDot episode is 250 agent steps
+        obs, rew, term, trunc, info = env.step(env.action_space.sample())
+        total += rew
+    assert term.all() and not trunc.any() and info["_episode"].all()
+    np.testing.assert_allclose(info["episode"]["r"], total)
+    assert (info["episode"]["l"] == 250).all()
+    env.close()
+
+
+def test_the_wrapper_runs_the_loop_around_an_agent_and_saves_like_run_py(tmp_path, capsys):
+    """Gathering, pretraining, then labels and predictor training while the caller steps; the
+    rewards are r̂; the run directory has what run.py's has; close() prints the summary."""
+    from pref_interface.store import PreferenceStore
+
+    d = tmp_path / "run"
+    env = PreferenceVecEnv(GymVectorEnv("MovingDotNoFrameskip-v0", 4), log_dir=str(d), **SMALL)
+    obs, _ = env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    rewards, true = [], []
+    try:
+        for _ in range(1000):
+            obs, r, term, trunc, info = env.step(rng.integers(0, 5, 4))
+            rewards.append(r)
+            true.append(info["true_reward"])
+    finally:
+        env.close()
+    rewards, true = np.array(rewards), np.array(true)
+    assert rewards.dtype == np.float32 and rewards.shape == (1000, 4)
+    assert not np.array_equal(rewards, true) and rewards.std() > 0  # r̂, not the game's reward
+    assert set(np.unique(true)) <= {-1.0, 0.0, 1.0}
+    with PreferenceStore(str(d / "prefs.sqlite"), create=False) as store:
+        assert len(store) > SMALL["n_initial_prefs"]  # labelled while the caller stepped
+    assert (d / "reward_predictor" / "reward_predictor.pt").is_file()
+    assert (d / "settings.json").is_file() and list((d / "tb").glob("events.out.tfevents.*"))
+    err = capsys.readouterr().err
+    assert "run finished" in err and "agent steps    4,000" in err, err
+    env.close()  # a second close does nothing
+
+
+def test_stable_baselines3_ppo_trains_through_the_wrapper(tmp_path):
+    """The example script, briefly: PPO steps, learns on r̂ and saves its model."""
+    d = tmp_path / "ppo"
+    r = subprocess.run([sys.executable, "-m", "examples.ppo_moving_dot", "--log_dir", str(d),
+                        "--million_timesteps", "0.004", "--n_envs", "4", "--n_initial_prefs",
+                        "12", "--n_initial_epochs", "1"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (d / "ppo.zip").is_file() and "run finished" in r.stderr
+
+
+@pytest.mark.slow
+def test_ppo_learns_moving_dot_from_preferences_through_the_wrapper(tmp_path):
+    """Mean true return of the last 64 episodes reaches 90% of the scripted policy's."""
+    from envs.scores import MOVING_DOT_LEVEL
+    from experiments.runlog import RunLog
+
+    d = tmp_path / "ppo"
+    r = subprocess.run([sys.executable, "-m", "examples.ppo_moving_dot", "--log_dir", str(d),
+                        "--stop_at_level", "--million_timesteps", "1.0"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert RunLog(d).first_time_at(MOVING_DOT_LEVEL) is not None, r.stderr[-3000:]
