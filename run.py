@@ -12,7 +12,7 @@ import shlex
 import signal
 import sys
 
-from launch.cli import EXIT_USAGE, UsageError, make_run_dir, parse_args
+from launch.cli import EXIT_USAGE, Run, UsageError, make_run_dir, parse_args
 from launch.configs import PREFS_FILE
 from launch.phases import MODE_RUNNERS
 from launch.session import Session, open_labelling_page
@@ -31,35 +31,36 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        args = parse_args(argv)
-        page = open_labelling_page(args)
+        run = parse_args(argv)
+        page = open_labelling_page(run)
     except UsageError as e:
         print(f"run.py: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    run_dir = make_run_dir(args)
-    print(f"run directory: {run_dir}", file=sys.stderr)
+    make_run_dir(run)
+    print(f"run directory: {run.dir}", file=sys.stderr)
     ctx = mp.get_context("spawn")
-    session = Session(args, ctx, page)
-    report = RunReport(run_dir, args.env_id)
+    session = Session(run, ctx, page)
+    report = RunReport(run.dir, run.settings.env_id)
     code = 1
     try:
-        code = MODE_RUNNERS[args.mode](args, run_dir, ctx, report)
+        code = MODE_RUNNERS[run.settings.mode](run, ctx, session, report)
     except KeyboardInterrupt:  # between phases: nothing is running
         code = EXIT_INTERRUPTED
     finally:
         session.close()  # the terminal gets its settings back
-        print(end_of_run(args, report, code), file=sys.stderr)
+        print(end_of_run(run, report, code), file=sys.stderr)
     return code
 
 
-def end_of_run(args, report: RunReport, code: int) -> str:
+def end_of_run(run: Run, report: RunReport, code: int) -> str:
     """The summary printed when the run ends, however it ends."""
-    trains = args.mode in ("train_policy_with_preferences", "train_policy_with_original_rewards")
-    labels = args.mode != "train_policy_with_original_rewards" and not args.frozen_reward_predictor
-    d = shlex.quote(str(report.run_dir))
+    s = run.settings
+    trains = s.mode in ("train_policy_with_preferences", "train_policy_with_original_rewards")
+    labels = s.mode != "train_policy_with_original_rewards" and not s.frozen_reward_predictor
+    d = shlex.quote(str(run.dir))
     return report.summary(
-        code, report.run_dir / PREFS_FILE if labels else None, trained=trains,
-        watch_cmd=f"python run_checkpoint.py {args.env_id} {d}/policy" if trains else None,
+        code, run.dir / PREFS_FILE if labels else None, trained=trains,
+        watch_cmd=f"python run_checkpoint.py {s.env_id} {d}/policy" if trains else None,
         resume_cmd=f"python run.py --resume {d}" if trains and code != 0 else None)
 
 

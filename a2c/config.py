@@ -33,8 +33,8 @@ class A2CRunConfig:
     ckpt_dir: str = "policy"
     ckpt_interval: int = 1000  # updates between policy checkpoints
     load_ckpt_dir: str | None = None
-    torch_threads: int = 2
-    env_threads: int = 0  # ale-py threads; 0: one per core
+    torch_threads: int = 1
+    env_threads: int = 1  # ale-py threads; 0: one per core
     precision: str = "auto"  # "fp32", "bf16" (autocast), or "auto": bf16 where the CPU has it
     device: str = "cpu"  # where the policy acts and learns ("cuda": a GPU)
     hide_episode_ends: bool = False  # App. A: the agent sees one continuous episode

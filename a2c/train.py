@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import torch
@@ -16,14 +16,21 @@ from a2c.policies import make_policy
 from a2c.rollout import RewardFn, RolloutCollector, RolloutObserver
 from launch.precision import use_bf16
 
-if TYPE_CHECKING:
-    from reward_predictor.pace import PredictorPace
+
+class Pace(Protocol):
+    """A hook that may hold A2C back before each rollout (the reward predictor's pace)."""
+
+    def wait(self, agent_steps: int, stop_event: Any = None) -> float:
+        """Block while A2C is ahead; the seconds waited."""
+
+    def labels_per_step(self, agent_steps: int) -> float:
+        """What is logged as charts/predictor_labels_per_step."""
 
 
 def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
               make_reward_fn: Callable[[], RewardFn] | None = None,
               make_observers: Callable[[int], list[RolloutObserver]] | None = None,
-              stop_event=None, make_pace: Callable[[], "PredictorPace"] | None = None) -> int:
+              stop_event=None, make_pace: Callable[[], Pace] | None = None) -> int:
     """Train until `total_timesteps` agent steps (summed over envs); returns the steps reached.
 
     `make_reward_fn` builds, inside this process, the reward that replaces the env's;

@@ -33,7 +33,7 @@ def shift(run_dir: Path, n_clips: int, seed: int = 0, save: str | None = None) -
     from reward_predictor.process import build_ensemble, load_prefs
     from reward_predictor.trainer import RewardPredictorTrainer
 
-    config = cli.trainer_config(run_settings(run_dir), None)
+    config = cli.trainer_config(run_settings(run_dir), load_from=None, save=False)
     trainer = RewardPredictorTrainer(build_ensemble(config))
     trainer.load(str(run_dir / "reward_predictor" / cli.PREDICTOR_FILE))
     ensemble = trainer.ensemble

@@ -97,16 +97,14 @@ def collect(env, reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
     return Probe(np.array(predicted, dtype=np.float64), np.array(true, dtype=np.float64))
 
 
-def run_settings(run_dir: Path) -> argparse.Namespace:
-    """A run's saved settings, completed as run.py completes them, so that `trainer_config`
-    builds the predictor exactly as the run built it for A2C (on the CPU)."""
-    from launch import cli
+def run_settings(run_dir: Path):
+    """A saved run as launch/cli.py's Run, so that `trainer_config` builds the predictor exactly
+    as the run built it for A2C (on the CPU)."""
     from envs import env_kind
+    from launch.cli import Run, load_settings
 
-    settings = argparse.Namespace(**cli.load_settings(run_dir))
-    settings.env_kind = env_kind(settings.env_id)
-    settings.reward_ckpt_path, settings.predictor_device = None, "cpu"
-    return settings
+    settings = load_settings(run_dir)
+    return Run(settings, run_dir, env_kind(settings.env_id), "cpu", "cpu")
 
 
 def load_run(run_dir: Path, policy: str, n_envs: int, seed: int):
@@ -118,11 +116,11 @@ def load_run(run_dir: Path, policy: str, n_envs: int, seed: int):
     from envs import make_vec_env
     from reward_predictor.reward_fn import load_ensemble
 
-    settings = run_settings(run_dir)
-    kind = settings.env_kind
-    ensemble = load_ensemble(cli.trainer_config(settings, None),
+    run = run_settings(run_dir)
+    kind = run.env_kind
+    ensemble = load_ensemble(cli.trainer_config(run, load_from=None, save=False),
                              str(run_dir / "reward_predictor" / cli.PREDICTOR_FILE))
-    env = make_vec_env(settings.env_id, n_envs, seed=seed, num_threads=1)
+    env = make_vec_env(run.settings.env_id, n_envs, seed=seed, num_threads=1)
     if policy == "random":
         rng = np.random.default_rng(seed)
         return env, ensemble.reward, lambda obs: rng.integers(0, env.num_actions, len(obs))

@@ -57,24 +57,24 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
                              "and the environment's settings)")
         _check_env(env)
         try:
-            args = parse_args(settings_argv(env_id, env.num_envs, settings))
-            page = open_labelling_page(args)
+            run = parse_args(settings_argv(env_id, env.num_envs, settings))
+            page = open_labelling_page(run)
         except UsageError as e:
             raise ValueError(f"PreferenceVecEnv: {e}") from None
         self._closed = False
-        self.run_dir = make_run_dir(args)
+        self.run_dir = make_run_dir(run)
         print(f"run directory: {self.run_dir}", file=sys.stderr)
         ctx = mp.get_context("spawn")
-        self._session = Session(args, ctx, page)
+        self._session = Session(run, ctx, page)
         self._report = RunReport(self.run_dir, env_id)
-        code, prefs_path = prepare_predictor(args, self.run_dir, ctx, self._report)
+        code, prefs_path, predictor_path = prepare_predictor(run, ctx, self._session, self._report)
         if code or prefs_path is None:
             self._session.close()
             if code == 130:
                 raise KeyboardInterrupt
             raise RuntimeError(f"PreferenceVecEnv: gathering or pretraining ended with status "
                                f"{code} (its output is above); the run is in {self.run_dir}")
-        self._loop = PreferenceLoop(args, self.run_dir, ctx, prefs_path)
+        self._loop = PreferenceLoop(run, ctx, self._session, prefs_path, predictor_path)
         self._report.agent_stats = self._loop.agent_stats
         atexit.register(self.close)  # children must not outlive a script that forgot close()
         n = env.num_envs

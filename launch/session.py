@@ -2,42 +2,31 @@
 page's server and the episode window's check."""
 from __future__ import annotations
 
-import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from launch.cli import UsageError, labels_by_person
+from launch.cli import UsageError
 
-
-def start_key_reader(args: argparse.Namespace, ctx):
-    """When a person labels, read the terminal here, in the process that owns it (spawned
-    children have stdin on /dev/null), and pass the keys on `args.answers`."""
-    args.answers = None
-    if not labels_by_person(args):
-        return None
-    from pref_interface.keys import KeyReader
-
-    args.answers = ctx.Queue()
-    args.answers.cancel_join_thread()  # keys nobody read must not hold up the exit
-    if args.player_kind == "web" and not sys.stdin.isatty():
-        return None  # answers come from the page; the end of piped input must not stop it
-    return KeyReader(args.answers).start()
+if TYPE_CHECKING:
+    from launch.cli import Run
 
 
-def open_labelling_page(args: argparse.Namespace):
+def open_labelling_page(run: Run):
     """With --clip_player web, the labelling page's server, listening already (a port in use is
     a usage error) but not yet serving: `start(answers, page_updates)` it once the channels exist."""
-    if getattr(args, "player_kind", None) != "web":
+    if run.player_kind != "web":
         return None
     from pref_interface.web.server import LabellingPage
 
+    host, port = run.settings.web_host, run.settings.web_port
     try:
-        return LabellingPage(args.web_host, args.web_port)
+        return LabellingPage(host, port)
     except OSError as e:
-        raise UsageError(f"--web_host/--web_port: cannot listen on {args.web_host}:"
-                         f"{args.web_port} ({e.strerror or e})") from None
+        raise UsageError(f"--web_host/--web_port: cannot listen on {host}:{port} "
+                         f"({e.strerror or e})") from None
 
 
-def episode_window(args: argparse.Namespace) -> bool:
+def episode_window() -> bool:
     """--render_episodes: True when a window can open; otherwise say so and go on without."""
     from pref_interface.player import display_available
 
@@ -49,19 +38,28 @@ def episode_window(args: argparse.Namespace) -> bool:
 
 
 class Session:
-    """The main process's own part of a run: the terminal's key reader and the labelling page
-    when a person labels, and whether the episode window can open. Sets `args.answers`,
-    `args.page_updates` and `args.show_episodes`; `close()` gives the terminal its settings back
-    and stops the page."""
+    """The main process's own part of a run: when a person labels, the terminal's key reader
+    (the children have stdin on /dev/null) and the labelling page, with the queues they fill
+    (`answers`, `page_updates`); and whether the episode window can open (`show_episodes`).
+    `close()` gives the terminal its settings back and stops the page."""
 
-    def __init__(self, args: argparse.Namespace, ctx, page=None):
-        self.reader = start_key_reader(args, ctx)
+    def __init__(self, run: Run, ctx, page=None):
+        self.answers = self.page_updates = self.reader = None
         self.page = page
+        if run.labels_by_person:
+            from pref_interface.keys import KeyReader
+
+            self.answers = ctx.Queue()
+            self.answers.cancel_join_thread()  # keys nobody read must not hold up the exit
+            # With the page and piped input, answers come from the page only: the end of the
+            # input must not stop labelling.
+            if not (run.player_kind == "web" and not sys.stdin.isatty()):
+                self.reader = KeyReader(self.answers).start()
         if page is not None:
-            args.page_updates = ctx.Queue()
-            page.start(args.answers, args.page_updates)
+            self.page_updates = ctx.Queue()
+            page.start(self.answers, self.page_updates)
             print(f"label in your browser: {page.url}", file=sys.stderr)
-        args.show_episodes = bool(getattr(args, "render_episodes", False)) and episode_window(args)
+        self.show_episodes = run.settings.render_episodes and episode_window()
 
     def close(self) -> None:
         if self.reader is not None:

@@ -2,7 +2,6 @@
 shows the status line and stops them all together."""
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import signal
 import sys
@@ -167,7 +166,7 @@ class Channels:
     reward_weights: predictor trainer -> A2C; shared-memory weights with a version number.
     answers: main process's terminal key reader -> human labeller (pref_interface.keys); one
         queue for the whole run (None when nobody labels by hand).
-    page_updates (args.page_updates, passed in the interface's config): the human labeller's
+    page_updates (the session's, passed in the interface's config): the human labeller's
         WebPlayer -> the labelling page's server in the main process (--clip_player web); one
         queue for the whole run.
     episodes: A2C -> episode viewer (--render_episodes); maxsize 1, A2C drops episodes when full.
@@ -186,9 +185,9 @@ class Channels:
         self.stop = stop
 
     @classmethod
-    def for_run(cls, ctx, args: argparse.Namespace, stop, reward_weights=None) -> "Channels":
-        return cls(ctx, stop, reward_weights, getattr(args, "answers", None),
-                   getattr(args, "show_episodes", False))
+    def for_run(cls, ctx, session, stop, reward_weights=None) -> "Channels":
+        """The channels of one phase; the person's (answers, episodes) follow `session`."""
+        return cls(ctx, stop, reward_weights, session.answers, session.show_episodes)
 
     def a2c_observers(self, interface_stats=None):
         """A2C's rollout observers (clip cutter, episode recorder) as one picklable factory."""

@@ -18,7 +18,7 @@ from typing import Any
 from pref_interface.keys import (ANSWER_KEYS, ENTER, EOF, REPLAY_KEY, PairAnswer, ReopenLabel,
                                  answer_of)
 from pref_interface.player import FPS, ClipPlayer, Playback, clip_frames, make_player
-from pref_interface.process import InterfaceStats, LabelEditor, LabellingStopped
+from pref_interface.labelling import InterfaceStats, LabelEditor, LabellingStopped
 from pref_interface.segment import LabelEdit, Segment
 
 KEYS_HELP = "L left better, R right better, E equal, Enter incomparable, P replay, ^D stop"

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from pref_interface.labelling import InterfaceStats, LabelEditor, LabellingStopped, increment
 from pref_interface.pairs import OVERSAMPLE, SegmentBuffer
-from pref_interface.segment import LabelEdit, Preference
+from pref_interface.segment import Preference
 from pref_interface.sender import QueueSender
 from pref_interface.store import PreferenceStore
 from pref_interface.schedule import FRAMESKIP, LabelSchedule
@@ -34,10 +35,10 @@ class InterfaceConfig:
 
     max_segs: int = 1000
     """Most recent segments kept to draw pairs from."""
-    max_pairs_per_clip: int | None = None
+    max_pairs_per_clip: int | None = 2
     """Each clip is offered in at most this many pairs (SegmentBuffer); labelling waits for new
     clips when every clip has had its share. None: no limit."""
-    synthetic: bool = True
+    synthetic: bool = False
     """Label with the true-reward oracle (§3.1); False means a person labels (pref_interface.human)."""
     clip_player: str = "terminal"
     """Human labelling: where the clips play, "window", "terminal" (pref_interface.player) or
@@ -53,7 +54,7 @@ class InterfaceConfig:
     training label. App. A holds out 1/e of the data as validation for the adaptive L2
     (validation loss kept at 1.1-1.5x training loss); the split is stored with each label and
     survives restarts. A trainer that validates on bootstrap out-of-bag labels instead can set 0."""
-    max_in_flight: int | None = 16
+    max_in_flight: int | None = 4
     """Labels sent on pref_queue but not yet taken by the trainer; synthetic labelling pauses at
     this many so labels are made as fast as the trainer uses them and no faster. None: no trainer
     consumes labels (gather mode): no limit, and nothing is put on pref_queue."""
@@ -81,69 +82,6 @@ class InterfaceConfig:
     """Annealed schedule: frames per block of constant rate (App. A: 5e6 for Atari)."""
     initial_labels: int = 0
     """Labels given before policy training (App. A: 500), counted in a schedule's budget."""
-
-
-@dataclass
-class InterfaceStats:
-    """Counters shared between processes (each a `multiprocessing.Value('i')`)."""
-
-    labels_total: Any  # labels made and stored by the interface in this run
-    labels_received: Any  # labels taken off pref_queue, incremented by the trainer
-    segments_received: Any  # segments the interface took off seg_queue
-    segments_dropped: Any  # segments A2C dropped because seg_queue was full
-
-    @classmethod
-    def create(cls, ctx: Any, labels_received: Any | None = None) -> "InterfaceStats":
-        """Make the counters with a multiprocessing context (e.g. `get_context("spawn")`);
-        pass the trainer's own `labels_received` Value to share it rather than make a new one."""
-        return cls(ctx.Value("i", 0), labels_received if labels_received is not None else ctx.Value("i", 0),
-                   ctx.Value("i", 0), ctx.Value("i", 0))
-
-    @property
-    def labels_in_flight(self) -> int:
-        return self.labels_total.value - self.labels_received.value
-
-
-def increment(counter: Any, by: int = 1) -> None:
-    """Add to a shared `multiprocessing.Value` under its lock."""
-    with counter.get_lock():
-        counter.value += by
-
-
-class LabellingStopped(Exception):
-    """Raised by a labeller when whoever answers has had enough (a person pressed Ctrl-D): the
-    interface stops asking, keeps every label, and returns."""
-
-
-class LabelEditor:
-    """A person's changes to stored labels: each goes to the store first, then to the trainer
-    (when one takes labels), which holds a copy."""
-
-    def __init__(self, store: PreferenceStore, pref_queue: Any | None) -> None:
-        self.store, self.pref_queue = store, pref_queue
-
-    def recent(self, n: int) -> list[tuple[int, float]]:
-        """(id, mu) of the newest `n` labels, newest first."""
-        return self.store.recent_answers(n)
-
-    def get(self, label_id: int) -> Preference | None:
-        try:
-            return self.store.get(label_id)
-        except KeyError:
-            return None
-
-    def edit(self, edit: LabelEdit) -> bool:
-        """Change or delete a stored label; False when there is no such label."""
-        try:
-            if edit.mu is None:
-                self.store.delete(edit.label_id)
-            else:
-                self.store.set_mu(edit.label_id, edit.mu)
-        except KeyError:
-            return False
-        if self.pref_queue is not None:
-            self.pref_queue.put(edit)
-        return True
 
 
 def make_labeller(config: InterfaceConfig, answers: Any | None = None, stop_event: Any | None = None,

@@ -47,6 +47,14 @@ def teacher_return(seg: Segment, episode_end_penalty: float = 0.0, gamma: float 
     return float(rewards.sum())
 
 
+def default_episode_end_penalty(env_id: str) -> float:
+    """App. A: the synthetic oracle penalises episode ends in Atari games, except in Pong (where
+    the episode ends only once the game is decided); MovingDot's episodes end on a timer."""
+    from envs import env_kind
+
+    return 0.0 if env_kind(env_id) != "atari" or env_id.startswith("Pong") else 1.0
+
+
 def _prefer(r_left: float, r_right: float) -> float:
     """1.0 if left is worth more, 0.0 if right is, 0.5 if they are equal."""
     return 1.0 if r_left > r_right else 0.0 if r_left < r_right else 0.5

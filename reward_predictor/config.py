@@ -25,19 +25,19 @@ class TrainerConfig:
     lr: float = LEARNING_RATE  # Adam learning rate
     max_prefs: int = MAX_PREFS  # labels kept, oldest dropped first (App. A: 3,000)
     batch_size: int = BATCH_SIZE  # segment pairs per member per step
-    ckpt_interval: int = 1000  # train steps between checkpoints (0: only on exit)
+    ckpt_interval: int = 500  # train steps between checkpoints (0: only on exit)
     ckpt_path: str | None = None  # where checkpoints are written (None: never)
     load_ckpt_path: str | None = None  # checkpoint to start from (None: fresh weights)
     torch_threads: int = 1  # torch intra-op threads of this process
     seed: int = 0  # seeds weight init, bootstrap counts and minibatch sampling
     publish_every_steps: int = 10  # publish weights after this many steps ...
     publish_every_s: float = 1.0  # ... or this many seconds, whichever comes first
-    validate_every_steps: int = 50  # steps between validation passes and TensorBoard points
+    validate_every_steps: int = 50  # steps between validation passes (adaptive L2 follows them)
     val_max_pairs: int = VAL_MAX_PAIRS  # labels scored per validation pass
     reward_std: float = REWARD_STD
     label_noise: float = LABEL_NOISE  # 0: plain Bradley-Terry
-    adaptive_l2: bool = False  # App. A: keep validation loss at 1.1-1.5x training loss
-    duty: float = 1.0  # fraction of the time spent training; the rest is left to A2C (2 cores)
+    adaptive_l2: bool = True  # App. A: keep validation loss at 1.1-1.5x training loss
+    duty: float = 0.5  # fraction of the time spent training; the rest is left to A2C (2 cores)
     # torch threads while A2C is idle: waiting for it, or not yet running (pretraining).
     # 0: torch_threads
     threads_while_agent_idle: int = 0

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 IDLE_SLEEP_S = 0.05  # wait between queue polls while there is nothing to train on
 REST_POLL_S = 0.05  # while resting (duty < 1), how often the trainer checks whether A2C waits
+PRETRAIN_VALIDATE_EVERY_EPOCHS = 5  # pretraining's validation (and adaptive L2) cadence
 
 
 def build_ensemble(config: TrainerConfig, device: str = "cpu") -> RewardPredictorEnsemble:
@@ -86,9 +87,10 @@ def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWe
                 shared_weights.publish(ensemble)
                 last_publish_step, last_publish_t = step, now
             if step % config.validate_every_steps == 0:
+                val = _validate(trainer, stats, config.val_max_pairs)
                 steps_per_sec = (step - rate_step) / max(now - rate_t, 1e-9)
                 rate_step, rate_t = step, now
-                _log_progress(trainer, metrics, steps_per_sec, stats, writer, config.val_max_pairs)
+                _log_progress(trainer, metrics, val, steps_per_sec, stats, writer)
             if config.ckpt_path and config.ckpt_interval > 0 and \
                     step - last_ckpt_step >= config.ckpt_interval:
                 trainer.save(config.ckpt_path)
@@ -145,8 +147,9 @@ def run_pretraining(config: TrainerConfig, prefs_path: str, n_epochs: int, stop_
 
     def progress(epoch: int, metrics: dict) -> None:
         stats.epoch.value = epoch
-        if epoch % 5 == 0 or epoch == n_epochs:
-            _log_progress(trainer, metrics, 0.0, stats, writer, config.val_max_pairs)
+        if epoch % PRETRAIN_VALIDATE_EVERY_EPOCHS == 0 or epoch == n_epochs:
+            val = _validate(trainer, stats, config.val_max_pairs)
+            _log_progress(trainer, metrics, val, 0.0, stats, writer)
 
     try:
         trainer.pretrain(n_epochs, progress, should_stop=stop_event.is_set)
@@ -174,8 +177,20 @@ def _drain(pref_queue: Any) -> list[Preference | LabelEdit]:
             return prefs
 
 
-def _log_progress(trainer: RewardPredictorTrainer, metrics: dict, steps_per_sec: float,
-                  stats: Any, writer: Any, val_max_pairs: int) -> None:
+def _validate(trainer: RewardPredictorTrainer, stats: Any, val_max_pairs: int) -> dict | None:
+    """A validation pass, then each member's L2 adapted to its validation loss (App. A; a no-op
+    without adaptive L2); None while there are no validation labels."""
+    if trainer.n_val == 0:
+        return None
+    val = trainer.validate(val_max_pairs)
+    val["l2"] = trainer.adapt_regularisation(val)
+    if not np.isnan(val["val_accuracy"]):
+        stats.val_accuracy.value = val["val_accuracy"]
+    return val
+
+
+def _log_progress(trainer: RewardPredictorTrainer, metrics: dict, val: dict | None,
+                  steps_per_sec: float, stats: Any, writer: Any) -> None:
     step = trainer.steps
     writer.add_scalar("reward_predictor/train_loss", metrics["loss"], step)
     if not np.isnan(metrics["accuracy"]):
@@ -183,13 +198,11 @@ def _log_progress(trainer: RewardPredictorTrainer, metrics: dict, steps_per_sec:
     writer.add_scalar("reward_predictor/steps_per_sec", steps_per_sec, step)
     writer.add_scalar("labels/received", stats.labels_received.value, step)
     writer.add_scalar("reward_predictor/clips_held_mb", trainer.clips.nbytes / 2**20, step)
-    if trainer.n_val > 0:
-        val = trainer.validate(val_max_pairs)
+    if val is not None:
         writer.add_scalar("reward_predictor/val_loss", val["val_loss"], step)
         if not np.isnan(val["val_accuracy"]):
             writer.add_scalar("reward_predictor/val_accuracy", val["val_accuracy"], step)
-            stats.val_accuracy.value = val["val_accuracy"]
-        for m, l2 in enumerate(trainer.adapt_regularisation(val)):
+        for m, l2 in enumerate(val["l2"]):
             writer.add_scalar(f"reward_predictor/l2_member{m}", l2, step)
         if not np.isnan(val["true_return_correlation"]):
             writer.add_scalar("reward_predictor/true_return_correlation",

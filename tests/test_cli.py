@@ -102,12 +102,10 @@ def test_ctrl_c_saves_a_checkpoint_leaves_no_process_and_exits_130(tmp_path,
 def test_each_milestone_command_is_a_valid_run(name, tmp_path):
     """`python -m experiments.milestone NAME` must not die on a flag that run.py refuses."""
     from experiments.milestone import MILESTONES
-    from launch.cli import build_parser, check_args
+    from launch.cli import parse_args
 
     m = MILESTONES[name]
-    args = build_parser().parse_args([m.mode, m.env_id, *m.flags, "--seed", "0",
-                                      "--log_dir", str(tmp_path / name)])
-    check_args(args)  # raises UsageError on a bad value
+    parse_args([m.mode, m.env_id, *m.flags, "--seed", "0", "--log_dir", str(tmp_path / name)])
 
 
 def test_the_supervising_process_wires_a_preference_run_without_importing_torch(tmp_path):
@@ -116,19 +114,19 @@ def test_the_supervising_process_wires_a_preference_run_without_importing_torch(
     script = f"""
 import multiprocessing as mp, sys
 from launch import cli, configs
+from launch.session import Session
 from launch.supervisor import Channels, Supervisor
-args = cli.build_parser().parse_args(["train_policy_with_preferences", "PongNoFrameskip-v4",
+run = cli.parse_args(["train_policy_with_preferences", "PongNoFrameskip-v4",
     "--synthetic_prefs", "--dropout", "0.5", "--batchnorm", "--log_dir", {str(tmp_path / 'r')!r}])
-cli.check_args(args)
 ctx = mp.get_context("spawn")
 from a2c.config import A2CStats
-from pref_interface.process import InterfaceStats
+from pref_interface.labelling import InterfaceStats
 from reward_predictor.config import TrainerStats
 from reward_predictor.pace import labels_per_member
 from reward_predictor.shared import SharedWeights
 sup = Supervisor(ctx, ctx.Event())
-ch = Channels.for_run(ctx, args, sup.stop_event, SharedWeights(ctx))
-configs.a2c_config(args, args.run_dir), configs.trainer_config(args, args.run_dir), configs.interface_config(args)
+ch = Channels.for_run(ctx, Session(run, ctx), sup.stop_event, SharedWeights(ctx))
+configs.a2c_config(run), configs.trainer_config(run, None), configs.interface_config(run)
 A2CStats(ctx), TrainerStats.create(ctx), InterfaceStats.create(ctx), ch.a2c_observers()
 labels_per_member(0.1, "ensemble", 3)
 print("torch" in sys.modules)
@@ -153,10 +151,7 @@ def test_an_environments_settings_apply_unless_a_flag_is_given(tmp_path):
     from launch import cli
 
     def parsed(*argv: str):
-        argv = list(argv)
-        args = cli.build_parser().parse_args(argv)
-        cli.apply_env_settings(args, argv)
-        return args
+        return cli.parse_args([*argv, "--log_dir", str(tmp_path / "never")]).settings
 
     dot = parsed("train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--ent_coef", "0.02")
     assert dot.n_initial_prefs == 200 and dot.million_timesteps == 0.3 and dot.ent_coef == 0.02

@@ -17,7 +17,8 @@ from pref_interface.human import HumanLabeller
 from pref_interface.keys import ENTER, EOF, KeyReader, answer_of, line_token, split_keys
 from pref_interface.player import (TerminalBlock, TerminalPlayer, grey_to_256, half_block_rows,
                                    render_pair, shrink, terminal_clip_size, visible_width)
-from pref_interface.process import InterfaceConfig, LabellingStopped, make_labeller
+from pref_interface.labelling import LabellingStopped
+from pref_interface.process import InterfaceConfig, make_labeller
 from pref_interface.segment import Segment
 
 

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_synthetic_preferences_teach_moving_dot_to_approach_the_centre(tmp_path):
     d = tmp_path / "run"
     m = MILESTONES["moving_dot"]  # the milestone's (and the README's first command's) settings

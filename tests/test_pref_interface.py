@@ -13,8 +13,8 @@ import pytest
 
 from pref_interface.cutter import SegmentCutter
 from pref_interface.pairs import SegmentBuffer, select_pairs
-from pref_interface.process import (SEGMENT_QUEUE_MAXSIZE, InterfaceConfig, InterfaceStats, increment,
-                                    run_pref_interface)
+from pref_interface.labelling import InterfaceStats, increment
+from pref_interface.process import SEGMENT_QUEUE_MAXSIZE, InterfaceConfig, run_pref_interface
 from pref_interface.segment import Preference, Segment
 from pref_interface.sender import QueueSender
 from pref_interface.store import PreferenceStore
@@ -277,7 +277,8 @@ def test_no_preference_is_dropped_when_the_trainer_is_slow(tmp_path):
     ctx = mp.get_context("spawn")
     seg_queue, pref_queue = ctx.Queue(SEGMENT_QUEUE_MAXSIZE), ctx.Queue()
     stop_event, stats = ctx.Event(), InterfaceStats.create(ctx)
-    config = InterfaceConfig(max_segs=8, max_in_flight=3, stop_after_labels=25, seed=0)
+    config = InterfaceConfig(max_segs=8, max_in_flight=3, stop_after_labels=25, seed=0,
+                             synthetic=True, max_pairs_per_clip=None)
     store_path = str(tmp_path / "prefs.sqlite")
     proc = ctx.Process(target=run_pref_interface,
                        args=(config, seg_queue, pref_queue, stop_event, stats, store_path))
@@ -311,7 +312,8 @@ def test_gathering_initial_labels_stops_at_the_requested_number(tmp_path):
     seg_queue, stop_event, stats = queue.Queue(), threading.Event(), InterfaceStats.create(ctx)
     for v in range(20):  # about 1/e of the clips (and so of the labels) are validation
         seg_queue.put(tiny_segment(v, reward=v % 2))
-    config = InterfaceConfig(max_segs=20, max_in_flight=None, stop_after_labels=12, seed=0)
+    config = InterfaceConfig(max_segs=20, max_in_flight=None, stop_after_labels=12, seed=0,
+                             synthetic=True, max_pairs_per_clip=None)
     path = str(tmp_path / "prefs.sqlite")
     run_pref_interface(config, seg_queue, None, stop_event, stats, path)  # no trainer reads labels
     with PreferenceStore(path) as store:
@@ -339,7 +341,8 @@ def test_incomparable_pairs_are_not_stored_and_stop_event_ends_the_loop(tmp_path
         seg_queue.put(tiny_segment(v))
     labeller, path = Undecided(), str(tmp_path / "prefs.sqlite")
     worker = threading.Thread(target=run_pref_interface, args=(
-        InterfaceConfig(max_in_flight=None, seed=0, val_fraction=0.0), seg_queue, None, stop_event,
+        InterfaceConfig(max_in_flight=None, seed=0, val_fraction=0.0, synthetic=True,
+                        max_pairs_per_clip=None), seg_queue, None, stop_event,
         stats, path, labeller))
     worker.start()
     time.sleep(0.5)
@@ -365,7 +368,7 @@ def test_interface_exits_promptly_even_when_the_trainer_stopped_reading(tmp_path
     stop_event, stats = ctx.Event(), InterfaceStats.create(ctx)
     store_path = str(tmp_path / "prefs.sqlite")
     proc = ctx.Process(target=run_pref_interface, args=(
-        InterfaceConfig(max_in_flight=16, seed=0), seg_queue, pref_queue, stop_event, stats, store_path))
+        InterfaceConfig(max_in_flight=16, seed=0, synthetic=True, max_pairs_per_clip=None), seg_queue, pref_queue, stop_event, stats, store_path))
     proc.start()
     try:
         for v in range(8):

@@ -112,6 +112,7 @@ def test_stable_baselines3_ppo_trains_through_the_wrapper(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3700)
 def test_ppo_learns_moving_dot_from_preferences_through_the_wrapper(tmp_path):
     """Mean true return of the last 64 episodes reaches 90% of the scripted policy's."""
     from envs.scores import MOVING_DOT_LEVEL

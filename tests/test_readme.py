@@ -34,3 +34,13 @@ def test_the_readme_lists_each_environments_settings_as_run_py_applies_them():
         for flag, value in expected.items():
             assert listed[flag] is True if value is True else (
                 type(value)(listed[flag]) == value), (name, flag)
+
+
+def test_the_readme_flag_tables_are_the_settings_own():
+    """Flags, defaults and help come from launch/settings.py: the README shows its tables."""
+    from launch.settings import flag_tables
+
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("checks). -->\n") + len("checks). -->\n")
+    end = readme.index("<!-- end of the flag tables -->")
+    assert readme[start:end] == flag_tables(), "run `python -m launch.settings` into the README"

@@ -550,7 +550,8 @@ def test_no_preference_is_dropped_and_the_trainer_checkpoints_on_interrupt(tmp_p
     rng = np.random.default_rng(6)
     ctx = mp.get_context("spawn")
     config = TrainerConfig(env_kind="moving_dot", n_members=2, lr=1e-3, ckpt_interval=50,
-                           ckpt_path=str(tmp_path / "rp.pt"), validate_every_steps=25)
+                           ckpt_path=str(tmp_path / "rp.pt"), validate_every_steps=25,
+                           duty=1.0, adaptive_l2=False)
     shared = SharedWeights(ctx)
     stats = TrainerStats.create(ctx)
     prefs: queue.Queue = queue.Queue()
@@ -567,7 +568,7 @@ def test_no_preference_is_dropped_and_the_trainer_checkpoints_on_interrupt(tmp_p
 
 def test_trainer_process_stops_on_its_event(tmp_path):
     ctx = mp.get_context("spawn")
-    config = TrainerConfig(env_kind="moving_dot", n_members=1)
+    config = TrainerConfig(env_kind="moving_dot", n_members=1, duty=1.0)
     shared = SharedWeights(ctx)
     stats = TrainerStats.create(ctx)
     stop = threading.Event()

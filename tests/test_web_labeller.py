@@ -17,7 +17,7 @@ import pytest
 
 from pref_interface.human import HumanLabeller
 from pref_interface.keys import ENTER, PairAnswer, ReopenLabel
-from pref_interface.process import LabelEditor
+from pref_interface.labelling import LabelEditor
 from pref_interface.segment import LabelEdit, Preference
 from pref_interface.store import PreferenceStore
 from pref_interface.web.headless import browser_missing, headless_page, start_labelling_run

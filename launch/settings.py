@@ -1,0 +1,242 @@
+"""Every setting of a run in one typed object: its default, its help text and its flag.
+
+The command line (`build_parser`), `settings.json`, `--resume`'s merge, the README's flag tables
+(`flag_tables`, checked by tests/test_readme.py) and the experiments all read `Settings`. A default
+that is a paper rule or a process's own lives beside its concept (the processes' config classes)
+and is read from there, so no two places can disagree.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from a2c.config import A2CConfig, A2CRunConfig
+from pref_interface.player import PLAYER_KINDS
+from pref_interface.process import InterfaceConfig
+from reward_predictor.config import TrainerConfig
+
+MODES = ("gather_initial_prefs", "pretrain_reward_predictor", "train_policy_with_preferences",
+         "train_policy_with_original_rewards")
+GROUPS = {"run": "run", "a2c": "A2C (defaults: the paper's, App. A.2)",
+          "prefs": "preferences", "predictor": "reward predictor"}
+
+
+def setting(default: Any, group: str, help: str, *, choices: tuple | None = None,
+            metavar: str | None = None, negation: tuple[str, str] | None = None) -> Any:
+    """A field of Settings: `negation` is the (flag, help) of a boolean's off switch."""
+    return field(default=default, metadata=dict(group=group, help=help, choices=choices,
+                                                metavar=metavar, negation=negation))
+
+
+@dataclass
+class Settings:
+    """A run's settings. `mode` and `env_id` are the positional arguments; every other field is
+    the flag `--<name>`."""
+
+    mode: str | None = None
+    env_id: str | None = None
+    # run
+    resume: str | None = setting(
+        None, "run", "continue a stopped run from its last checkpoints with its saved settings "
+        "(flags given now override them, e.g. --million_timesteps)", metavar="RUN_DIR")
+    log_dir: str | None = setting(None, "run", "directory for this run (must not exist yet)")
+    run_name: str | None = setting(None, "run", "name of the run directory under runs/")
+    seed: int = setting(0, "run", "random seed")
+    torch_threads: int = setting(
+        A2CRunConfig.torch_threads, "run", "torch threads in the A2C process (2 is ~25% faster "
+        "for plain A2C on an otherwise idle 2-core machine, but stalls badly when the cores are "
+        "busy)")
+    env_threads: int = setting(A2CRunConfig.env_threads, "run", "ale-py env threads")
+    precision: str = setting(
+        A2CRunConfig.precision, "run", "arithmetic of the policy and reward nets; auto: bfloat16 "
+        "autocast where the CPU has native bf16 (AVX512-BF16), else fp32",
+        choices=("auto", "fp32", "bf16"))
+    device: str = setting(
+        A2CRunConfig.device, "run", "where the policy acts and learns: cpu, cuda, cuda:N, or auto "
+        "(cuda when torch sees a GPU)")
+    # A2C
+    n_envs: int = setting(A2CConfig.n_envs, "a2c", "parallel environments")
+    million_timesteps: float = setting(
+        10.0, "a2c", "agent steps to train for, in millions (summed over envs)")
+    ent_coef: float = setting(A2CConfig.ent_coef, "a2c", "entropy bonus coefficient")
+    lr: float = setting(A2CConfig.lr, "a2c", "RMSProp learning rate")
+    optimizer: str = setting(
+        A2CConfig.optimizer, "a2c", "A2C's RMSProp: torch.optim.RMSprop, or TensorFlow's (mean "
+        "square from 1, eps inside the root), which baselines' A2C and so the paper used",
+        choices=("rmsprop_torch", "rmsprop_tf"))
+    lr_zero_million_timesteps: float | None = setting(
+        None, "a2c", "decay the lr linearly to zero at this many million steps (the paper: 80); "
+        "default: constant lr")
+    load_policy_ckpt_dir: str | None = setting(
+        None, "a2c", "start from the newest policy checkpoint here")
+    policy_ckpt_interval: int = setting(
+        A2CRunConfig.ckpt_interval, "a2c", "updates between policy checkpoints")
+    render_episodes: bool = setting(
+        False, "a2c", "loop the agent's latest full episode (env 0) in a second window (needs a "
+        "display; without one the run goes on without it)")
+    # preferences
+    synthetic_prefs: bool = setting(
+        InterfaceConfig.synthetic, "prefs",
+        "label clip pairs by their true reward instead of asking a person")
+    clip_player: str = setting(
+        "auto", "prefs", "where a person watches the clip pairs: a window, the terminal in "
+        "colour, or a page in the browser (web); auto: a window when a display is available",
+        choices=PLAYER_KINDS)
+    web_host: str = setting(
+        "127.0.0.1", "prefs", "--clip_player web: the address the page listens on (reach a "
+        "remote run's page by SSH port forwarding rather than opening this)")
+    web_port: int = setting(0, "prefs", "--clip_player web: the page's port (0: a free one)")
+    n_initial_prefs: int = setting(
+        500, "prefs", "labels gathered from the untrained policy before pretraining (App. A)")
+    max_prefs: int = setting(
+        TrainerConfig.max_prefs, "prefs",
+        "the predictor trains on the latest this many labels (App. A)")
+    max_segs: int = setting(
+        InterfaceConfig.max_segs, "prefs",
+        "recent clips kept by the preference interface to draw pairs from")
+    max_pairs_per_clip: int = setting(
+        InterfaceConfig.max_pairs_per_clip, "prefs", "offer each clip in at most this many "
+        "pairs, so that synthetic labels made faster than clips arrive wait for new clips (0: no "
+        "limit)")
+    teacher: str = setting(
+        InterfaceConfig.teacher, "prefs", "synthetic labeller: oracle, boltzmann:beta=B, "
+        "mistake:eps=E, skip:threshold=X, equal:threshold=X or myopic:gamma=G (B-Pref teachers)")
+    episode_end_penalty: float | None = setting(
+        None, "prefs", "synthetic labels: subtracted from a clip's true return per episode end "
+        "in it (App. A); default: 1 for Atari games except Pong, else 0")
+    query_selection: str = setting(
+        InterfaceConfig.selection, "prefs",
+        "pairs to label: random, or those the ensemble disagrees on most (App. A)",
+        choices=("random", "disagreement"))
+    oversampling: int = setting(
+        InterfaceConfig.oversample, "prefs",
+        "disagreement draws this many times more candidate pairs than it shows")
+    label_schedule: str = setting(
+        InterfaceConfig.label_schedule, "prefs", "none: label as fast as the predictor trains; "
+        "constant or annealed (App. A: rate ~ 5e6/(T+5e6), T frames) spend --max_labels over the "
+        "run", choices=("none", "constant", "annealed"))
+    max_labels: int = setting(
+        InterfaceConfig.max_labels, "prefs", "total label budget of a --label_schedule")
+    anneal_every_frames: float = setting(
+        float(InterfaceConfig.anneal_every_frames), "prefs", "annealed schedule: frames between "
+        "rate decreases (App. A: 5e6; shorter runs such as MovingDot need a smaller value to "
+        "anneal at all)")
+    load_prefs_dir: str | None = setting(
+        None, "prefs", "a run directory whose prefs.sqlite is copied into this run and used")
+    # reward predictor
+    ensemble_size: int = setting(TrainerConfig.n_members, "predictor", "ensemble members (App. A)")
+    n_initial_epochs: int = setting(
+        200, "predictor", "pretraining epochs over the initial labels (App. A)")
+    dropout: float = setting(
+        TrainerConfig.dropout, "predictor",
+        "dropout on the conv layers (the paper's Atari setting: 0.5)")
+    batchnorm: bool = setting(
+        TrainerConfig.batchnorm, "predictor", "batch norm on the conv layers",
+        negation=("--no_batchnorm", "no batch norm (where the environment's settings turn it on)"))
+    reward_predictor_learning_rate: float = setting(
+        TrainerConfig.lr, "predictor", "Adam learning rate of each member")
+    load_reward_predictor_ckpt_dir: str | None = setting(
+        None, "predictor", "a run directory (or its reward_predictor/ directory) to load the "
+        "predictor from; skips pretraining")
+    reward_predictor_ckpt_interval: int = setting(
+        TrainerConfig.ckpt_interval, "predictor", "predictor training steps between checkpoints")
+    frozen_reward_predictor: bool = setting(
+        False, "predictor", "train the policy on the loaded predictor without collecting labels "
+        "or training the predictor")
+    adaptive_l2: bool = setting(
+        TrainerConfig.adaptive_l2, "predictor", "adjust each member's L2 to keep validation loss "
+        "at 1.1-1.5x training loss (App. A; starts at 1e-4)",
+        negation=("--no_adaptive_l2", "train the predictor without L2 regularisation"))
+    label_noise: float = setting(
+        TrainerConfig.label_noise, "predictor", "assumed chance the labeller answered at random "
+        "(App. A: 0.1); 0 gives the plain Bradley-Terry model")
+    show_episode_ends: bool = setting(
+        False, "predictor", "let A2C see episode ends (the paper hides them and life losses: one "
+        "continuous episode); life loss is never an episode end")
+    reward_std: float = setting(
+        TrainerConfig.reward_std, "predictor",
+        "std the predicted reward is normalised to (App. A.2: 0.05 for Atari)")
+    reward_predictor_duty: float = setting(
+        TrainerConfig.duty, "predictor", "fraction of wall-clock time the trainer spends training "
+        "while the policy trains (it rests the rest, leaving the cores to A2C)")
+    min_predictor_labels_per_step: float = setting(
+        0.0, "predictor", "a floor on predictor training: A2C waits before each rollout while "
+        "each member has trained on fewer labels than this per agent step (the paper's pace is "
+        "about 0.1, App. A; 0: A2C never waits)")
+    predictor_pace_unit: str = setting(
+        "member", "predictor", "what --min_predictor_labels_per_step counts: the labels each "
+        "member trains on, or those of all members together (App. A.2 says \"the predictor\" "
+        "processes about 1 label per 10 steps)", choices=("member", "ensemble"))
+    reward_predictor_threads: int = setting(
+        TrainerConfig.torch_threads, "predictor", "torch threads in the reward-predictor trainer "
+        "process; while A2C waits for it, and in pretraining, it takes --torch_threads's too")
+    reward_predictor_device: str = setting(
+        TrainerConfig.device, "predictor", "where the trainer trains the predictor: cpu, cuda, "
+        "cuda:N, or auto (cuda when torch sees a GPU); A2C still computes rewards on the CPU")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, saved: dict[str, Any]) -> "Settings":
+        """A saved run's settings; a setting newer than the run takes its default, and one the
+        project no longer has is dropped."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in saved.items() if k in names})
+
+
+DEFAULTS = Settings()
+
+
+def flag_fields() -> list:
+    return [f for f in fields(Settings) if f.metadata]
+
+
+def build_parser(parser_class: type = argparse.ArgumentParser, **kwargs: Any
+                 ) -> argparse.ArgumentParser:
+    """The command line, made from Settings: one flag per field (two for a boolean with an off
+    switch), in the field's group, with its default and help."""
+    p = parser_class(**kwargs)
+    p.add_argument("mode", nargs="?", help=f"one of: {', '.join(MODES)}")
+    p.add_argument("env_id", nargs="?", help="MovingDotNoFrameskip-v0, PongNoFrameskip-v4, "
+                                             "EnduroNoFrameskip-v4 or any <Game>NoFrameskip-v4")
+    groups = {key: p.add_argument_group(title) for key, title in GROUPS.items()}
+    for f in flag_fields():
+        m, g = f.metadata, groups[f.metadata["group"]]
+        flag, help_text = f"--{f.name}", m["help"].replace("%", "%%")
+        if f.type == "bool":
+            g.add_argument(flag, action="store_true", default=f.default, help=help_text)
+            if m["negation"]:
+                off, off_help = m["negation"]
+                g.add_argument(off, dest=f.name, action="store_false", help=off_help)
+            continue
+        kind = {"int": int, "float": float, "float | None": float}.get(f.type)
+        g.add_argument(flag, type=kind, default=f.default, choices=m["choices"],
+                       metavar=m["metavar"], help=help_text)
+    return p
+
+
+def flag_tables() -> str:
+    """The flags as the README's markdown tables, one per group, defaults included."""
+    out = []
+    for key, title in GROUPS.items():
+        out += [f"**{title[0].upper() + title[1:]}**", "", "| flag | default | meaning |",
+                "|---|---|---|"]
+        for f in flag_fields():
+            if f.metadata["group"] != key:
+                continue
+            flag = f"`--{f.name}`"
+            if f.metadata["choices"]:
+                flag += f" ({', '.join(f.metadata['choices'])})"
+            if f.metadata["negation"]:
+                flag += f" / `{f.metadata['negation'][0]}`"
+            default = {None: "", True: "on", False: "off"}.get(f.default, f.default) \
+                if f.default is None or isinstance(f.default, bool) else f.default
+            out.append(f"| {flag} | {default} | {f.metadata['help'].replace('|', '/')} |")
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+if __name__ == "__main__":  # the README's flag tables: python -m launch.settings
+    print(flag_tables(), end="")

@@ -1,0 +1,72 @@
+"""What the labellers share with the preference interface's process: its counters, the signal
+that labelling stopped, and a person's edits of stored labels."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pref_interface.segment import LabelEdit, Preference
+from pref_interface.store import PreferenceStore
+
+
+@dataclass
+class InterfaceStats:
+    """Counters shared between processes (each a `multiprocessing.Value('i')`)."""
+
+    labels_total: Any  # labels made and stored by the interface in this run
+    labels_received: Any  # labels taken off pref_queue, incremented by the trainer
+    segments_received: Any  # segments the interface took off seg_queue
+    segments_dropped: Any  # segments A2C dropped because seg_queue was full
+
+    @classmethod
+    def create(cls, ctx: Any, labels_received: Any | None = None) -> "InterfaceStats":
+        """Make the counters with a multiprocessing context (e.g. `get_context("spawn")`);
+        pass the trainer's own `labels_received` Value to share it rather than make a new one."""
+        return cls(ctx.Value("i", 0), labels_received if labels_received is not None else ctx.Value("i", 0),
+                   ctx.Value("i", 0), ctx.Value("i", 0))
+
+    @property
+    def labels_in_flight(self) -> int:
+        return self.labels_total.value - self.labels_received.value
+
+
+def increment(counter: Any, by: int = 1) -> None:
+    """Add to a shared `multiprocessing.Value` under its lock."""
+    with counter.get_lock():
+        counter.value += by
+
+
+class LabellingStopped(Exception):
+    """Raised by a labeller when whoever answers has had enough (a person pressed Ctrl-D): the
+    interface stops asking, keeps every label, and returns."""
+
+
+class LabelEditor:
+    """A person's changes to stored labels: each goes to the store first, then to the trainer
+    (when one takes labels), which holds a copy."""
+
+    def __init__(self, store: PreferenceStore, pref_queue: Any | None) -> None:
+        self.store, self.pref_queue = store, pref_queue
+
+    def recent(self, n: int) -> list[tuple[int, float]]:
+        """(id, mu) of the newest `n` labels, newest first."""
+        return self.store.recent_answers(n)
+
+    def get(self, label_id: int) -> Preference | None:
+        try:
+            return self.store.get(label_id)
+        except KeyError:
+            return None
+
+    def edit(self, edit: LabelEdit) -> bool:
+        """Change or delete a stored label; False when there is no such label."""
+        try:
+            if edit.mu is None:
+                self.store.delete(edit.label_id)
+            else:
+                self.store.set_mu(edit.label_id, edit.mu)
+        except KeyError:
+            return False
+        if self.pref_queue is not None:
+            self.pref_queue.put(edit)
+        return True
