@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {r['agent']} | {r['seed']} | yes | {r['labels']:,.0f} | {r['steps']:,.0f} | "
                   f"{r['wall_s'] / 60:.1f} min |")
         else:
-            print(f"| {r['agent']} | {r['seed']} | no | - | - | - |")
+            print(f"| {r['agent']} | {r['seed']} | no: {r['last_return']:+.1f} (last 64 "
+                  f"episodes) at {r['last_steps']:,.0f} steps | - | - | "
+                  f"{r['total_wall_s'] / 60:.1f} min in all |")
     return 0
 
 

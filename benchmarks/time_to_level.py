@@ -21,7 +21,8 @@ def run_until_level(cmd: list[str], run_dir: Path, level: float, poll_s: float =
     """Start `python CMD...` (writing to `run_dir`), stop it as Ctrl-C would once the mean true
     return of its last 64 episodes reaches `level`. Returns {"reached": bool} and, when reached,
     the agent steps, the labels in the store then, and the seconds since the command started
-    (so the initial labelling and pretraining are included)."""
+    (so the initial labelling and pretraining are included); always, the steps of its last
+    episode, the mean true return of its last 64 episodes and its whole wall-clock."""
     if run_dir.exists():
         shutil.rmtree(run_dir)  # an unfinished run from an earlier attempt: start it again
     t0 = time.time()
@@ -38,7 +39,10 @@ def run_until_level(cmd: list[str], run_dir: Path, level: float, poll_s: float =
                 break
     log = RunLog(run_dir)
     hit = hit or log.first_time_at(level)
-    result = {"reached": hit is not None}
+    steps, returns = log.returns()
+    result = {"reached": hit is not None, "last_steps": float(steps[-1]) if len(steps) else 0.0,
+              "last_return": float(returns[-64:].mean()) if len(returns) else float("nan"),
+              "total_wall_s": time.time() - t0}
     if hit is not None:
         steps, _ = hit
         ls, n = log.labels()

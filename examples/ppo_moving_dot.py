@@ -10,6 +10,7 @@ the scripted policy's (envs/scores.py), as `benchmarks/bench_ppo_wrapper.py` mea
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -41,6 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
+    # Ctrl-C (and kill -TERM) end training cleanly, also when the script was started in the
+    # background, where the shell leaves SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback

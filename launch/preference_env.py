@@ -90,7 +90,7 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         self._rewards = np.zeros((T, n), dtype=np.float32)
         self._dones = np.zeros((T, n), dtype=bool)
         self._t = 0
-        self._steps = self._n_episodes = 0
+        self._steps = 0
         self._recent: collections.deque[float] = collections.deque(maxlen=100)
         self._last_status = self._last_rate = time.monotonic()
         self._steps_at_last_rate = 0
@@ -116,9 +116,12 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         self._obs[t + 1], self._actions[t], self._rewards[t] = obs, actions, rewards
         self._true_rewards[t], self._dones[t] = true_rewards, dones
         self._steps += self.num_envs
+        stats = self._loop.agent_stats
+        stats.timesteps.value = self._steps
         for ep in self._episodes(true_rewards, dones):
-            self._n_episodes += 1
+            stats.episodes.value += 1
             self._recent.append(ep.true_return)
+            stats.recent_return.value = float(np.mean(self._recent))
             self._writer.add_scalar("charts/episodic_return", ep.true_return, self._steps)
             self._writer.add_scalar("charts/episodic_length", ep.length, self._steps)
         self._t += 1
@@ -137,17 +140,13 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
 
     def _between_blocks(self) -> None:
         """Before each block: a child that failed ends the run; the predictor's pace may hold
-        the agent back; the counters, TensorBoard's rate and the status line are updated."""
+        the agent back; the rate and the status line are updated."""
         if self._loop.sup.check() is not None:
             self.close()
             raise RuntimeError("PreferenceVecEnv: a process of the preference loop failed "
                                "(its error is above)")
         self._pace.wait(self._steps, self._loop.sup.stop_event)
         stats = self._loop.agent_stats
-        stats.timesteps.value = self._steps
-        stats.episodes.value = self._n_episodes
-        if self._recent:
-            stats.recent_return.value = float(np.mean(self._recent))
         now = time.monotonic()
         if now - self._last_rate >= RATE_EVERY_S:
             stats.steps_per_sec.value = (self._steps - self._steps_at_last_rate) / (

@@ -1,6 +1,6 @@
 """Every setting of a run in one typed object: its default, its help text and its flag.
 
-The command line (`build_parser`), `settings.json`, `--resume`'s merge, the README's flag tables
+The command line (`build_parser`), `settings.json`, `--resume`'s merge, docs/flags.md's tables
 (`flag_tables`, checked by tests/test_readme.py) and the experiments all read `Settings`. A default
 that is a paper rule or a process's own lives beside its concept (the processes' config classes)
 and is read from there, so no two places can disagree.
@@ -218,7 +218,7 @@ def build_parser(parser_class: type = argparse.ArgumentParser, **kwargs: Any
 
 
 def flag_tables() -> str:
-    """The flags as the README's markdown tables, one per group, defaults included."""
+    """The flags as docs/flags.md's markdown tables, one per group, defaults included."""
     out = []
     for key, title in GROUPS.items():
         out += [f"**{title[0].upper() + title[1:]}**", "", "| flag | default | meaning |",
@@ -238,5 +238,5 @@ def flag_tables() -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-if __name__ == "__main__":  # the README's flag tables: python -m launch.settings
+if __name__ == "__main__":  # docs/flags.md's tables: python -m launch.settings
     print(flag_tables(), end="")

@@ -7,20 +7,23 @@ import time
 from pathlib import Path
 
 import pytest
+from easyprocess import EasyProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(*args, timeout=120, **kw):
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, **kw)
+def run(*args, timeout=120) -> EasyProcess:
+    """`python ARGS...` in the repository, waited for; its output comes back stripped."""
+    p = EasyProcess([sys.executable, *args], cwd=str(ROOT)).call(timeout=timeout)
+    assert not p.timeout_happened, f"python {' '.join(args)}: still running after {timeout} s"
+    return p
 
 
 def test_original_rewards_smoke_run_writes_the_run_directory(tmp_path):
     d = tmp_path / "run"
     r = run("run.py", "train_policy_with_original_rewards", "MovingDotNoFrameskip-v0",
             "--million_timesteps", "0.004", "--n_envs", "4", "--log_dir", str(d))
-    assert r.returncode == 0, r.stderr
+    assert r.return_code == 0, r.stderr
     assert (d / "command.txt").read_text().strip().endswith(f"--log_dir {d}")
     assert '"n_envs": 4' in (d / "settings.json").read_text()
     assert list((d / "policy").glob("policy-*.pt"))
@@ -33,7 +36,7 @@ def test_original_rewards_smoke_run_writes_the_run_directory(tmp_path):
     assert "resume:" not in summary and "labels" not in summary  # finished; no labels here
     w = run("run_checkpoint.py", "MovingDotNoFrameskip-v0", str(d / "policy"), "--episodes", "2",
             "--video", str(tmp_path / "ep.gif"))
-    assert w.returncode == 0, w.stderr
+    assert w.return_code == 0, w.stderr
     assert "mean return" in w.stdout and (tmp_path / "ep.gif").stat().st_size > 1000
 
 
@@ -54,8 +57,8 @@ def test_original_rewards_smoke_run_writes_the_run_directory(tmp_path):
 ])
 def test_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
     r = run("run.py", *args, "--log_dir", str(tmp_path / "x"))
-    assert r.returncode == 2
-    assert r.stderr.count("\n") == 1 and r.stderr.startswith("run.py: error:"), r.stderr
+    assert r.return_code == 2
+    assert "\n" not in r.stderr and r.stderr.startswith("run.py: error:"), r.stderr
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "x").exists()
 
@@ -65,7 +68,7 @@ def test_existing_run_directory_is_never_overwritten(tmp_path):
     d.mkdir()
     (d / "keep.txt").write_text("mine")
     r = run("run.py", "train_policy_with_original_rewards", "MovingDot-v0", "--log_dir", str(d))
-    assert r.returncode == 2 and "already exists" in r.stderr
+    assert r.return_code == 2 and "already exists" in r.stderr
     assert os.listdir(d) == ["keep.txt"]
 
 
@@ -132,7 +135,7 @@ labels_per_member(0.1, "ensemble", 3)
 print("torch" in sys.modules)
 """
     r = run("-c", script)
-    assert r.returncode == 0, r.stderr
+    assert r.return_code == 0, r.stderr
     assert r.stdout.strip() == "False"
 
 
@@ -142,8 +145,8 @@ def test_a_bad_predictor_checkpoint_is_a_one_line_error_from_the_preflight_check
     r = run("run.py", "train_policy_with_preferences", "MovingDotNoFrameskip-v0",
             "--synthetic_prefs", "--load_reward_predictor_ckpt_dir", str(bad),
             "--log_dir", str(tmp_path / "r"))
-    assert r.returncode == 2
-    assert r.stderr.count("\n") == 1 and "reward predictor checkpoint" in r.stderr, r.stderr
+    assert r.return_code == 2
+    assert "\n" not in r.stderr and "reward predictor checkpoint" in r.stderr, r.stderr
     assert not (tmp_path / "r").exists()
 
 

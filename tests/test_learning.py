@@ -1,7 +1,7 @@
 """Learning from preferences: MovingDot's true return rises well above a random policy's.
 
 Marked slow (not in the default suite; `pytest -m slow` runs it): the outcome of one run varies too
-much for a pass/fail check. About one run in five ends near random play or below (README,
+much for a pass/fail check. About one run in five ends near random play or below (docs/experiments.md,
 "MovingDot's entropy bonus and fall-back"); `python -m experiments.milestone moving_dot` prints the
 figures across seeds instead."""
 import subprocess

@@ -96,9 +96,11 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
     newest = sorted((d / "policy").glob("policy-*.pt"))[-1]
     assert torch.load(newest, weights_only=True)["timesteps"] == 8000
     assert len((d / "command.txt").read_text().splitlines()) == 2
-    # The flags given on resuming are the run's settings from now on (a later --resume keeps them).
+    # The flags given on resuming are the run's settings from now on (a later --resume keeps them);
+    # settings newer than the run are written with the defaults it ran with.
     assert json.loads((d / "settings.json").read_text()) == {
-        **first, "million_timesteps": 0.008, "ent_coef": 0.02}
+        **first, "million_timesteps": 0.008, "ent_coef": 0.02, "device": "cpu",
+        "reward_predictor_device": "cpu"}
 
 
 def test_missing_or_corrupt_store_and_checkpoint_are_one_line_errors(tmp_path):

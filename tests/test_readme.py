@@ -1,4 +1,4 @@
-"""The README is the user's manual: every flag `run.py --help` offers is documented there."""
+"""The README and docs/flags.md are the manual: they show the settings as run.py applies them."""
 import re
 from pathlib import Path
 
@@ -7,13 +7,19 @@ from launch.cli import build_parser
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_every_run_py_flag_is_documented_in_the_readme():
-    readme = (ROOT / "README.md").read_text()
-    documented = set(re.findall(r"`(--[a-z0-9_]+)", readme))
+def test_every_run_py_flag_is_in_the_flag_tables_with_the_settings_own_default_and_help():
+    """docs/flags.md is `python -m launch.settings`'s output: made from the one home of every
+    setting, and every flag of the parser (made from the same place) is in it."""
+    from launch.settings import flag_tables
+
+    doc = (ROOT / "docs" / "flags.md").read_text()
+    start = doc.index("<!-- begin flag tables -->\n") + len("<!-- begin flag tables -->\n")
+    assert doc[start:doc.index("<!-- end flag tables -->")] == flag_tables(), \
+        "run `python -m launch.settings` into docs/flags.md"
+    documented = set(re.findall(r"`(--[a-z0-9_]+)", doc))
     flags = {s for action in build_parser()._actions for s in action.option_strings
              if s.startswith("--") and s != "--help"}
-    assert flags, "no flags found in run.py's parser"
-    assert not flags - documented, sorted(flags - documented)
+    assert flags and not flags - documented, sorted(flags - documented)
 
 
 def test_the_readme_lists_each_environments_settings_as_run_py_applies_them():
@@ -34,13 +40,3 @@ def test_the_readme_lists_each_environments_settings_as_run_py_applies_them():
         for flag, value in expected.items():
             assert listed[flag] is True if value is True else (
                 type(value)(listed[flag]) == value), (name, flag)
-
-
-def test_the_readme_flag_tables_are_the_settings_own():
-    """Flags, defaults and help come from launch/settings.py: the README shows its tables."""
-    from launch.settings import flag_tables
-
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("checks). -->\n") + len("checks). -->\n")
-    end = readme.index("<!-- end of the flag tables -->")
-    assert readme[start:end] == flag_tables(), "run `python -m launch.settings` into the README"
