@@ -4,7 +4,7 @@
 Each setting changes one thing from the baseline (random queries, 3-member ensemble, 10% noise
 model, no adaptive L2, labels as fast as the predictor trains, the perfect oracle). A run stops as
 soon as the mean true return of its last 64 episodes reaches 90% of the scripted go-to-centre
-policy's (19.6, REFERENCE.md), or at --million_timesteps. Reported per setting: how many seeds
+policy's (19.6, envs/scores.py), or at --million_timesteps. Reported per setting: how many seeds
 reached it, and the median labels, agent steps and wall-clock (from the command's start, so the
 initial labelling and pretraining are included) at that moment. Results are kept in
 runs/ablations/results.json, so an interrupted ablation continues where it stopped.

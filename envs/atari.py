@@ -24,7 +24,7 @@ SCORE_ROWS: dict[str, tuple[int, int]] = {
     "space_invaders": (0, 9),  # both players' scores
 }
 DEFAULT_SCORE_ROWS = (0, 9)
-# App. A.2 / REFERENCE.md: Enduro episodes are cut at 3,000 agent steps.
+# App. A.2: Enduro episodes are cut at 3,000 agent steps.
 MAX_AGENT_STEPS = {"enduro": 3000}
 DEFAULT_MAX_FRAMES = 108_000  # ale-py's default: 30 minutes of play
 

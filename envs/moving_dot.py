@@ -1,9 +1,9 @@
 """MovingDot: the earlier reproduction's toy task, a dot that should be steered to the centre.
 
-Semantics (REFERENCE.md): a 210x160x3 black frame with a 4x4 white dot; actions 0 noop, 1 down,
-2 right, 3 up, 4 left move it one pixel (clipped to the frame); reward +1 if the dot ends a frame
-closer to the centre (x=80, y=105), -1 if farther, 0 if equal; random start; 1,000 frames per
-episode.
+Semantics (the earlier TensorFlow reproduction's): a 210x160x3 black frame with a 4x4 white dot;
+actions 0 noop, 1 down, 2 right, 3 up, 4 left move it one pixel (clipped to the frame); reward +1
+if the dot ends a frame closer to the centre (x=80, y=105), -1 if farther, 0 if equal; random
+start; 1,000 frames per episode.
 
 `MovingDotEnv` is the gymnasium env (raw frames). `MovingDotVecEnv` runs N of them in numpy with
 the same preprocessing the Atari envs get (frameskip 4 with summed rewards, clipped to their sign, max-pool of the last two
@@ -141,7 +141,7 @@ class MovingDotVecEnv(VecEnv):
             self.xy, r = _move(self.xy, actions)
             rewards += r
         # Summed over the skipped frames, then clipped to its sign as in the earlier reproduction,
-        # so returns compare with REFERENCE.md's figures (scripted policy ~21.8, random ~-2.5).
+        # so returns compare with its figures (envs/scores.py: scripted policy 21.8, random -2.5).
         rewards = np.sign(rewards)
         self.frame_count += self.frameskip
         frame = np.maximum(render_84(prev), render_84(self.xy))  # max-pool of the last two frames

@@ -33,10 +33,11 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
     config = a2c_config(run)
     config.learn, config.total_timesteps = False, 2 ** 62  # runs until the labels are in
     sup.start("pref_interface", INTERFACE, interface_config(run, session.page_updates, n_labels),
-              ch.segments, None, ch.stop, istats, str(run.dir / PREFS_FILE), None,
-              str(run.dir / "tb" / "labels"), ch.answers, None)
-    sup.start("a2c", A2C, config, str(run.dir / "tb" / "gather"), a2c_stats, None,
-              ch.a2c_observers(istats), ch.stop)
+              seg_queue=ch.segments, pref_queue=None, stop_event=ch.stop, stats=istats,
+              store_path=str(run.dir / PREFS_FILE), log_dir=str(run.dir / "tb" / "labels"),
+              answers=ch.answers)
+    sup.start("a2c", A2C, config, log_dir=str(run.dir / "tb" / "gather"), stats=a2c_stats,
+              make_observers=ch.a2c_observers(istats), stop_event=ch.stop)
     ch.start_episode_viewer(sup)
     print(f"gathering {n_labels} labels from the untrained policy", file=sys.stderr)
     if ch.answers is not None and run.player_kind == "web" and not sys.stdin.isatty():
@@ -69,8 +70,9 @@ def pretrain_phase(run: Run, ctx, session: Session, prefs_path: str) -> tuple[in
         session.page_updates.put({"notice": f"pretraining the reward predictor ({epochs} "
                                             "epochs); labelling goes on after it"})
     sup.start("reward_predictor", "reward_predictor.process:run_pretraining",
-              trainer_config(run, load_from=run.reward_ckpt_path), prefs_path,
-              epochs, sup.stop_event, stats, str(run.dir / "tb" / "pretrain"))
+              trainer_config(run, load_from=run.reward_ckpt_path), prefs_path=prefs_path,
+              n_epochs=epochs, stop_event=sup.stop_event, stats=stats,
+              log_dir=str(run.dir / "tb" / "pretrain"))
     code = sup.wait(progress=Progress(
         "pretraining", n_epochs, "epoch",
         lambda: (done + stats.epoch.value, f"val acc {percent(stats.val_accuracy.value)}")))
@@ -117,10 +119,11 @@ def train_policy_with_preferences(run: Run, ctx, session: Session, report: RunRe
         sup = Supervisor(ctx, ctx.Event())
         ch = Channels.for_run(ctx, session, sup.stop_event)
         stats = report.agent_stats = A2CStats(ctx)
-        sup.start("a2c", A2C, a2c_config(run), str(run.dir / "tb"), stats,
-                  Deferred("reward_predictor.reward_fn:frozen_reward",
-                           trainer_config(run, load_from=None, save=False), run.reward_ckpt_path),
-                  ch.a2c_observers(), sup.stop_event)
+        sup.start("a2c", A2C, a2c_config(run), log_dir=str(run.dir / "tb"), stats=stats,
+                  make_reward_fn=Deferred("reward_predictor.reward_fn:frozen_reward",
+                                          trainer_config(run, load_from=None, save=False),
+                                          run.reward_ckpt_path),
+                  make_observers=ch.a2c_observers(), stop_event=sup.stop_event)
         ch.start_episode_viewer(sup)
         return sup.wait(progress=training_progress(run, stats, lambda: a2c_status(stats, False)),
                         until=lambda: not sup.procs["a2c"].is_alive())
@@ -130,8 +133,9 @@ def train_policy_with_preferences(run: Run, ctx, session: Session, report: RunRe
         return code
     loop = PreferenceLoop(run, ctx, session, prefs_path, predictor_path)
     report.agent_stats = loop.agent_stats
-    loop.sup.start("a2c", A2C, a2c_config(run), str(run.dir / "tb"), loop.agent_stats,
-                   loop.reward_fn, loop.observers, loop.ch.stop, loop.pace)
+    loop.sup.start("a2c", A2C, a2c_config(run), log_dir=str(run.dir / "tb"),
+                   stats=loop.agent_stats, make_reward_fn=loop.reward_fn,
+                   make_observers=loop.observers, stop_event=loop.ch.stop, make_pace=loop.pace)
     loop.ch.start_episode_viewer(loop.sup)
     # While a person labels, the counters are in the prompt: no bar over the player.
     progress = None if loop.ch.answers is not None else training_progress(
@@ -193,14 +197,16 @@ class PreferenceLoop:
         self.agent_stats, self.trainer_stats = A2CStats(ctx), TrainerStats.create(ctx)
         self.interface_stats = InterfaceStats.create(ctx, self.trainer_stats.labels_received)
         sup.start("reward_predictor", "reward_predictor.process:run_trainer", tconfig,
-                  ch.preferences, ch.reward_weights, ch.stop, self.trainer_stats,
-                  str(run.dir / "tb" / "reward_predictor"))
+                  pref_queue=ch.preferences, shared_weights=ch.reward_weights, stop_event=ch.stop,
+                  stats=self.trainer_stats, log_dir=str(run.dir / "tb" / "reward_predictor"))
         sup.start("pref_interface", INTERFACE, interface_config(run, session.page_updates),
-                  ch.segments, ch.preferences, ch.stop, self.interface_stats, prefs_path, None,
-                  str(run.dir / "tb" / "labels"), ch.answers, self.trainer_stats.val_accuracy,
-                  Deferred("reward_predictor.reward_fn:PreferencePredictor", ch.reward_weights,
-                           tconfig),
-                  self.agent_stats.timesteps)
+                  seg_queue=ch.segments, pref_queue=ch.preferences, stop_event=ch.stop,
+                  stats=self.interface_stats, store_path=prefs_path,
+                  log_dir=str(run.dir / "tb" / "labels"), answers=ch.answers,
+                  val_accuracy=self.trainer_stats.val_accuracy,
+                  make_predictor=Deferred("reward_predictor.reward_fn:PreferencePredictor",
+                                          ch.reward_weights, tconfig),
+                  agent_steps=self.agent_stats.timesteps)
         self.reward_fn = Deferred("reward_predictor.reward_fn:PredictedReward", ch.reward_weights,
                                   tconfig)
         self.observers = ch.a2c_observers(self.interface_stats)
@@ -223,8 +229,8 @@ def train_policy_with_original_rewards(run: Run, ctx, session: Session, report: 
     sup = Supervisor(ctx, ctx.Event())
     ch = Channels.for_run(ctx, session, sup.stop_event)
     stats = report.agent_stats = A2CStats(ctx)
-    sup.start("a2c", A2C, a2c_config(run), str(run.dir / "tb"), stats, None,
-              ch.a2c_observers(), sup.stop_event)
+    sup.start("a2c", A2C, a2c_config(run), log_dir=str(run.dir / "tb"), stats=stats,
+              make_observers=ch.a2c_observers(), stop_event=sup.stop_event)
     ch.start_episode_viewer(sup)
     return sup.wait(progress=training_progress(run, stats, lambda: a2c_status(stats, False)),
                     until=lambda: not sup.procs["a2c"].is_alive())

@@ -55,10 +55,11 @@ class Supervisor:
         self.errors = ctx.Queue()
         self.procs: dict[str, mp.Process] = {}
 
-    def start(self, name: str, target: str, *args) -> None:
-        """Start `target` ("module:function") with `args` in a child named `name`; the module is
-        imported there, not here (this process never imports torch)."""
-        proc = self.ctx.Process(target=_child, args=(Deferred(target, *args), self.errors),
+    def start(self, name: str, target: str, *args, **kwargs) -> None:
+        """Start `target` ("module:function") with these arguments in a child named `name`; the
+        module is imported there, not here (this process never imports torch)."""
+        proc = self.ctx.Process(target=_child,
+                                args=(Deferred(target, *args, **kwargs), self.errors),
                                 name=name, daemon=False)
         proc.start()
         self.procs[name] = proc
