@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from tests.helpers import NonBlockingOnly
 from pref_interface.episodes import EpisodeObserver, chain_observers, make_episode_observers
 from pref_interface.human import HumanLabeller
 from pref_interface.keys import ENTER, EOF, KeyReader, answer_of, line_token, split_keys
@@ -34,9 +35,12 @@ class RecordingPlayer:
 
     def __init__(self):
         self.loaded, self.draws, self.closed = [], [], None
+        self.on_load = None  # called once a pair is on screen
 
     def load(self, left, right):
         self.loaded.append((left, right))
+        if self.on_load is not None:
+            self.on_load()
 
     def draw(self, t, status):
         self.draws.append((t, list(status)))
@@ -139,8 +143,8 @@ def test_ctrl_d_stops_labelling_and_stays_for_every_later_labeller():
 
 
 def test_keys_typed_before_a_pair_appears_are_dropped_but_ctrl_d_is_not():
-    lab, answers, _ = labeller(["L", "R"], keep_typed_ahead=False)
-    threading.Timer(0.3, answers.put, ["E"]).start()
+    lab, answers, player = labeller(["L", "R"], keep_typed_ahead=False)
+    player.on_load = lambda: answers.put("E")  # the person answers once the pair is shown
     assert lab.label(clip(255), clip(128)) == 0.5
     lab2, _, _ = labeller(["L", EOF], keep_typed_ahead=False)
     with pytest.raises(LabellingStopped):
@@ -242,16 +246,14 @@ def fake_rollout(start: int, T: int, n_envs: int, done_at: list[int]):
 
 
 def test_episode_observer_sends_env0s_whole_episode_and_never_blocks():
-    q: queue.Queue = queue.Queue(maxsize=1)
+    q = NonBlockingOnly(queue.Queue(maxsize=1))  # the agent must never wait on the viewer
     observer = make_episode_observers(q, n_envs=2)[0]
     observer(fake_rollout(0, 5, 2, done_at=[]))
     observer(fake_rollout(5, 5, 2, done_at=[2]))  # the episode is steps 0..7
     episode = q.get_nowait()
     assert episode.dtype == np.uint8 and episode.shape == (8, 84, 84)
     assert list(episode[:, 0, 0]) == list(range(8))
-    t0 = time.perf_counter()
     observer(fake_rollout(10, 5, 2, done_at=[0, 3]))  # two more episodes: one fits, one dropped
-    assert time.perf_counter() - t0 < 0.5
     assert observer.sender.sent == 2 and observer.sender.dropped == 1
     assert list(q.get_nowait()[:, 0, 0]) == [8, 9, 10]
 
