@@ -1,35 +1,16 @@
-"""Learning from preferences: MovingDot's true return rises well above a random policy's.
+"""Learning from preferences: MovingDot's true return rises far above random play's.
 
-Marked slow (not in the default suite; `pytest -m slow` runs it): the outcome of one run varies too
-much for a pass/fail check. About one run in five ends near random play or below (docs/experiments.md,
-"MovingDot's entropy bonus and fall-back"); `python -m experiments.milestone moving_dot` prints the
-figures across seeds instead."""
-import subprocess
-import sys
-from pathlib import Path
-
+The README's first command, stopped as soon as the mean true return of its last 64 episodes is 10
+above random play's (benchmarks/learning_reliability.py, which also runs the same check for many
+seeds: docs/results.md has how often it passes). Where a run ends varies more (a run that learns
+can drift later); `python -m experiments.milestone moving_dot` reports that across seeds."""
 import pytest
 
-from a2c.checkpoint import load_policy
-from a2c.policies import make_policy
-from envs.scores import MOVING_DOT_RANDOM
-from experiments.milestone import MILESTONES
-from tests.test_a2c import evaluate
-
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.learning_reliability import LEARNED_LEVEL, moving_dot_learns
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_synthetic_preferences_teach_moving_dot_to_approach_the_centre(tmp_path):
-    d = tmp_path / "run"
-    m = MILESTONES["moving_dot"]  # the milestone's (and the README's first command's) settings
-    r = subprocess.run([sys.executable, "run.py", m.mode, m.env_id, *m.flags, "--log_dir", str(d)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=400)
-    assert r.returncode == 0, r.stderr
-    policy = make_policy("moving_dot", 5)
-    policy.load_state_dict(load_policy(d / "policy")["policy"])
-    learned = evaluate(policy)
-    # A broken loop stays near random play; a working one ends anywhere from about +1.5 to +24
-    # (docs/experiments.md, "MovingDot's entropy bonus and fall-back").
-    assert learned > MOVING_DOT_RANDOM + 4, learned
+    result = moving_dot_learns(seed=0, run_dir=tmp_path / "run")
+    assert result["reached"], f"never reached {LEARNED_LEVEL}: {result}"
