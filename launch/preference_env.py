@@ -75,6 +75,7 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
             raise RuntimeError(f"PreferenceVecEnv: gathering or pretraining ended with status "
                                f"{code} (its output is above); the run is in {self.run_dir}")
         self._loop = PreferenceLoop(run, ctx, self._session, prefs_path, predictor_path)
+        self._loop.ch.start_episode_viewer(self._loop.sup)  # with render_episodes=True
         self._report.agent_stats = self._loop.agent_stats
         atexit.register(self.close)  # children must not outlive a script that forgot close()
         n = env.num_envs
