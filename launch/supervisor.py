@@ -3,6 +3,7 @@ shows the status line and stops them all together."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
 import sys
 import time
@@ -155,8 +156,14 @@ class Supervisor:
 def _progress_bar(progress: Progress):
     from tqdm import tqdm
 
+    try:  # a terminal that reports no size (a bare pty) gets 80x24: at 0x0 tqdm draws nothing
+        sized = os.get_terminal_size(sys.stderr.fileno()).columns > 0
+    except OSError:
+        sized = False
     return tqdm(total=progress.total, desc=progress.desc, unit=progress.unit, file=sys.stderr,
-                unit_scale=progress.unit_scale, dynamic_ncols=True, smoothing=0.1)
+                unit_scale=progress.unit_scale, dynamic_ncols=sized, ncols=None if sized else 80,
+                nrows=None if sized else 24,
+                smoothing=0.1)
 
 
 class Channels:
