@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from launch.cli import Run
 from launch.configs import (MILLION, PREDICTOR_FILE, PREFS_FILE, a2c_config, interface_config,
@@ -14,6 +13,7 @@ from launch.session import Session
 from launch.summary import RunReport
 from launch.supervisor import (Channels, Progress, Supervisor, a2c_status, percent,
                                preference_status)
+from pref_interface.store import stored_labels
 
 A2C = "a2c.train:train_a2c"  # the processes' entry points, imported in the child
 INTERFACE = "pref_interface.process:run_pref_interface"
@@ -80,15 +80,6 @@ def pretrain_phase(run: Run, ctx, session: Session, prefs_path: str) -> tuple[in
     if own.is_file():
         progress_file.write_text(json.dumps({"epochs_done": done + stats.epoch.value}) + "\n")
     return code, str(own) if own.is_file() else None
-
-
-def stored_labels(path: str) -> int:
-    from pref_interface.store import PreferenceStore
-
-    if not Path(path).is_file():
-        return 0
-    with PreferenceStore(path, create=False) as store:
-        return len(store)
 
 
 def copy_prefs(run: Run) -> str:

@@ -30,7 +30,7 @@ class RunReport:
         if stats is not None:
             rows.append(("agent steps", f"{stats.timesteps.value:,}"))
         if prefs_path is not None and prefs_path.is_file():
-            from launch.phases import stored_labels
+            from pref_interface.store import stored_labels
 
             rows.append(("labels", f"{stored_labels(str(prefs_path)):,} in {prefs_path.name}"))
         if stats is not None and trained:

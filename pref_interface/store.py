@@ -387,3 +387,11 @@ def _read_exact(f: io.BufferedIOBase, n: int) -> bytes:
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
+
+
+def stored_labels(path: str | Path) -> int:
+    """How many labels the store at `path` holds (0 when there is none yet)."""
+    if not Path(path).is_file():
+        return 0
+    with PreferenceStore(str(path), create=False) as store:
+        return len(store)
