@@ -104,7 +104,7 @@ def test_stable_baselines3_ppo_trains_through_the_wrapper(tmp_path):
     """The example script, briefly: PPO steps, learns on r̂ and saves its model."""
     d = tmp_path / "ppo"
     r = subprocess.run([sys.executable, "-m", "examples.ppo_moving_dot", "--log_dir", str(d),
-                        "--million_timesteps", "0.004", "--n_envs", "4", "--n_initial_prefs",
+                        "--million_timesteps", "0.002", "--n_envs", "4", "--n_initial_prefs",
                         "12", "--n_initial_epochs", "1"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
