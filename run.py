@@ -7,15 +7,14 @@ processes the supervisor starts and stops (launch/supervisor.py).
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import shlex
 import signal
 import sys
 
-from launch.cli import EXIT_USAGE, Run, UsageError, make_run_dir, parse_args
+from launch.cli import EXIT_USAGE, Run, UsageError, parse_args
 from launch.configs import PREFS_FILE
 from launch.phases import MODE_RUNNERS
-from launch.session import Session, open_labelling_page
+from launch.session import open_labelling_page, start_run
 from launch.summary import RunReport
 from launch.supervisor import EXIT_INTERRUPTED
 
@@ -36,11 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"run.py: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    make_run_dir(run)
-    print(f"run directory: {run.dir}", file=sys.stderr)
-    ctx = mp.get_context("spawn")
-    session = Session(run, ctx, page)
-    report = RunReport(run.dir, run.settings.env_id)
+    ctx, session, report = start_run(run, page)
     code = 1
     try:
         code = MODE_RUNNERS[run.settings.mode](run, ctx, session, report)

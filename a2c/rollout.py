@@ -104,11 +104,8 @@ class RolloutCollector:
         return rollout
 
     def close(self) -> None:
-        """A2C is stopping: close the observers that have a `close` (they finish sending)."""
-        for observer in self.observers:
-            close = getattr(observer, "close", None)
-            if close is not None:
-                close()
+        """A2C is stopping: the observers finish sending."""
+        close_observers(self.observers)
 
     def _to_device(self, obs: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(obs).to(self.device, non_blocking=True)
@@ -122,6 +119,14 @@ class RolloutCollector:
             for i in np.flatnonzero(rollout.dones[t]):
                 next(records).train_return = float(self.train_return[i])
                 self.train_return[i] = 0.0
+
+
+def close_observers(observers: list[RolloutObserver]) -> None:
+    """The agent is stopping: close the observers that have a `close` (they finish sending)."""
+    for observer in observers:
+        close = getattr(observer, "close", None)
+        if close is not None:
+            close()
 
 
 def sample_actions(policy: torch.nn.Module, obs: np.ndarray, greedy: bool = False) -> np.ndarray:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import multiprocessing as mp
 import sys
 import time
 from typing import Any
@@ -29,13 +28,12 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from a2c.config import A2CConfig
-from a2c.rollout import Rollout
+from a2c.rollout import Rollout, close_observers
 from envs.vec_env import EpisodeTracker
-from launch.cli import UsageError, build_parser, make_run_dir, parse_args
+from launch.cli import UsageError, build_parser, parse_args
 from launch.configs import PREFS_FILE
 from launch.phases import PreferenceLoop, prepare_predictor
-from launch.session import Session, open_labelling_page
-from launch.summary import RunReport
+from launch.session import open_labelling_page, start_run
 
 STATUS_EVERY_S = 30.0  # a status line on stderr this often (the caller's own logs go on)
 # Steps/s over this long: a library may pause stepping for seconds to learn (PPO's epochs).
@@ -61,12 +59,9 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
             page = open_labelling_page(run)
         except UsageError as e:
             raise ValueError(f"PreferenceVecEnv: {e}") from None
-        self._closed = False
-        self.run_dir = make_run_dir(run)
-        print(f"run directory: {self.run_dir}", file=sys.stderr)
-        ctx = mp.get_context("spawn")
-        self._session = Session(run, ctx, page)
-        self._report = RunReport(self.run_dir, env_id)
+        self._closed, self._exit_status = False, 0
+        ctx, self._session, self._report = start_run(run, page)
+        self.run_dir = run.dir
         code, prefs_path, predictor_path = prepare_predictor(run, ctx, self._session, self._report)
         if code or prefs_path is None:
             self._session.close()
@@ -143,6 +138,7 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         """Before each block: a child that failed ends the run; the predictor's pace may hold
         the agent back; the rate and the status line are updated."""
         if self._loop.sup.check() is not None:
+            self._exit_status = 1
             self.close()
             raise RuntimeError("PreferenceVecEnv: a process of the preference loop failed "
                                "(its error is above)")
@@ -166,16 +162,13 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         if getattr(self, "_closed", True):
             return
         self._closed = True
-        for observer in self._observers:
-            close = getattr(observer, "close", None)
-            if close is not None:
-                close()
+        close_observers(self._observers)
         self._loop.sup.stop()
         self._session.close()
         self._writer.close()
-        print(self._report.summary(0, self.run_dir / PREFS_FILE, trained=True, resume_cmd=(
-            f"PreferenceVecEnv(env, resume={str(self.run_dir)!r}) (labels and predictor)")),
-              file=sys.stderr)
+        resume = f"PreferenceVecEnv(env, resume={str(self.run_dir)!r}) (labels and predictor)"
+        print(self._report.summary(self._exit_status, self.run_dir / PREFS_FILE, trained=True,
+                                   resume_cmd=resume), file=sys.stderr)
         super().close(**kwargs)
 
 

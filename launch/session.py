@@ -66,3 +66,17 @@ class Session:
             self.reader.stop()
         if self.page is not None:
             self.page.stop()
+
+
+def start_run(run: Run, page=None):
+    """Make the run directory, open what the main process owns and start the run's report:
+    returns the processes' (spawn) context, the Session and the RunReport."""
+    import multiprocessing as mp
+
+    from launch.cli import make_run_dir
+    from launch.summary import RunReport
+
+    make_run_dir(run)
+    print(f"run directory: {run.dir}", file=sys.stderr)
+    ctx = mp.get_context("spawn")
+    return ctx, Session(run, ctx, page), RunReport(run.dir, run.settings.env_id)
