@@ -15,6 +15,7 @@ from a2c.optim import load_state_keeping_settings
 from a2c.policies import make_policy
 from a2c.rollout import RewardFn, RolloutCollector, RolloutObserver
 from launch.precision import use_bf16
+from launch.scalars import ScalarWriter
 
 
 class Pace(Protocol):
@@ -27,7 +28,7 @@ class Pace(Protocol):
         """What is logged as charts/predictor_labels_per_step."""
 
 
-def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
+def train_a2c(config: A2CRunConfig, *, log_dir: str, stats: A2CStats | None = None,
               make_reward_fn: Callable[[], RewardFn] | None = None,
               make_observers: Callable[[int], list[RolloutObserver]] | None = None,
               stop_event=None, make_pace: Callable[[], Pace] | None = None) -> int:
@@ -39,7 +40,6 @@ def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
     has trained enough.
     On KeyboardInterrupt or `stop_event` a final checkpoint is written before returning.
     """
-    from torch.utils.tensorboard import SummaryWriter
 
     from envs import env_kind, make_vec_env
 
@@ -63,7 +63,7 @@ def train_a2c(config: A2CRunConfig, log_dir: str, stats: A2CStats | None = None,
     bf16 = use_bf16(config.precision)
     collector = RolloutCollector(env, policy, c.n_steps, reward_fn, observers, seed=config.seed,
                                  bf16=bf16)
-    writer = SummaryWriter(log_dir)
+    writer = ScalarWriter(log_dir)
     recent = collections.deque(maxlen=100)
     trained_rewards: list[np.ndarray] = []  # since the last log point (predicted rewards only)
     t_last, steps_last = time.perf_counter(), timesteps

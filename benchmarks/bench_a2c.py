@@ -118,7 +118,7 @@ def _train_ours(env_id: str, num_envs: int, steps: int, torch_threads: int, env_
                           ckpt_dir=os.path.join(workdir, "policy"), torch_threads=torch_threads,
                           env_threads=env_threads)
     start = time.perf_counter()
-    reached = train_a2c(config, os.path.join(workdir, "logs"), make_observers=lambda n: [timer])
+    reached = train_a2c(config, log_dir=os.path.join(workdir, "logs"), make_observers=lambda n: [timer])
     call = time.perf_counter() - start
     return Rate(timer.steps_per_sec(), reached / call, reached)
 

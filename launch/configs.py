@@ -64,7 +64,6 @@ def interface_config(run: Run, page_updates: Any = None, gather_labels: int | No
                            max_pairs_per_clip=s.max_pairs_per_clip or None,
                            clip_player=run.player_kind or "terminal", page_updates=page_updates,
                            keep_typed_ahead=not sys.stdin.isatty(),
-                           max_in_flight=None if gather_labels else InterfaceConfig.max_in_flight,
                            stop_after_labels=gather_labels, seed=s.seed,
                            teacher=s.teacher, episode_end_penalty=penalty,
                            selection="random" if gather_labels else s.query_selection,

@@ -69,10 +69,10 @@ def pretrain_phase(run: Run, ctx, session: Session, prefs_path: str) -> tuple[in
     if session.page_updates is not None:
         session.page_updates.put({"notice": f"pretraining the reward predictor ({epochs} "
                                             "epochs); labelling goes on after it"})
-    sup.start("reward_predictor", "reward_predictor.process:run_pretraining",
-              trainer_config(run, load_from=run.reward_ckpt_path), prefs_path=prefs_path,
-              n_epochs=epochs, stop_event=sup.stop_event, stats=stats,
-              log_dir=str(run.dir / "tb" / "pretrain"))
+    config = trainer_config(run, load_from=run.reward_ckpt_path)
+    config.initial_prefs_path, config.pretrain_epochs = prefs_path, epochs
+    sup.start("reward_predictor", "reward_predictor.process:run_pretraining", config,
+              stop_event=sup.stop_event, stats=stats, log_dir=str(run.dir / "tb" / "pretrain"))
     code = sup.wait(progress=Progress(
         "pretraining", n_epochs, "epoch",
         lambda: (done + stats.epoch.value, f"val acc {percent(stats.val_accuracy.value)}")))

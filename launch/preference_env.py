@@ -33,6 +33,7 @@ from envs.vec_env import EpisodeTracker
 from launch.cli import UsageError, build_parser, parse_args
 from launch.configs import PREFS_FILE
 from launch.phases import PreferenceLoop, prepare_predictor
+from launch.scalars import ScalarWriter
 from launch.session import open_labelling_page, start_run
 
 STATUS_EVERY_S = 30.0  # a status line on stderr this often (the caller's own logs go on)
@@ -90,9 +91,8 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         self._recent: collections.deque[float] = collections.deque(maxlen=100)
         self._last_status = self._last_rate = time.monotonic()
         self._steps_at_last_rate = 0
-        from torch.utils.tensorboard import SummaryWriter
 
-        self._writer = SummaryWriter(str(self.run_dir / "tb"))
+        self._writer = ScalarWriter(str(self.run_dir / "tb"))
 
     def reset(self, *, seed: int | list[int] | None = None,
               options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:

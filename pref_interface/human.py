@@ -20,6 +20,7 @@ from pref_interface.keys import (ANSWER_KEYS, ENTER, EOF, REPLAY_KEY, PairAnswer
 from pref_interface.player import FPS, ClipPlayer, Playback, clip_frames, make_player
 from pref_interface.labelling import InterfaceStats, LabelEditor, LabellingStopped
 from pref_interface.segment import LabelEdit, Segment
+from pref_interface.teachers import Labeller
 
 KEYS_HELP = "L left better, R right better, E equal, Enter incomparable, P replay, ^D stop"
 ANSWER_NAMES = {"L": "left better", "R": "right better", "E": "equally good"}
@@ -36,7 +37,7 @@ def invalid_key_hint(token: str) -> str:
     return f"{describe_token(token)} is not an answer: press L, R, E or Enter (P replays)"
 
 
-class HumanLabeller:
+class HumanLabeller(Labeller):
     """Asks a person about each pair; see the module doc for the keys.
 
     Args:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from launch.scalars import ScalarWriter
 from pref_interface.labelling import InterfaceStats, LabelEditor, LabellingStopped, increment
 from pref_interface.pairs import OVERSAMPLE, SegmentBuffer
 from pref_interface.segment import Preference
@@ -24,6 +25,7 @@ from pref_interface.teachers import Labeller, make_teacher
 
 SEGMENT_QUEUE_MAXSIZE = 4  # A2C drops segments rather than wait for the interface
 IDLE_SLEEP_S = 0.02
+GATHER_BATCH = 16  # pairs drawn at a time while no trainer paces the labelling
 # A person's first pair is held back this long at most until a second pair is drawn, so that the
 # page has the next pair ready from the first answer on.
 FIRST_PAIR_HOLD_S = 3.0
@@ -54,10 +56,10 @@ class InterfaceConfig:
     training label. App. A holds out 1/e of the data as validation for the adaptive L2
     (validation loss kept at 1.1-1.5x training loss); the split is stored with each label and
     survives restarts. A trainer that validates on bootstrap out-of-bag labels instead can set 0."""
-    max_in_flight: int | None = 4
+    max_in_flight: int = 4
     """Labels sent on pref_queue but not yet taken by the trainer; synthetic labelling pauses at
-    this many so labels are made as fast as the trainer uses them and no faster. None: no trainer
-    consumes labels (gather mode): no limit, and nothing is put on pref_queue."""
+    this many so labels are made as fast as the trainer uses them and no faster. Without a
+    trainer (no pref_queue: gathering) labels are made as fast as clips allow."""
     stop_after_labels: int | None = None
     """Return once the store holds this many labels (gather_initial_prefs: App. A, 500)."""
     seed: int | None = None
@@ -86,11 +88,13 @@ class InterfaceConfig:
 
 def make_labeller(config: InterfaceConfig, answers: Any | None = None, stop_event: Any | None = None,
                   stats: InterfaceStats | None = None, val_accuracy: Any | None = None,
-                  n_stored: int = 0, labels: LabelEditor | None = None) -> Labeller:
+                  n_stored: int = 0, labels: LabelEditor | None = None,
+                  has_trainer: bool = True) -> Labeller:
     """The labeller the config asks for. A person (`synthetic=False`) needs `answers`, the queue
     of key tokens from the process that owns the terminal; `stop_event`, `stats`, `val_accuracy`
-    (the trainer's, or None) and `n_stored` (labels already in the store) feed the prompt;
-    `labels` lets the person change stored labels (the labelling page)."""
+    (the trainer's, or None), `n_stored` (labels already in the store) and `has_trainer` (a
+    trainer takes the labels) feed the prompt; `labels` lets the person change stored labels
+    (the labelling page)."""
     if config.synthetic:
         return make_teacher(config.teacher, rng=np.random.default_rng(
             np.random.SeedSequence(config.seed).spawn(3)[2]),
@@ -106,12 +110,13 @@ def make_labeller(config: InterfaceConfig, answers: Any | None = None, stop_even
 
         player = WebPlayer(config.page_updates)
     return HumanLabeller(answers, player, stop_event, stats, val_accuracy, target,
-                         has_trainer=config.max_in_flight is not None,
+                         has_trainer=has_trainer,
                          keep_typed_ahead=config.keep_typed_ahead, labels=labels)
 
 
-def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any | None, stop_event: Any,
-                       stats: InterfaceStats, store_path: str, labeller: Labeller | None = None,
+def run_pref_interface(config: InterfaceConfig, *, seg_queue: Any, pref_queue: Any | None,
+                       stop_event: Any, stats: InterfaceStats, store_path: str,
+                       labeller: Labeller | None = None,
                        log_dir: str | None = None, answers: Any | None = None,
                        val_accuracy: Any | None = None, make_predictor: Any | None = None,
                        agent_steps: Any | None = None) -> None:
@@ -132,8 +137,7 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
             `PreferencePredictor`.
         agent_steps: A2C's shared step counter (for a label schedule and the TensorBoard x-axis).
     """
-    if config.max_in_flight is None:
-        pref_queue = None  # nobody reads it: putting would only pile labels up in memory
+    has_trainer = pref_queue is not None  # None: gathering, the labels only go to the store
     pair_seq, val_seq = np.random.SeedSequence(config.seed).spawn(2)
     pair_rng = np.random.default_rng(pair_seq)
     buffer = SegmentBuffer(config.max_segs, config.val_fraction, seed=val_seq,
@@ -141,7 +145,8 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
     store = PreferenceStore(store_path)
     n_stored = len(store)
     labeller = labeller if labeller is not None else make_labeller(
-        config, answers, stop_event, stats, val_accuracy, n_stored, LabelEditor(store, pref_queue))
+        config, answers, stop_event, stats, val_accuracy, n_stored, LabelEditor(store, pref_queue),
+        has_trainer=has_trainer)
     tb = _LabelLog(log_dir, stats, n_stored, agent_steps)
     predictor = make_predictor() if make_predictor and config.selection != "random" else None
     score = make_pair_scorer(config.selection, predictor)
@@ -160,8 +165,8 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
             _drain_segments(seg_queue, buffer, stats)
             tb.maybe_log(n_stored)
             person = labeller.source == "human"
-            wanted = _labels_wanted(config, stats, schedule, n_stored, agent_steps,
-                                    person) - len(pending)
+            wanted = _labels_wanted(config, stats, schedule, n_stored, agent_steps, person,
+                                    has_trainer=has_trainer) - len(pending)
             if wanted > 0:
                 pending += buffer.sample_new_pairs(wanted, pair_rng, score, config.oversample)
             if person and len(pending) == 1 and wanted > 0 and n_asked == 0:
@@ -175,7 +180,7 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
             pairs, pending = (pending[:1], pending[1:]) if person else (pending, [])
             n_asked += len(pairs)
             for left_id, left, right_id, right in pairs:
-                if pending and hasattr(labeller, "upcoming"):
+                if pending:
                     labeller.upcoming(pending[0][1], pending[0][3])
                 mu = labeller.label(left, right)
                 if mu is None:  # incomparable: not stored (§2.2.2)
@@ -184,12 +189,12 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
                                   is_validation=buffer.is_validation(left_id))
                 label_id = store.add(pref)  # committed before anyone hears of it
                 n_stored += 1
-                if pref_queue is not None:  # the clips travel packed: the trainer holds them so
+                if has_trainer:  # the clips travel packed: the trainer holds them so
                     pref_queue.put(Preference(buffer.packed(left_id), buffer.packed(right_id),
                                               mu, pref.source, pref.is_validation, label_id))
                 increment(stats.labels_total)
-                if hasattr(labeller, "stored"):  # a person may have changed labels meanwhile
-                    labeller.stored(label_id)
+                labeller.stored(label_id)
+                if person:  # a person may have deleted labels meanwhile
                     n_stored = len(store)
     except LabellingStopped:
         done = True  # the trainer (if any) keeps running and drains pref_queue
@@ -198,20 +203,20 @@ def run_pref_interface(config: InterfaceConfig, seg_queue: Any, pref_queue: Any 
     finally:
         store.close()
         tb.close()
-        if hasattr(labeller, "close"):
-            labeller.close()
-        if not done and pref_queue is not None and hasattr(pref_queue, "cancel_join_thread"):
+        labeller.close()
+        if not done and has_trainer and hasattr(pref_queue, "cancel_join_thread"):
             # Shutting down: the trainer may have stopped reading, and a label still buffered in
             # the queue would hold up this process's exit. Every label is in the store anyway.
             pref_queue.cancel_join_thread()
 
 
 def _labels_wanted(config: InterfaceConfig, stats: InterfaceStats, schedule: LabelSchedule | None,
-                   n_stored: int, agent_steps: Any | None, human: bool) -> int:
+                   n_stored: int, agent_steps: Any | None, human: bool, has_trainer: bool) -> int:
     """How many pairs to have in hand now: for a person, the pair shown and the next one (the
     labelling page loads it ahead); synthetic labels fill the free in-flight slots (so the
-    trainer is never starved nor flooded); both within the schedule's budget."""
-    wanted = 16 if config.max_in_flight is None else config.max_in_flight - stats.labels_in_flight
+    trainer is never starved nor flooded), or without a trainer a batch of GATHER_BATCH; all
+    within the schedule's budget."""
+    wanted = config.max_in_flight - stats.labels_in_flight if has_trainer else GATHER_BATCH
     if config.stop_after_labels is not None:
         wanted = min(wanted, config.stop_after_labels - n_stored)
     if schedule is not None and agent_steps is not None:
@@ -224,9 +229,8 @@ class _LabelLog:
 
     def __init__(self, log_dir: str | None, stats: InterfaceStats, n_stored: int,
                  agent_steps: Any | None = None, every_s: float = 5.0) -> None:
-        from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir) if log_dir else None
+        self.writer = ScalarWriter(log_dir) if log_dir else None
         self.stats, self.every_s = stats, every_s
         self.t_last, self.n_last = time.monotonic(), n_stored
         self.agent_steps = agent_steps

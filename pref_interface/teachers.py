@@ -25,11 +25,21 @@ class Labeller(Protocol):
     `label` returns mu, the probability that `left` is better (1.0 left, 0.0 right, 0.5 equally
     good), or None when the pair is incomparable (§2.2.2: such pairs are not stored). It may block
     (a human thinking). `source` says what kind of labels these are: "synthetic" or "human".
+    The other calls are hooks with nothing to do by default; a labeller inherits them.
     """
 
     source: str
 
     def label(self, left: Segment, right: Segment) -> float | None: ...
+
+    def upcoming(self, left: Segment, right: Segment) -> None:
+        """The pair that will be asked next (a person's page loads it ahead)."""
+
+    def stored(self, label_id: int) -> None:
+        """The last answer is in the store as `label_id` (a person may change labels)."""
+
+    def close(self) -> None:
+        """Labelling is over."""
 
 
 def teacher_return(seg: Segment, episode_end_penalty: float = 0.0, gamma: float = 1.0) -> float:
@@ -60,7 +70,7 @@ def _prefer(r_left: float, r_right: float) -> float:
     return 1.0 if r_left > r_right else 0.0 if r_left < r_right else 0.5
 
 
-class OracleTeacher:
+class OracleTeacher(Labeller):
     """§3.1 synthetic labels: prefers the clip with the higher sum of true rewards; ties get 0.5.
 
     Args:

@@ -43,6 +43,7 @@ class TrainerConfig:
     threads_while_agent_idle: int = 0
     precision: str = "fp32"  # "bf16": bfloat16 autocast in the nets; "auto": where the CPU has it
     initial_prefs_path: str | None = None  # a preference store whose latest labels start the buffer
+    pretrain_epochs: int = 0  # run_pretraining's passes over those labels
     device: str = "cpu"  # where the trainer trains ("cuda": a GPU); consumers always use the CPU
 
 

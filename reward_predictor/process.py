@@ -11,6 +11,7 @@ import torch
 
 from launch.precision import use_bf16
 from launch.process_setup import reuse_freed_memory
+from launch.scalars import ScalarWriter
 from pref_interface.segment import LabelEdit, Preference
 from reward_predictor.config import TrainerConfig, TrainerStats
 from reward_predictor.ensemble import RewardPredictorEnsemble
@@ -36,7 +37,7 @@ def build_ensemble(config: TrainerConfig, device: str = "cpu") -> RewardPredicto
     return ensemble.to(device)  # before any optimiser state exists, so that follows the weights
 
 
-def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWeights,
+def run_trainer(config: TrainerConfig, *, pref_queue: Any, shared_weights: SharedWeights,
                 stop_event: Any, stats: Any, log_dir: str) -> None:
     """Body of the trainer process; returns when `stop_event` is set (or on KeyboardInterrupt),
     after a final publish and checkpoint.
@@ -45,12 +46,11 @@ def run_trainer(config: TrainerConfig, pref_queue: Any, shared_weights: SharedWe
     one training label is held the ensemble trains continuously (App. A: the predictor keeps
     training on the label buffer); weights are published to `shared_weights` every few steps.
     """
-    from torch.utils.tensorboard import SummaryWriter  # only the trainer process needs it
 
     trainer = _set_up(config, config.torch_threads, config.initial_prefs_path)
     ensemble = trainer.ensemble
     shared_weights.publish(ensemble)
-    writer = SummaryWriter(log_dir)
+    writer = ScalarWriter(log_dir)
     start_step, threads = trainer.steps, config.torch_threads
     last_publish_step, last_publish_t = trainer.steps, time.monotonic()
     last_ckpt_step = trainer.steps
@@ -134,25 +134,26 @@ def load_prefs(path: str | None, max_prefs: int) -> Iterator[Preference]:
         yield from store.iter_latest(max_prefs)
 
 
-def run_pretraining(config: TrainerConfig, prefs_path: str, n_epochs: int, stop_event: Any,
-                    stats: TrainerStats, log_dir: str) -> None:
-    """Body of the pretraining process: fit the ensemble to the stored labels for `n_epochs`
-    (App. A: 200 epochs on the first 500 labels) and checkpoint it, also when stopped early."""
-    from torch.utils.tensorboard import SummaryWriter
+def run_pretraining(config: TrainerConfig, *, stop_event: Any, stats: TrainerStats,
+                    log_dir: str) -> None:
+    """Body of the pretraining process: fit the ensemble to the labels of
+    `config.initial_prefs_path` for `config.pretrain_epochs` (App. A: 200 epochs on the first 500
+    labels) and checkpoint it, also when stopped early."""
 
     # No A2C runs beside pretraining, so its threads are free as when it waits for the predictor.
-    trainer = _set_up(config, config.threads_while_agent_idle or config.torch_threads, prefs_path)
+    trainer = _set_up(config, config.threads_while_agent_idle or config.torch_threads,
+                      config.initial_prefs_path)
     stats.labels_received.value = trainer.n_labels
-    writer = SummaryWriter(log_dir)
+    writer = ScalarWriter(log_dir)
 
     def progress(epoch: int, metrics: dict) -> None:
         stats.epoch.value = epoch
-        if epoch % PRETRAIN_VALIDATE_EVERY_EPOCHS == 0 or epoch == n_epochs:
+        if epoch % PRETRAIN_VALIDATE_EVERY_EPOCHS == 0 or epoch == config.pretrain_epochs:
             val = _validate(trainer, stats, config.val_max_pairs)
             _log_progress(trainer, metrics, val, 0.0, stats, writer)
 
     try:
-        trainer.pretrain(n_epochs, progress, should_stop=stop_event.is_set)
+        trainer.pretrain(config.pretrain_epochs, progress, should_stop=stop_event.is_set)
     finally:
         if config.ckpt_path:
             trainer.save(config.ckpt_path)

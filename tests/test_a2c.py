@@ -126,7 +126,7 @@ def test_a2c_on_original_rewards_approaches_the_scripted_policy_on_moving_dot(tm
     config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=100_000,
                           a2c=A2CConfig(ent_coef=0.02), seed=0, ckpt_dir=str(tmp_path / "p"),
                           torch_threads=1)
-    train_a2c(config, str(tmp_path / "tb"))
+    train_a2c(config, log_dir=str(tmp_path / "tb"))
     policy = make_policy("moving_dot", 5)
     policy.load_state_dict(load_policy(tmp_path / "p")["policy"])
     learned, scripted = evaluate(policy), scripted_return()
@@ -158,7 +158,7 @@ def test_a_given_reward_function_replaces_the_env_reward_and_is_summed_per_episo
 def test_a2c_trains_a_policy_on_the_gpu_and_its_checkpoint_loads_on_the_cpu(tmp_path):
     config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=4_000, seed=0,
                           ckpt_dir=str(tmp_path / "p"), torch_threads=1, device="cuda")
-    assert train_a2c(config, str(tmp_path / "tb")) == 4_000
+    assert train_a2c(config, log_dir=str(tmp_path / "tb")) == 4_000
     state = load_policy(tmp_path / "p")
     policy = make_policy("moving_dot", 5)
     policy.load_state_dict(state["policy"])  # a CPU policy from a GPU run's checkpoint
@@ -167,4 +167,4 @@ def test_a2c_trains_a_policy_on_the_gpu_and_its_checkpoint_loads_on_the_cpu(tmp_
     resumed = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=8_000, seed=0,
                            ckpt_dir=str(tmp_path / "p"), load_ckpt_dir=str(tmp_path / "p"),
                            torch_threads=1, device="cuda")
-    assert train_a2c(resumed, str(tmp_path / "tb")) == 8_000  # optimiser state onto the GPU
+    assert train_a2c(resumed, log_dir=str(tmp_path / "tb")) == 8_000  # optimiser state onto the GPU

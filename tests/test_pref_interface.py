@@ -279,8 +279,9 @@ def test_no_preference_is_dropped_when_the_trainer_is_slow(tmp_path):
     config = InterfaceConfig(max_segs=8, max_in_flight=3, stop_after_labels=25, seed=0,
                              synthetic=True, max_pairs_per_clip=None)
     store_path = str(tmp_path / "prefs.sqlite")
-    proc = ctx.Process(target=run_pref_interface,
-                       args=(config, seg_queue, pref_queue, stop_event, stats, store_path))
+    proc = ctx.Process(target=run_pref_interface, args=(config,), kwargs=dict(
+        seg_queue=seg_queue, pref_queue=pref_queue, stop_event=stop_event, stats=stats,
+        store_path=store_path))
     proc.start()
     try:
         feeder = threading.Thread(target=lambda: [seg_queue.put(tiny_segment(v, reward=v % 3), timeout=30)
@@ -311,20 +312,22 @@ def test_gathering_initial_labels_stops_at_the_requested_number(tmp_path):
     seg_queue, stop_event, stats = queue.Queue(), threading.Event(), InterfaceStats.create(ctx)
     for v in range(20):  # about 1/e of the clips (and so of the labels) are validation
         seg_queue.put(tiny_segment(v, reward=v % 2))
-    config = InterfaceConfig(max_segs=20, max_in_flight=None, stop_after_labels=12, seed=0,
+    config = InterfaceConfig(max_segs=20, stop_after_labels=12, seed=0,
                              synthetic=True, max_pairs_per_clip=None)
     path = str(tmp_path / "prefs.sqlite")
-    run_pref_interface(config, seg_queue, None, stop_event, stats, path)  # no trainer reads labels
+    channels = dict(seg_queue=seg_queue, pref_queue=None, stop_event=stop_event, stats=stats,
+                    store_path=path)
+    run_pref_interface(config, **channels)  # no trainer reads labels
     with PreferenceStore(path) as store:
         assert len(store) == 12 and stats.labels_total.value == 12
         validation = [p.is_validation for p in store.latest(12)]
         assert 0 < sum(validation) < 12
-    run_pref_interface(config, seg_queue, None, stop_event, stats, path)  # resuming: already done
+    run_pref_interface(config, **channels)  # resuming: already done
     assert stats.labels_total.value == 12 and not stop_event.is_set()
 
 
 def test_incomparable_pairs_are_not_stored_and_stop_event_ends_the_loop(tmp_path):
-    class Undecided:
+    class Undecided(Labeller):
         source = "human"
 
         def __init__(self):
@@ -340,9 +343,9 @@ def test_incomparable_pairs_are_not_stored_and_stop_event_ends_the_loop(tmp_path
         seg_queue.put(tiny_segment(v))
     labeller, path = Undecided(), str(tmp_path / "prefs.sqlite")
     worker = threading.Thread(target=run_pref_interface, args=(
-        InterfaceConfig(max_in_flight=None, seed=0, val_fraction=0.0, synthetic=True,
-                        max_pairs_per_clip=None), seg_queue, None, stop_event,
-        stats, path, labeller))
+        InterfaceConfig(seed=0, val_fraction=0.0, synthetic=True, max_pairs_per_clip=None),),
+        kwargs=dict(seg_queue=seg_queue, pref_queue=None, stop_event=stop_event, stats=stats,
+                    store_path=path, labeller=labeller))
     worker.start()
     deadline = time.monotonic() + 60
     while (labeller.asked < 6 or stats.labels_total.value < 3) and time.monotonic() < deadline:
@@ -356,10 +359,33 @@ def test_incomparable_pairs_are_not_stored_and_stop_event_ends_the_loop(tmp_path
         assert all(p.source == "human" and p.mu == 0.5 for p in store.latest(3))
 
 
+def test_the_interface_process_labels_and_logs_without_importing_torch(tmp_path):
+    """With random selection nothing in the interface needs torch (≈200 MB RSS a process)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import multiprocessing as mp, queue, sys, threading
+from pref_interface.labelling import InterfaceStats
+from pref_interface.process import InterfaceConfig, run_pref_interface
+run_pref_interface(InterfaceConfig(synthetic=True, stop_after_labels=0), seg_queue=queue.Queue(),
+                   pref_queue=queue.Queue(), stop_event=threading.Event(),
+                   stats=InterfaceStats.create(mp.get_context("spawn")),
+                   store_path={str(tmp_path / "p.sqlite")!r}, log_dir={str(tmp_path / "tb")!r})
+print("torch" in sys.modules)
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+    assert any(p.name.startswith("events.out.tfevents") for p in (tmp_path / "tb").iterdir())
+
+
 def test_human_labelling_is_refused_without_a_terminal_to_read_answers_from(tmp_path):
     with pytest.raises(ValueError, match="answers queue"):
-        run_pref_interface(InterfaceConfig(synthetic=False), queue.Queue(), None, threading.Event(),
-                           InterfaceStats.create(mp.get_context("spawn")), str(tmp_path / "p.sqlite"))
+        run_pref_interface(InterfaceConfig(synthetic=False), seg_queue=queue.Queue(),
+                           pref_queue=None, stop_event=threading.Event(),
+                           stats=InterfaceStats.create(mp.get_context("spawn")),
+                           store_path=str(tmp_path / "p.sqlite"))
 
 
 @pytest.mark.parametrize("how", ["stop_event", "ctrl_c"])
@@ -369,7 +395,9 @@ def test_interface_exits_promptly_even_when_the_trainer_stopped_reading(tmp_path
     stop_event, stats = ctx.Event(), InterfaceStats.create(ctx)
     store_path = str(tmp_path / "prefs.sqlite")
     proc = ctx.Process(target=run_pref_interface, args=(
-        InterfaceConfig(max_in_flight=16, seed=0, synthetic=True, max_pairs_per_clip=None), seg_queue, pref_queue, stop_event, stats, store_path))
+        InterfaceConfig(max_in_flight=16, seed=0, synthetic=True, max_pairs_per_clip=None),),
+        kwargs=dict(seg_queue=seg_queue, pref_queue=pref_queue, stop_event=stop_event,
+                    stats=stats, store_path=store_path))
     proc.start()
     try:
         for v in range(8):

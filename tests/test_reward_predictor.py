@@ -557,7 +557,8 @@ def test_no_preference_is_dropped_and_the_trainer_checkpoints_on_interrupt(tmp_p
     prefs: queue.Queue = queue.Queue()
     for i in range(40):
         prefs.put(moving_dot_pref(rng, is_validation=(i % 4 == 0)))
-    run_trainer(config, prefs, shared, _InterruptAfter(stats, 40), stats, str(tmp_path / "tb"))
+    run_trainer(config, pref_queue=prefs, shared_weights=shared,
+                stop_event=_InterruptAfter(stats, 40), stats=stats, log_dir=str(tmp_path / "tb"))
     assert stats.labels_received.value == 40 and prefs.empty()
     assert 0.0 <= stats.val_accuracy.value <= 1.0
     assert shared.version >= 2  # at start, and during training
@@ -572,8 +573,9 @@ def test_trainer_process_stops_on_its_event(tmp_path):
     shared = SharedWeights(ctx)
     stats = TrainerStats.create(ctx)
     stop = threading.Event()
-    worker = threading.Thread(target=run_trainer,
-                              args=(config, queue.Queue(), shared, stop, stats, str(tmp_path)))
+    worker = threading.Thread(target=run_trainer, args=(config,), kwargs=dict(
+        pref_queue=queue.Queue(), shared_weights=shared, stop_event=stop, stats=stats,
+        log_dir=str(tmp_path)))
     worker.start()
     stop.set()
     worker.join(timeout=30)
@@ -590,7 +592,8 @@ def test_pretraining_takes_the_threads_a2c_is_not_using_yet(tmp_path, monkeypatc
         for i in range(8):
             store.add(moving_dot_pref(rng, is_validation=i % 4 == 0))
     config = TrainerConfig(env_kind="moving_dot", n_members=1, torch_threads=1,
-                           threads_while_agent_idle=2)
+                           threads_while_agent_idle=2,
+                           initial_prefs_path=str(tmp_path / "prefs.sqlite"), pretrain_epochs=1)
     seen = []
     real_pretrain = RewardPredictorTrainer.pretrain
 
@@ -601,8 +604,8 @@ def test_pretraining_takes_the_threads_a2c_is_not_using_yet(tmp_path, monkeypatc
     monkeypatch.setattr(RewardPredictorTrainer, "pretrain", pretrain)
     stats = TrainerStats.create(mp.get_context("spawn"))
     try:
-        run_pretraining(config, str(tmp_path / "prefs.sqlite"), 1, threading.Event(), stats,
-                        str(tmp_path / "tb"))
+        run_pretraining(config, stop_event=threading.Event(), stats=stats,
+                        log_dir=str(tmp_path / "tb"))
     finally:
         torch.set_num_threads(1)  # the suite's setting (conftest)
     assert seen == [2] and stats.epoch.value == 1
@@ -621,8 +624,9 @@ def test_a2c_waits_for_the_trainer_and_the_trainer_stops_resting_for_it(tmp_path
     prefs: queue.Queue = queue.Queue()
     for _ in range(20):
         prefs.put(moving_dot_pref(rng, is_validation=False))
-    worker = threading.Thread(target=run_trainer,
-                              args=(config, prefs, shared, stop, stats, str(tmp_path)))
+    worker = threading.Thread(target=run_trainer, args=(config,), kwargs=dict(
+        pref_queue=prefs, shared_weights=shared, stop_event=stop, stats=stats,
+        log_dir=str(tmp_path)))
     worker.start()
     give_up = threading.Timer(120.0, stop.set)  # a resting trainer would hold the wait for hours
     give_up.start()

@@ -2,6 +2,7 @@
 import numpy as np
 
 from experiments.runlog import RunLog
+from launch.scalars import ScalarWriter
 
 
 def test_wall_clock_leaves_out_the_time_a_resumed_run_was_stopped(tmp_path):
@@ -14,11 +15,9 @@ def test_wall_clock_leaves_out_the_time_a_resumed_run_was_stopped(tmp_path):
 
 
 def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
-    from torch.utils.tensorboard import SummaryWriter
-
     from experiments import summarise_run
 
-    a2c = SummaryWriter(str(tmp_path / "tb"))
+    a2c = ScalarWriter(str(tmp_path / "tb"))
     for step, ret in ((100, -21.0), (200, -19.0), (1200, 5.0)):
         a2c.add_scalar("charts/episodic_return", ret, step)
     for step in range(0, 1600, 100):
