@@ -43,6 +43,7 @@ def trainer_config(run: Run, load_from: str | None, save: bool = True):
         load_ckpt_path=load_from, torch_threads=s.reward_predictor_threads,
         reward_std=s.reward_std, label_noise=s.label_noise, adaptive_l2=s.adaptive_l2,
         duty=s.reward_predictor_duty, seed=s.seed, device=run.predictor_device,
+        keep_freed_memory=not s.reward_predictor_lean_memory,
         # While A2C waits for the predictor (--min_predictor_labels_per_step) or has not started
         # (pretraining) its threads are idle.
         threads_while_agent_idle=s.reward_predictor_threads + s.torch_threads,

@@ -100,6 +100,7 @@ def test_the_wrapper_runs_the_loop_around_an_agent_and_saves_like_run_py(tmp_pat
     env.close()  # a second close does nothing
 
 
+@pytest.mark.slow  # 47 s, mostly start-up; the default suite's wrapper test drives the same loop
 def test_stable_baselines3_ppo_trains_through_the_wrapper(tmp_path):
     """The example script, briefly: PPO steps, learns on r̂ and saves its model."""
     d = tmp_path / "ppo"

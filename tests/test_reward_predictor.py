@@ -706,3 +706,21 @@ def test_the_paper_pace_counts_each_member_or_the_whole_ensemble():
     assert labels_per_member(0.1, "ensemble", 3) == pytest.approx(0.1 / 3)
     with pytest.raises(ValueError, match="neither"):
         labels_per_member(0.1, "members", 3)
+
+
+@pytest.mark.parametrize("lean", [False, True])
+def test_lean_memory_leaves_glibc_malloc_as_it_is_in_the_atari_trainer(lean, tmp_path, monkeypatch):
+    from launch.cli import parse_args
+    from launch.configs import trainer_config
+    from reward_predictor import process
+
+    run = parse_args(["train_policy_with_preferences", "PongNoFrameskip-v4", "--ensemble_size", "1",
+                      "--log_dir", str(tmp_path / "r")]
+                     + (["--reward_predictor_lean_memory"] if lean else []))
+    calls = []
+    monkeypatch.setattr(process, "reuse_freed_memory", lambda: calls.append(1))
+    try:
+        process._set_up(trainer_config(run, load_from=None, save=False), 1, None)
+    finally:
+        torch.set_num_threads(1)  # the suite's setting (conftest)
+    assert calls == ([] if lean else [1])
