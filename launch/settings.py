@@ -170,8 +170,8 @@ class Settings:
         "processes about 1 label per 10 steps)", choices=("member", "ensemble"))
     reward_predictor_lean_memory: bool = setting(
         not TrainerConfig.keep_freed_memory, "predictor", "the Atari predictor's trainer gives "
-        "freed memory back to the system after each step: about 400 MB less held, its steps about "
-        "1.4x slower (docs/results.md)")
+        "freed memory back to the system: about 250 MB less held on Pong, its steps about 1.7x "
+        "slower (docs/results.md)")
     reward_predictor_threads: int = setting(
         TrainerConfig.torch_threads, "predictor", "torch threads in the reward-predictor trainer "
         "process; while A2C waits for it, and in pretraining, it takes --torch_threads's too")

@@ -39,7 +39,7 @@ class TrainerConfig:
     adaptive_l2: bool = True  # App. A: keep validation loss at 1.1-1.5x training loss
     duty: float = 0.5  # fraction of the time spent training; the rest is left to A2C (2 cores)
     # The Atari predictor's processes keep freed memory for the next step (launch/process_setup.py):
-    # steps ~1.4x faster, ~400 MB more held. False leaves glibc's malloc as it is.
+    # its steps ~1.7x faster, ~250 MB more held on Pong. False leaves glibc's malloc as it is.
     keep_freed_memory: bool = True
     # torch threads while A2C is idle: waiting for it, or not yet running (pretraining).
     # 0: torch_threads
