@@ -104,20 +104,10 @@ def pretrain_reward_predictor(run: Run, ctx, session: Session, report: RunReport
 def train_policy_with_preferences(run: Run, ctx, session: Session, report: RunReport) -> int:
     """Gather (unless loaded), pretrain (unless loaded), then A2C, labelling and predictor
     training all at once; or, with --frozen_reward_predictor, A2C alone on a fixed predictor."""
-    from a2c.config import A2CStats
-
     if run.settings.frozen_reward_predictor:
-        sup = Supervisor(ctx, ctx.Event())
-        ch = Channels.for_run(ctx, session, sup.stop_event)
-        stats = report.agent_stats = A2CStats(ctx)
-        sup.start("a2c", A2C, a2c_config(run), log_dir=str(run.dir / "tb"), stats=stats,
-                  make_reward_fn=Deferred("reward_predictor.reward_fn:frozen_reward",
-                                          trainer_config(run, load_from=None, save=False),
-                                          run.reward_ckpt_path),
-                  make_observers=ch.a2c_observers(), stop_event=sup.stop_event)
-        ch.start_episode_viewer(sup)
-        return sup.wait(progress=training_progress(run, stats, lambda: a2c_status(stats, False)),
-                        until=lambda: not sup.procs["a2c"].is_alive())
+        return a2c_alone(run, ctx, session, report, Deferred(
+            "reward_predictor.reward_fn:frozen_reward",
+            trainer_config(run, load_from=None, save=False), run.reward_ckpt_path))
 
     code, prefs_path, predictor_path = prepare_predictor(run, ctx, session, report)
     if code or prefs_path is None:
@@ -215,13 +205,20 @@ class PreferenceLoop:
 
 def train_policy_with_original_rewards(run: Run, ctx, session: Session, report: RunReport
                                        ) -> int:
+    return a2c_alone(run, ctx, session, report)
+
+
+def a2c_alone(run: Run, ctx, session: Session, report: RunReport,
+              make_reward_fn: Deferred | None = None) -> int:
+    """A2C with no labelling beside it, on the game's reward or `make_reward_fn`'s."""
     from a2c.config import A2CStats
 
     sup = Supervisor(ctx, ctx.Event())
     ch = Channels.for_run(ctx, session, sup.stop_event)
     stats = report.agent_stats = A2CStats(ctx)
     sup.start("a2c", A2C, a2c_config(run), log_dir=str(run.dir / "tb"), stats=stats,
-              make_observers=ch.a2c_observers(), stop_event=sup.stop_event)
+              make_reward_fn=make_reward_fn, make_observers=ch.a2c_observers(),
+              stop_event=sup.stop_event)
     ch.start_episode_viewer(sup)
     return sup.wait(progress=training_progress(run, stats, lambda: a2c_status(stats, False)),
                     until=lambda: not sup.procs["a2c"].is_alive())

@@ -14,10 +14,10 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 
 class ScalarWriter:
-    """Writes scalar events into `log_dir` (created if missing), as TensorBoard reads them."""
+    """Writes scalar events into `log_dir` (the event writer creates it), as TensorBoard reads
+    them."""
 
     def __init__(self, log_dir: str | os.PathLike) -> None:
-        os.makedirs(log_dir, exist_ok=True)
         self._events = EventFileWriter(str(log_dir))
 
     def add_scalar(self, tag: str, value: float, step: int) -> None:
