@@ -6,8 +6,9 @@ on a batch of 16 pairs x 25 steps (800 observations forward and backward), one m
 
 Each thread count is timed in fp32 and with bfloat16 autocast (what `--precision auto` uses on
 CPUs with native bf16). `--device cuda` times the step as `--reward_predictor_device cuda` runs it.
-The process keeps freed memory as a run's processes do (launch/heap.py); `--default_malloc`
-times it with glibc's default instead.
+`--malloc` sets up memory as a run's trainer does: `tunables` (the default: glibc's malloc
+tunables, launch/process_setup.py; the script restarts itself with them), `keep` (what
+--reward_predictor_keep_freed_memory does) or `default` (glibc as it is).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from launch.process_setup import reuse_freed_memory  # noqa: E402
+from launch.process_setup import reuse_freed_memory, trainer_malloc_environ  # noqa: E402
 from pref_interface.segment import Preference, Segment  # noqa: E402
 from reward_predictor.ensemble import RewardPredictorEnsemble  # noqa: E402
 from reward_predictor.nets import AtariRewardNet  # noqa: E402
@@ -79,15 +80,20 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=16, help="segment pairs per batch")
     parser.add_argument("--length", type=int, default=25, help="steps per segment")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--default_malloc", action="store_true",
-                        help="leave glibc's malloc as it is (large blocks mapped and unmapped)")
+    parser.add_argument("--malloc", choices=["tunables", "keep", "default"], default="tunables",
+                        help="memory set-up: a run's trainer's (glibc tunables), that of "
+                             "--reward_predictor_keep_freed_memory, or glibc's default")
     parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"],
                         help="fp32 and/or bf16 autocast (slow where the CPU lacks native bf16)")
     parser.add_argument("--profile", action="store_true",
                         help="also print a profile of --steps steps by operator")
     args = parser.parse_args()
-    if not args.default_malloc:
+    environ = trainer_malloc_environ()
+    if args.malloc == "tunables" and environ:  # glibc reads them as a process starts
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **environ})
+    if args.malloc == "keep":
         reuse_freed_memory()
+    print(f"malloc: {args.malloc} (GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES')})")
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.device}, batch {args.pairs} pairs x "
           f"{args.length} steps = {2 * args.pairs * args.length} observations")
     for threads, bf16 in [(th, p == "bf16") for th in args.threads for p in args.precisions]:

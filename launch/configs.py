@@ -43,12 +43,21 @@ def trainer_config(run: Run, load_from: str | None, save: bool = True):
         load_ckpt_path=load_from, torch_threads=s.reward_predictor_threads,
         reward_std=s.reward_std, label_noise=s.label_noise, adaptive_l2=s.adaptive_l2,
         duty=s.reward_predictor_duty, seed=s.seed, device=run.predictor_device,
-        keep_freed_memory=not s.reward_predictor_lean_memory,
+        keep_freed_memory=s.reward_predictor_keep_freed_memory,
         # While A2C waits for the predictor (--min_predictor_labels_per_step) or has not started
         # (pretraining) its threads are idle.
         threads_while_agent_idle=s.reward_predictor_threads + s.torch_threads,
         # MovingDot's small net reads sub-pixel dot positions: bf16's 8-bit mantissa blurs them.
         precision=s.precision if run.env_kind == "atari" else "fp32")
+
+
+def trainer_environ(config) -> dict[str, str]:
+    """Environment variables for a process that trains the predictor described by `config`
+    (a TrainerConfig): glibc's malloc tunables, unless it keeps freed memory in its heap instead
+    (launch/process_setup.py)."""
+    from launch.process_setup import trainer_malloc_environ
+
+    return {} if config.keep_freed_memory else trainer_malloc_environ()
 
 
 def interface_config(run: Run, page_updates: Any = None, gather_labels: int | None = None):

@@ -7,7 +7,7 @@ import sys
 
 from launch.cli import Run
 from launch.configs import (MILLION, PREDICTOR_FILE, PREFS_FILE, a2c_config, interface_config,
-                            trainer_config)
+                            trainer_config, trainer_environ)
 from launch.deferred import Deferred
 from launch.session import Session
 from launch.summary import RunReport
@@ -72,7 +72,7 @@ def pretrain_phase(run: Run, ctx, session: Session, prefs_path: str) -> tuple[in
     config = trainer_config(run, load_from=run.reward_ckpt_path)
     config.initial_prefs_path, config.pretrain_epochs = prefs_path, epochs
     sup.start("reward_predictor", "reward_predictor.process:run_pretraining", config,
-              stop_event=sup.stop_event, stats=stats, log_dir=str(run.dir / "tb" / "pretrain"))
+              environ=trainer_environ(config), stop_event=sup.stop_event, stats=stats, log_dir=str(run.dir / "tb" / "pretrain"))
     code = sup.wait(progress=Progress(
         "pretraining", n_epochs, "epoch",
         lambda: (done + stats.epoch.value, f"val acc {percent(stats.val_accuracy.value)}")))
@@ -178,7 +178,7 @@ class PreferenceLoop:
         self.agent_stats, self.trainer_stats = A2CStats(ctx), TrainerStats.create(ctx)
         self.interface_stats = InterfaceStats.create(ctx, self.trainer_stats.labels_received)
         sup.start("reward_predictor", "reward_predictor.process:run_trainer", tconfig,
-                  pref_queue=ch.preferences, shared_weights=ch.reward_weights, stop_event=ch.stop,
+                  environ=trainer_environ(tconfig), pref_queue=ch.preferences, shared_weights=ch.reward_weights, stop_event=ch.stop,
                   stats=self.trainer_stats, log_dir=str(run.dir / "tb" / "reward_predictor"))
         sup.start("pref_interface", INTERFACE, interface_config(run, session.page_updates),
                   seg_queue=ch.segments, pref_queue=ch.preferences, stop_event=ch.stop,

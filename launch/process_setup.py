@@ -1,21 +1,30 @@
-"""Process set-up: keep freed memory for reuse (where big tensors come and go), carry a name,
-end with the parent.
+"""Process set-up: how the reward predictor's training processes use memory, a name, ending with
+the parent.
 
-Freed memory: glibc serves every allocation above 32 MB (the largest threshold it adapts to) with a fresh mmap
-and unmaps it on free. The reward predictor's activations for one batch (800 frames of 16x26x26
-floats) are 35 MB each, so every training step faulted in hundreds of MB of new pages: 30% of a
-step on the 2-core test machine (docs/results.md). Heap-only allocation with no trimming makes
-the process hold its peak instead, which is what a step needs again a moment later; the heap's
-fragments add about 100 MB to that peak, so only the Atari predictor's training processes do it.
+Memory: a training step of the Atari predictor allocates and frees blocks of 8-35 MB (800
+frames of 16x26x26 floats are 35 MB) several times over. glibc's default maps each block above
+a threshold it adapts (up to 32 MB) afresh and unmaps it on free, so every step faulted in
+hundreds of MB of 4 KB pages, and serves the rest from a heap that fragments and keeps growing.
+The trainer therefore starts with glibc tunables (`TRAINER_MALLOC_TUNABLES`): blocks of 16 MB
+and more are mapped afresh, in 2 MB pages (far fewer faults), and given back on free; smaller
+ones reuse the heap. Or, with `reuse_freed_memory`, it serves everything from a heap it never
+trims: the fastest steps, but the heap's fragments make the process hold ~300 MB more
+(docs/results.md#memory).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import os
+from typing import Iterator
 
 _M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 _M_MMAP_MAX = -4
 _NEVER_TRIM = 2**31 - 1  # an int: mallopt takes one
+# Read by glibc (2.35 and later) when a process starts: 2 MB pages for what malloc maps (with
+# transparent huge pages in "madvise" mode, the usual default), and a fixed 16 MB mmap threshold.
+TRAINER_MALLOC_TUNABLES = "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=16777216"
 _PR_SET_PDEATHSIG = 1  # prctl options, from linux/prctl.h
 _PR_SET_NAME = 15
 _NAME_BYTES = 15  # the kernel keeps the first 15 bytes of a process name
@@ -35,6 +44,28 @@ def reuse_freed_memory() -> bool:
     if mallopt is None:
         return False
     return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _NEVER_TRIM))
+
+
+def trainer_malloc_environ() -> dict[str, str]:
+    """The environment variables a reward-predictor training process starts with (see the module
+    docstring); none when the user has set GLIBC_TUNABLES (theirs are kept)."""
+    return {} if "GLIBC_TUNABLES" in os.environ else {"GLIBC_TUNABLES": TRAINER_MALLOC_TUNABLES}
+
+
+@contextlib.contextmanager
+def child_environ(extra: dict[str, str]) -> Iterator[None]:
+    """Set `extra` in this process's environment for the duration, for a child started within
+    (a spawned child copies the environment as it starts); the previous values come back after."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def name_process(name: str) -> bool:

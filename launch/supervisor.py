@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from launch.deferred import Deferred
-from launch.process_setup import die_with_parent, name_process
+from launch.process_setup import child_environ, die_with_parent, name_process
 
 EXIT_INTERRUPTED = 130
 
@@ -56,13 +56,16 @@ class Supervisor:
         self.errors = ctx.Queue()
         self.procs: dict[str, mp.Process] = {}
 
-    def start(self, name: str, target: str, *args, **kwargs) -> None:
+    def start(self, name: str, target: str, *args, environ: dict[str, str] | None = None,
+              **kwargs) -> None:
         """Start `target` ("module:function") with these arguments in a child named `name`; the
-        module is imported there, not here (this process never imports torch)."""
+        module is imported there, not here (this process never imports torch). `environ`: more
+        environment variables for the child (e.g. those its C library reads as it starts)."""
         proc = self.ctx.Process(target=_child,
                                 args=(Deferred(target, *args, **kwargs), self.errors),
                                 name=name, daemon=False)
-        proc.start()
+        with child_environ(environ or {}):
+            proc.start()
         self.procs[name] = proc
 
     def wait(self, status_line=None, until=None, grace_s: float = 60.0,

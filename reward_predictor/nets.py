@@ -6,6 +6,8 @@ overlapping 4-frame windows of a segment without materialising them as uint8 fir
 """
 from __future__ import annotations
 
+from typing import Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -16,20 +18,57 @@ N_MOVING_DOT_ACTIONS = 5  # 0 noop, 1 down, 2 right, 3 up, 4 left
 LEAKY_SLOPE = 0.01  # App. A.2: leaky ReLU, alpha 0.01
 
 # Byte value -> its 8 bits as dropout multipliers {0, 2}: one random byte gives 8 mask entries.
-_HALF_MASK_TABLE = ((torch.arange(256).unsqueeze(-1) >> torch.arange(8)) & 1).float() * 2.0
+_HALF_MASK_TABLE = (((torch.arange(256).unsqueeze(-1) >> torch.arange(8)) & 1) * 2).to(torch.uint8)
+
+
+def half_mask(x: torch.Tensor) -> torch.Tensor:
+    """A dropout mask for p = 0.5: bytes {0, 2} (0, or kept and scaled by 1 / (1 - p)), shaped and
+    laid out like `x`; entries are i.i.d., so any layout is the same distribution.
+
+    Every bit of a uniform random byte is an independent fair coin, so one random draw serves 8
+    entries; drawing a float per entry (bernoulli_) was ~28% of a train step. Bytes are what the
+    backward pass keeps: a quarter of a float mask.
+    """
+    n = x.numel()
+    bytes_ = torch.randint(0, 256, ((n + 7) // 8,), dtype=torch.uint8, device=x.device)
+    mask = _HALF_MASK_TABLE.to(x.device).index_select(0, bytes_.long()).view(-1)[:n]
+    return mask.as_strided(x.shape, x.stride())
 
 
 def dropout_half(x: torch.Tensor) -> torch.Tensor:
-    """Dropout with p = 0.5 in training mode, the same distribution as F.dropout(x, 0.5).
+    """Dropout with p = 0.5 in training mode, the same distribution as F.dropout(x, 0.5)."""
+    return x * half_mask(x)
 
-    Every bit of a uniform random byte is an independent fair coin, so one random draw serves 8
-    entries; drawing a float per entry (bernoulli_) was ~28% of a train step. The mask takes the
-    memory layout of `x` (entries are i.i.d., so any layout is the same distribution).
-    """
-    n = x.numel()
-    bytes_ = torch.randint(0, 256, ((n + 7) // 8,), dtype=torch.int64)
-    mask = _HALF_MASK_TABLE.index_select(0, bytes_).view(-1)[:n]
-    return x * mask.as_strided(x.shape, x.stride())
+
+class NormActDrop(torch.autograd.Function):
+    """Batch norm in training mode, leaky ReLU and dropout p = 0.5, the same kernels and numbers
+    as BatchNorm2d, F.leaky_relu and `dropout_half` one after the other, but keeping less for the
+    backward pass: the normalised output is made leaky and dropped out in place, and backward
+    reads the leaky ReLU's sign from the final output (a dropped unit has no gradient anyway).
+    What is kept is the layer's input, its output (which the next convolution keeps too) and a
+    byte mask, instead of four float tensors: on 800 frames the first layer's are 35 MB each."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, norm_weight: torch.Tensor, norm_bias: torch.Tensor,
+                norm: nn.BatchNorm2d) -> torch.Tensor:
+        # Updates the running statistics as BatchNorm2d's training-mode forward does.
+        out, mean, invstd = torch.ops.aten.native_batch_norm(
+            x, norm_weight, norm_bias, norm.running_mean, norm.running_var, True, norm.momentum,
+            norm.eps)
+        mask = half_mask(out)
+        out = F.leaky_relu_(out, LEAKY_SLOPE).mul_(mask)
+        ctx.save_for_backward(x, norm_weight, mean, invstd, mask, out)
+        ctx.norm = norm
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        x, norm_weight, mean, invstd, mask, out = ctx.saved_tensors
+        grad = torch.ops.aten.leaky_relu_backward(grad_out * mask, out, LEAKY_SLOPE, True)
+        grad_x, grad_w, grad_b = torch.ops.aten.native_batch_norm_backward(
+            grad, x, norm_weight, ctx.norm.running_mean, ctx.norm.running_var, mean, invstd, True,
+            ctx.norm.eps, [True, True, True])
+        return grad_x, grad_w, grad_b, None
 
 
 class AtariRewardNet(nn.Module):
@@ -66,19 +105,24 @@ class AtariRewardNet(nn.Module):
         """
         assert not (take_statistics and self.training), "take_statistics is an eval-mode pass"
         lead = obs.shape[:-3]
-        x = _channels_last_float(obs)
+        x = _nhwc_frames(obs)
         for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
             if i == 0:  # conv(x / 255, w) as conv(x, w / 255): saves a pass over the input
-                x = F.conv2d(x, conv.weight * (1.0 / 255.0), conv.bias, conv.stride)
+                x = FirstConv.apply(x, conv.weight * (1.0 / 255.0), conv.bias, conv.stride)
             else:
                 x = conv(x)
             if take_statistics and isinstance(norm, nn.BatchNorm2d):
                 var, mean = torch.var_mean(x, dim=(0, 2, 3), correction=1)
                 norm.running_mean.copy_(mean)
                 norm.running_var.copy_(var)
-            x = F.leaky_relu(norm(x), LEAKY_SLOPE)
             # The random-byte mask is a CPU saving; on a GPU F.dropout is already cheap.
-            if self.training and self.dropout == 0.5 and x.device.type == "cpu":
+            half_on_cpu = self.training and self.dropout == 0.5 and x.device.type == "cpu"
+            if half_on_cpu and isinstance(norm, nn.BatchNorm2d):  # the paper's net, training
+                norm.num_batches_tracked.add_(1)
+                x = NormActDrop.apply(x, norm.weight, norm.bias, norm)
+                continue
+            x = F.leaky_relu(norm(x), LEAKY_SLOPE)
+            if half_on_cpu:
                 x = dropout_half(x)
             elif self.dropout > 0.0:
                 x = F.dropout(x, self.dropout, self.training)
@@ -86,14 +130,60 @@ class AtariRewardNet(nn.Module):
         return self.out(x).reshape(lead)
 
 
-def _channels_last_float(obs: torch.Tensor) -> torch.Tensor:
-    """uint8 (..., 4, 84, 84), any strides -> float32 (N, 4, 84, 84) in channels-last memory.
+def _nhwc_frames(obs: torch.Tensor) -> torch.Tensor:
+    """uint8 (..., 4, 84, 84), any strides -> uint8 (N, 84, 84, 4), contiguous.
 
-    The stack is gathered into NHWC order as uint8 first (a quarter of the bytes), then converted
-    in one contiguous pass: a direct strided float copy of the overlapping windows took 4x longer.
+    The overlapping 4-frame windows are gathered into NHWC order as uint8 (a quarter of the bytes
+    of floats); a direct strided float copy of them took 4x longer.
     """
     nhwc = torch.stack([obs[..., c, :, :] for c in range(STACK)], dim=-1)
-    return nhwc.reshape(-1, FRAME, FRAME, STACK).to(torch.float32).permute(0, 3, 1, 2)
+    return nhwc.reshape(-1, FRAME, FRAME, STACK)
+
+
+FIRST_CONV_CHUNK = 200  # frames converted to float at a time by FirstConv (200: 22.6 MB)
+
+
+def _float_chunks(frames: torch.Tensor, dtype: torch.dtype) -> Iterator[tuple[slice, torch.Tensor]]:
+    """(rows, float NCHW channels-last view) for each FIRST_CONV_CHUNK frames of uint8 NHWC."""
+    for start in range(0, frames.shape[0], FIRST_CONV_CHUNK):
+        rows = slice(start, start + FIRST_CONV_CHUNK)
+        yield rows, frames[rows].to(dtype).permute(0, 3, 1, 2)
+
+
+class FirstConv(torch.autograd.Function):
+    """The first convolution over uint8 NHWC frames, the same numbers as F.conv2d on their float
+    copy, without ever holding that copy whole: forward and backward convert FIRST_CONV_CHUNK
+    frames at a time, and backward keeps the uint8 frames. On 800 frames the float input is 90 MB,
+    the largest block of a training step and a quarter of what the step holds for its backward
+    pass; with it gone every large block of the step is an activation of one size, which leaves
+    the heap far less fragmented. No gradient flows to the frames."""
+
+    @staticmethod
+    def forward(ctx, frames: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                stride: tuple[int, int]) -> torch.Tensor:
+        device = frames.device.type  # under autocast (bf16), as F.conv2d alone would compute
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+        out = torch.cat([F.conv2d(x, weight.to(dtype), None if bias is None else bias.to(dtype),
+                                  stride) for _, x in _float_chunks(frames, dtype)])
+        ctx.save_for_backward(frames, weight)
+        ctx.has_bias, ctx.stride = bias is not None, stride
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        frames, weight = ctx.saved_tensors
+        dtype = grad_out.dtype
+        grad_w = torch.zeros_like(weight, dtype=torch.float32)
+        grad_b = torch.zeros(weight.shape[0], device=weight.device) if ctx.has_bias else None
+        for rows, x in _float_chunks(frames, dtype):
+            _, gw, gb = torch.ops.aten.convolution_backward(
+                grad_out[rows], x, weight.to(dtype), [weight.shape[0]] if ctx.has_bias else None,
+                ctx.stride, [0, 0], [1, 1], False, [0, 0], 1, [False, True, ctx.has_bias])
+            grad_w += gw
+            if grad_b is not None:
+                grad_b += gb
+        return (None, grad_w.to(weight.dtype),
+                None if grad_b is None else grad_b.to(weight.dtype), None)
 
 
 class MovingDotRewardNet(nn.Module):

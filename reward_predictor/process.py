@@ -109,7 +109,7 @@ def _set_up(config: TrainerConfig, threads: int, prefs_path: str | None) -> Rewa
     """What the trainer and pretraining processes do first: the trainer the config describes,
     its checkpoint loaded (CheckpointError ends the process with its message) and the latest
     labels of `prefs_path` added."""
-    if config.env_kind == "atari" and config.keep_freed_memory:  # glibc would unmap its big tensors
+    if config.keep_freed_memory:  # otherwise the process started with malloc tunables
         reuse_freed_memory()
     torch.set_num_threads(threads)
     torch.manual_seed(config.seed)

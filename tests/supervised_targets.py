@@ -22,3 +22,24 @@ def count_to(n: int, counter, step_s: float = 0.3) -> None:
     for _ in range(n):
         time.sleep(step_s)
         counter.value += 1
+
+
+def report_malloc(path: str) -> None:
+    """Write this process's GLIBC_TUNABLES and the 2 MB pages backing a freshly written 64 MB
+    block from malloc (as torch allocates; numpy asks for huge pages itself)."""
+    import ctypes
+    import ctypes.util
+    import json
+    import os
+    import re
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.malloc.restype = ctypes.c_void_p
+    size = 2**26
+    block = libc.malloc(size)
+    ctypes.memset(block, 1, size)
+    rollup = open("/proc/self/smaps_rollup").read()
+    huge_kb = int(re.search(r"AnonHugePages:\s+(\d+)", rollup).group(1))
+    libc.free(ctypes.c_void_p(block))
+    with open(path, "w") as f:
+        json.dump({"tunables": os.environ.get("GLIBC_TUNABLES"), "huge_kb": huge_kb}, f)

@@ -11,6 +11,7 @@ import threading
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from pref_interface.segment import Preference, Segment
@@ -19,7 +20,7 @@ from reward_predictor import (AtariRewardNet, CheckpointError, MovingDotRewardNe
                               SharedWeights, TrainerConfig, TrainerStats, bootstrap_counts,
                               build_ensemble, make_reward_net, preference_loss, run_trainer)
 from reward_predictor.ensemble import segment_returns, take_batchnorm_statistics
-from reward_predictor.nets import dropout_half
+from reward_predictor.nets import FirstConv, NormActDrop, dropout_half
 from reward_predictor.pace import PredictorPace, labels_per_member
 from reward_predictor.process import run_pretraining
 from reward_predictor.reward_fn import PredictedReward
@@ -267,6 +268,70 @@ def test_fast_dropout_drops_each_unit_with_probability_one_half():
     net = AtariRewardNet(dropout=0.5)
     obs = torch.randint(0, 256, (4, 4, 84, 84), dtype=torch.uint8)
     assert not torch.equal(net(obs), net(obs))  # active while training
+
+
+def test_the_first_convolution_from_bytes_matches_one_on_floats():
+    # FirstConv converts chunks of frames to float in forward and again in backward.
+    torch.manual_seed(0)
+    frames = torch.randint(0, 256, (450, 84, 84, 4), dtype=torch.uint8)  # 3 chunks of 200 or less
+    floats = frames.float().permute(0, 3, 1, 2)
+    for bias in (None, torch.randn(16, requires_grad=True)):
+        weight = torch.randn(16, 4, 7, 7, requires_grad=True)
+        plain = F.conv2d(floats, weight, bias, 3)
+        grad = torch.randn_like(plain)
+        expected = torch.autograd.grad(plain, [weight] + ([bias] if bias is not None else []), grad)
+        out = FirstConv.apply(frames, weight, bias, (3, 3))
+        assert out.is_contiguous(memory_format=torch.channels_last)
+        assert torch.allclose(out, plain, rtol=1e-5, atol=1e-3)
+        got = torch.autograd.grad(out, [weight] + ([bias] if bias is not None else []), grad)
+        for g, e in zip(got, expected):
+            assert torch.allclose(g, e, rtol=1e-4, atol=1e-3 * float(e.abs().max()))
+
+
+def test_batch_norm_leaky_relu_and_dropout_in_one_step_match_the_three():
+    torch.manual_seed(0)
+    fused, plain = nn.BatchNorm2d(16), nn.BatchNorm2d(16)
+    with torch.no_grad():
+        fused.weight.uniform_(0.5, 1.5)
+        fused.bias.uniform_(-0.5, 0.5)
+    plain.load_state_dict(fused.state_dict())
+    x = torch.randn(64, 16, 26, 26).to(memory_format=torch.channels_last)
+    x_fused, x_plain = x.clone().requires_grad_(), x.clone().requires_grad_()
+    torch.manual_seed(1)  # the same dropout mask for both
+    out_fused = NormActDrop.apply(x_fused, fused.weight, fused.bias, fused)
+    torch.manual_seed(1)
+    out_plain = dropout_half(F.leaky_relu(plain(x_plain), 0.01))
+    assert torch.equal(out_fused, out_plain)
+    grad = torch.randn_like(out_plain)
+    (out_fused * grad).sum().backward()
+    (out_plain * grad).sum().backward()
+    assert torch.allclose(x_fused.grad, x_plain.grad, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(fused.weight.grad, plain.weight.grad, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(fused.bias.grad, plain.bias.grad, rtol=1e-5, atol=1e-5)
+    assert torch.equal(fused.running_mean, plain.running_mean)
+    assert torch.equal(fused.running_var, plain.running_var)
+
+
+def test_the_paper_net_trains_as_its_plain_layers_would():
+    # The whole net with its fused training path against the same layers called one by one.
+    torch.manual_seed(0)
+    net = AtariRewardNet(dropout=0.5, batchnorm=True)
+    obs = torch.randint(0, 256, (40, 4, 84, 84), dtype=torch.uint8)
+    torch.manual_seed(2)
+    out = net(obs)
+    out.sum().backward()
+    got = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    torch.manual_seed(2)
+    x = obs.float().to(memory_format=torch.channels_last)
+    for i, (conv, norm) in enumerate(zip(net.convs, net.norms)):
+        x = F.conv2d(x, conv.weight / 255.0, conv.bias, conv.stride) if i == 0 else conv(x)
+        x = dropout_half(F.leaky_relu(norm(x), 0.01))
+    plain = net.out(F.leaky_relu(net.fc(x.flatten(1)), 0.01)).reshape(40)
+    assert torch.allclose(out, plain, rtol=1e-4, atol=1e-4)
+    plain.sum().backward()
+    for g, p in zip(got, net.parameters()):
+        assert torch.allclose(g, p.grad, rtol=1e-3, atol=1e-4 * float(p.grad.abs().max())), p.shape
 
 
 def test_moving_dot_net_finds_the_dot():
@@ -708,19 +773,24 @@ def test_the_paper_pace_counts_each_member_or_the_whole_ensemble():
         labels_per_member(0.1, "members", 3)
 
 
-@pytest.mark.parametrize("lean", [False, True])
-def test_lean_memory_leaves_glibc_malloc_as_it_is_in_the_atari_trainer(lean, tmp_path, monkeypatch):
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_trainer_keeps_freed_memory_only_when_asked(keep, tmp_path, monkeypatch):
     from launch.cli import parse_args
-    from launch.configs import trainer_config
+    from launch.configs import trainer_config, trainer_environ
+    from launch.process_setup import TRAINER_MALLOC_TUNABLES
     from reward_predictor import process
 
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     run = parse_args(["train_policy_with_preferences", "PongNoFrameskip-v4", "--ensemble_size", "1",
                       "--log_dir", str(tmp_path / "r")]
-                     + (["--reward_predictor_lean_memory"] if lean else []))
+                     + (["--reward_predictor_keep_freed_memory"] if keep else []))
+    config = trainer_config(run, load_from=None, save=False)
     calls = []
     monkeypatch.setattr(process, "reuse_freed_memory", lambda: calls.append(1))
     try:
-        process._set_up(trainer_config(run, load_from=None, save=False), 1, None)
+        process._set_up(config, 1, None)
     finally:
         torch.set_num_threads(1)  # the suite's setting (conftest)
-    assert calls == ([] if lean else [1])
+    assert calls == ([1] if keep else [])
+    # Otherwise the process starts with glibc's tunables (tests/test_supervisor.py checks them).
+    assert trainer_environ(config) == ({} if keep else {"GLIBC_TUNABLES": TRAINER_MALLOC_TUNABLES})

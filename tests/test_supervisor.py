@@ -1,6 +1,10 @@
-"""A crashing child: its error is printed, the others are stopped within seconds, status 1."""
+"""The supervisor: a crashing child's error is printed and the others are stopped within
+seconds (status 1); progress; a child's own environment."""
+import json
 import multiprocessing as mp
+import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +60,25 @@ def test_a_wait_whose_end_is_known_is_a_bar_on_a_terminal_and_a_line_in_a_log(tt
         assert "labels:" in err and "/8 [" in err and "val acc 80%" in err, err
     else:  # a log gets the line every 30 s: here, once at the start
         assert err.strip() == "labels 0/8 | val acc 80%", err
+
+
+def test_the_trainer_starts_with_malloc_tunables_that_glibc_honours(tmp_path, monkeypatch):
+    from launch.process_setup import TRAINER_MALLOC_TUNABLES, trainer_malloc_environ
+
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    ctx = mp.get_context("spawn")
+    sup = Supervisor(ctx, ctx.Event())
+    sup.start("tuned", "tests.supervised_targets:report_malloc", str(tmp_path / "tuned.json"),
+              environ=trainer_malloc_environ())
+    sup.start("plain", "tests.supervised_targets:report_malloc", str(tmp_path / "plain.json"))
+    assert sup.wait() == 0
+    assert "GLIBC_TUNABLES" not in os.environ  # only the child had it
+    tuned, plain = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("tuned", "plain"))
+    assert tuned["tunables"] == TRAINER_MALLOC_TUNABLES and plain["tunables"] is None
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if thp.is_file() and "[never]" not in thp.read_text():  # the kernel gives 2 MB pages
+        assert tuned["huge_kb"] >= 32 * 1024, tuned  # most of the 64 MB block
+        assert plain["huge_kb"] < tuned["huge_kb"], plain
+    # A user's own tunables are left alone.
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")
+    assert trainer_malloc_environ() == {}
