@@ -35,6 +35,21 @@ def make_batch(rng: np.random.Generator, pairs: int, t: int) -> list[Preference]
     return [Preference(seg(), seg(), float(rng.choice([0.0, 1.0]))) for _ in range(pairs)]
 
 
+MALLOC_MODES = ("tunables", "keep", "default")
+
+
+def set_up_malloc(mode: str) -> None:
+    """Memory as a run's trainer has it: "tunables" (glibc's, read as a process starts: this
+    process restarts itself with them, once), "keep" (--reward_predictor_keep_freed_memory) or
+    "default" (glibc as it is)."""
+    environ = trainer_malloc_environ()
+    if mode == "tunables" and environ:
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **environ})
+    if mode == "keep":
+        reuse_freed_memory()
+    print(f"malloc: {mode} (GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES')})")
+
+
 def time_steps(threads: int, steps: int, warmup: int, pairs: int, t: int,
                bf16: bool = False, device: str = "cpu") -> list[float]:
     torch.set_num_threads(threads)
@@ -80,7 +95,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=16, help="segment pairs per batch")
     parser.add_argument("--length", type=int, default=25, help="steps per segment")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--malloc", choices=["tunables", "keep", "default"], default="tunables",
+    parser.add_argument("--malloc", choices=MALLOC_MODES, default="tunables",
                         help="memory set-up: a run's trainer's (glibc tunables), that of "
                              "--reward_predictor_keep_freed_memory, or glibc's default")
     parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"],
@@ -88,12 +103,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="also print a profile of --steps steps by operator")
     args = parser.parse_args()
-    environ = trainer_malloc_environ()
-    if args.malloc == "tunables" and environ:  # glibc reads them as a process starts
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **environ})
-    if args.malloc == "keep":
-        reuse_freed_memory()
-    print(f"malloc: {args.malloc} (GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES')})")
+    set_up_malloc(args.malloc)
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.device}, batch {args.pairs} pairs x "
           f"{args.length} steps = {2 * args.pairs * args.length} observations")
     for threads, bf16 in [(th, p == "bf16") for th in args.threads for p in args.precisions]:

@@ -170,7 +170,7 @@ class Settings:
         "processes about 1 label per 10 steps)", choices=("member", "ensemble"))
     reward_predictor_keep_freed_memory: bool = setting(
         TrainerConfig.keep_freed_memory, "predictor", "the predictor's trainer keeps the memory "
-        "it frees for its next step: on Pong its steps are about 15% faster and it holds about "
+        "it frees for its next step: on Pong its steps are about 10% faster and it holds about "
         "300 MB more (docs/results.md)")
     reward_predictor_threads: int = setting(
         TrainerConfig.torch_threads, "predictor", "torch threads in the reward-predictor trainer "

@@ -154,9 +154,9 @@ class FirstConv(torch.autograd.Function):
     """The first convolution over uint8 NHWC frames, the same numbers as F.conv2d on their float
     copy, without ever holding that copy whole: forward and backward convert FIRST_CONV_CHUNK
     frames at a time, and backward keeps the uint8 frames. On 800 frames the float input is 90 MB,
-    the largest block of a training step and a quarter of what the step holds for its backward
-    pass; with it gone every large block of the step is an activation of one size, which leaves
-    the heap far less fragmented. No gradient flows to the frames."""
+    the largest block of a training step; without it the trainer's peak is ~60 MB lower
+    (docs/results.md#memory), for two conversions instead of one. No gradient flows to the
+    frames."""
 
     @staticmethod
     def forward(ctx, frames: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
