@@ -31,7 +31,10 @@ from benchmarks.bench_reward_predictor_step import MALLOC_MODES, set_up_malloc  
 def memory_mb() -> tuple[float, float]:
     """(RSS, peak RSS since the last `reset_peak`) of this process, MB."""
     status = Path("/proc/self/status").read_text()
-    return tuple(int(re.search(rf"{k}:\s+(\d+)", status).group(1)) / 1024 for k in ("VmRSS", "VmHWM"))
+
+    def mb(key: str) -> float:
+        return int(re.search(rf"{key}:\s+(\d+)", status).group(1)) / 1024
+    return mb("VmRSS"), mb("VmHWM")
 
 
 def reset_peak() -> None:
@@ -40,7 +43,8 @@ def reset_peak() -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("store", help="a preference store (prefs.sqlite) whose latest labels fill the buffer")
+    p.add_argument("store", help="a preference store (prefs.sqlite) whose latest labels fill "
+                                 "the buffer")
     p.add_argument("--malloc", choices=MALLOC_MODES, default="tunables",
                    help="a run's trainer's set-up (glibc tunables), that of "
                         "--reward_predictor_keep_freed_memory, or glibc's default")

@@ -72,7 +72,8 @@ def pretrain_phase(run: Run, ctx, session: Session, prefs_path: str) -> tuple[in
     config = trainer_config(run, load_from=run.reward_ckpt_path)
     config.initial_prefs_path, config.pretrain_epochs = prefs_path, epochs
     sup.start("reward_predictor", "reward_predictor.process:run_pretraining", config,
-              environ=trainer_environ(config), stop_event=sup.stop_event, stats=stats, log_dir=str(run.dir / "tb" / "pretrain"))
+              environ=trainer_environ(config), stop_event=sup.stop_event, stats=stats,
+              log_dir=str(run.dir / "tb" / "pretrain"))
     code = sup.wait(progress=Progress(
         "pretraining", n_epochs, "epoch",
         lambda: (done + stats.epoch.value, f"val acc {percent(stats.val_accuracy.value)}")))
@@ -178,8 +179,9 @@ class PreferenceLoop:
         self.agent_stats, self.trainer_stats = A2CStats(ctx), TrainerStats.create(ctx)
         self.interface_stats = InterfaceStats.create(ctx, self.trainer_stats.labels_received)
         sup.start("reward_predictor", "reward_predictor.process:run_trainer", tconfig,
-                  environ=trainer_environ(tconfig), pref_queue=ch.preferences, shared_weights=ch.reward_weights, stop_event=ch.stop,
-                  stats=self.trainer_stats, log_dir=str(run.dir / "tb" / "reward_predictor"))
+                  environ=trainer_environ(tconfig), pref_queue=ch.preferences,
+                  shared_weights=ch.reward_weights, stop_event=ch.stop, stats=self.trainer_stats,
+                  log_dir=str(run.dir / "tb" / "reward_predictor"))
         sup.start("pref_interface", INTERFACE, interface_config(run, session.page_updates),
                   seg_queue=ch.segments, pref_queue=ch.preferences, stop_event=ch.stop,
                   stats=self.interface_stats, store_path=prefs_path,

@@ -162,7 +162,8 @@ class FirstConv(torch.autograd.Function):
     def forward(ctx, frames: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 stride: tuple[int, int]) -> torch.Tensor:
         device = frames.device.type  # under autocast (bf16), as F.conv2d alone would compute
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+        autocast = torch.is_autocast_enabled(device)
+        dtype = torch.get_autocast_dtype(device) if autocast else weight.dtype
         out = torch.cat([F.conv2d(x, weight.to(dtype), None if bias is None else bias.to(dtype),
                                   stride) for _, x in _float_chunks(frames, dtype)])
         ctx.save_for_backward(frames, weight)
