@@ -1,6 +1,7 @@
 """The processes' configurations, built from a checked run (launch/cli.py's Run)."""
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -45,10 +46,18 @@ def trainer_config(run: Run, load_from: str | None, save: bool = True):
         duty=s.reward_predictor_duty, seed=s.seed, device=run.predictor_device,
         keep_freed_memory=s.reward_predictor_keep_freed_memory,
         # While A2C waits for the predictor (--min_predictor_labels_per_step) or has not started
-        # (pretraining) its threads are idle.
-        threads_while_agent_idle=s.reward_predictor_threads + s.torch_threads,
+        # (pretraining) its threads are idle; more threads than cores would slow every step.
+        threads_while_agent_idle=min(s.reward_predictor_threads + s.torch_threads, usable_cores()),
         # MovingDot's small net reads sub-pixel dot positions: bf16's 8-bit mantissa blurs them.
         precision=s.precision if run.env_kind == "atari" else "fp32")
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity; all of them where that is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def trainer_environ(config) -> dict[str, str]:

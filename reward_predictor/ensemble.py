@@ -11,7 +11,9 @@ from torch import nn
 from pref_interface.segment import STACK, Preference, Segment
 from reward_predictor.config import LABEL_NOISE, LEARNING_RATE, REWARD_STD
 from reward_predictor.loss import preference_log_probs, preference_loss
+from reward_predictor.nets import AtariRewardNet
 from reward_predictor.normaliser import RunningNormaliser
+from reward_predictor.stacked import StackedAtariNets, weights_version
 
 MAX_FRAMES_PER_FORWARD = 400  # chunk of evaluation passes: bounds their memory (2,000 frames: ~650 MB)
 # Segments of each training batch that a member's normaliser sees in eval mode (see train_step).
@@ -131,6 +133,7 @@ class RewardPredictorEnsemble(nn.Module):
         self.l2 = [float(l2)] * n_members  # per member: adaptive L2 adjusts each one separately
         self.noise = noise
         self.bf16 = False  # set by the owner (see `_autocast`)
+        self._stacked: tuple[tuple[int, ...], StackedAtariNets] | None = None  # (version, net)
 
     @property
     def n_members(self) -> int:
@@ -150,14 +153,25 @@ class RewardPredictorEnsemble(nn.Module):
         assert obs.dtype == torch.uint8 and obs.shape[-3:] == (STACK, 84, 84), (obs.dtype, obs.shape)
         was_training = self.training
         self.eval()
-        total = torch.zeros(obs.shape[0], device=self.device)
-        for net, norm in zip(self.members, self.normalisers):
-            with self._autocast():
-                raw = torch.cat([net(o, a) for o, a in zip(obs.split(MAX_FRAMES_PER_FORWARD),
-                                                           actions.split(MAX_FRAMES_PER_FORWARD))])
-            total += norm(raw.float())
+        stacked = self._stacked_members()
+        chunks = list(zip(obs.split(MAX_FRAMES_PER_FORWARD), actions.split(MAX_FRAMES_PER_FORWARD)))
+        with self._autocast():
+            if stacked is not None:  # all members in one pass
+                raws = torch.cat([stacked(o) for o, _ in chunks], dim=1).float()
+            else:
+                raws = [torch.cat([net(o, a) for o, a in chunks]).float() for net in self.members]
+        total = sum(norm(raw) for norm, raw in zip(self.normalisers, raws))
         self.train(was_training)
         return (total / self.n_members).cpu().numpy().astype(np.float32)
+
+    def _stacked_members(self) -> StackedAtariNets | None:
+        """The members as one eval-mode net (Atari members only), rebuilt when weights change."""
+        if not all(isinstance(net, AtariRewardNet) for net in self.members):
+            return None
+        version = weights_version(self.members)
+        if self._stacked is None or self._stacked[0] != version:
+            self._stacked = (version, StackedAtariNets(self.members))
+        return self._stacked[1]
 
     def _autocast(self):
         """bfloat16 autocast for the nets' forward (and so backward) passes when `bf16` is set:

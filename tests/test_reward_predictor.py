@@ -439,6 +439,38 @@ def test_ensemble_reward_is_the_mean_of_normalised_members():
     np.testing.assert_allclose(ens.reward(torch.from_numpy(obs), torch.zeros(3, dtype=torch.int64)), out)
 
 
+@pytest.mark.parametrize("batchnorm", [True, False])
+def test_the_agent_gets_the_members_rewards_from_one_stacked_pass(batchnorm):
+    # All members in one pass (batch norm folded in, grouped convolutions) against each member
+    # run alone, in fp32, before and after a training step changes every member's weights.
+    torch.manual_seed(0)
+    rng = np.random.default_rng(7)
+    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=batchnorm),
+                                  n_members=3)
+    obs = torch.from_numpy(rng.integers(0, 256, (30, 4, 84, 84), dtype=np.uint8))
+    actions = torch.zeros(30, dtype=torch.int64)
+
+    def one_by_one() -> np.ndarray:
+        ens.eval()
+        with torch.no_grad():
+            per_member = [norm(net(obs)) for net, norm in zip(ens.members, ens.normalisers)]
+        return torch.stack(per_member).mean(0).numpy()
+
+    for norm in ens.normalisers:
+        norm.update(torch.randn(100) * 0.01)
+    for _ in range(2):
+        stacked = ens._stacked_members()
+        with torch.no_grad():
+            raw = stacked(obs)
+        assert raw.shape == (3, 30)
+        for m, net in enumerate(ens.members):
+            with torch.no_grad():
+                assert torch.allclose(raw[m], net.eval()(obs), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(ens.reward(obs, actions), one_by_one(), rtol=1e-4, atol=1e-7)
+        ens.train_step([[random_pref(rng) for _ in range(2)] for _ in range(3)])
+        assert ens._stacked_members() is not stacked  # new weights: rebuilt
+
+
 def test_train_step_fits_each_member_and_tracks_its_reward_statistics():
     torch.manual_seed(0)
     rng = np.random.default_rng(4)
@@ -794,3 +826,16 @@ def test_the_trainer_keeps_freed_memory_only_when_asked(keep, tmp_path, monkeypa
     assert calls == ([1] if keep else [])
     # Otherwise the process starts with glibc's tunables (tests/test_supervisor.py checks them).
     assert trainer_environ(config) == ({} if keep else {"GLIBC_TUNABLES": TRAINER_MALLOC_TUNABLES})
+
+
+def test_the_trainer_never_takes_more_threads_than_the_machine_has_cores(tmp_path, monkeypatch):
+    # While A2C waits, the trainer takes A2C's threads too; past the core count every step slows.
+    from launch import configs
+    from launch.cli import parse_args
+
+    run = parse_args(["train_policy_with_preferences", "PongNoFrameskip-v4", "--torch_threads", "2",
+                      "--reward_predictor_threads", "1", "--log_dir", str(tmp_path / "r")])
+    monkeypatch.setattr(configs, "usable_cores", lambda: 2)
+    assert configs.trainer_config(run, load_from=None, save=False).threads_while_agent_idle == 2
+    monkeypatch.setattr(configs, "usable_cores", lambda: 16)
+    assert configs.trainer_config(run, load_from=None, save=False).threads_while_agent_idle == 3
