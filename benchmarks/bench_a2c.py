@@ -218,7 +218,9 @@ def machine_header() -> str:
         sb3_version = stable_baselines3.__version__
     except ImportError:
         sb3_version = "not installed"
-    return (f"machine: nproc {os.cpu_count()}, CPU {cpu}, {platform.platform()}\n"
+    from launch.precision import bf16_is_fast
+    return (f"machine: nproc {os.cpu_count()}, CPU {cpu}, native bf16 (AVX512-BF16): "
+            f"{'yes' if bf16_is_fast() else 'no'}, {platform.platform()}\n"
             f"python {platform.python_version()}, torch {torch.__version__}, "
             f"ale-py {ale_py.__version__}, stable-baselines3 {sb3_version}\n"
             f"load average at start: {_load()}")

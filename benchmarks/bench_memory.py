@@ -20,6 +20,7 @@ was sampled; `--from_csv FILE` reports a saved sampling again.
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 import signal
 import sqlite3
 import subprocess
@@ -166,10 +167,12 @@ def report(samples: list, at_labels: list[int], max_prefs: int, settle_s: float)
     def total(per: dict, k: int) -> float:
         return sum(v[k] for v in per.values())
     print(f"\n{'labels':>7s} {'minutes':>7s}  {'process':16s} {'RSS MB':>8s} {'PSS MB':>8s}")
-    # Counted from when the loop has run for `settle_s`: the largest set of processes seen (the
-    # loop's; pretraining runs alone before them, and they exit one by one at the end).
-    loop_names = max((set(s[2]) for s in samples), key=len, default=set())
-    running = [s for s in samples if set(s[2]) == loop_names]
+    # Counted from when the loop has run for `settle_s`: the set of processes seen most often (the
+    # loop's; pretraining runs alone before them, they exit one by one at the end, and a short-lived
+    # child may join a sample or two).
+    sets = Counter(frozenset(s[2]) for s in samples)
+    loop_names = max(sets, key=lambda names: (sets[names], len(names)), default=frozenset())
+    running = [s for s in samples if loop_names <= set(s[2])]
     loop = [s for s in running if s[0] >= running[0][0] + settle_s] if running else []
     for target in at_labels:
         hit = next((s for s in loop if s[1] >= target), None)

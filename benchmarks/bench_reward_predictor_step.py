@@ -6,9 +6,10 @@ on a batch of 16 pairs x 25 steps (800 observations forward and backward), one m
 
 Each thread count is timed in fp32 and with bfloat16 autocast (what `--precision auto` uses on
 CPUs with native bf16). `--device cuda` times the step as `--reward_predictor_device cuda` runs it.
-`--malloc` sets up memory as a run's trainer does: `tunables` (the default: glibc's malloc
-tunables, launch/process_setup.py; the script restarts itself with them), `keep` (what
---reward_predictor_keep_freed_memory does) or `default` (glibc as it is).
+`--conv_floor` also times the convolutions alone at the step's shapes: what a step would take
+if everything else were free. `--malloc` sets up memory as a run's trainer does: `tunables` (the
+default: glibc's malloc tunables, launch/process_setup.py; the script restarts itself with
+them), `keep` (what --reward_predictor_keep_freed_memory does) or `default` (glibc as it is).
 """
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from launch.process_setup import reuse_freed_memory, trainer_malloc_environ  # noqa: E402
 from pref_interface.segment import Preference, Segment  # noqa: E402
-from reward_predictor.ensemble import RewardPredictorEnsemble  # noqa: E402
-from reward_predictor.nets import AtariRewardNet  # noqa: E402
+from reward_predictor.ensemble import NORMALISER_SEGMENTS, RewardPredictorEnsemble  # noqa: E402
+from reward_predictor.nets import FRAME, AtariRewardNet  # noqa: E402
 
 
 def make_batch(rng: np.random.Generator, pairs: int, t: int) -> list[Preference]:
@@ -69,22 +70,67 @@ def time_steps(threads: int, steps: int, warmup: int, pairs: int, t: int,
     return times[warmup:]
 
 
-def profile_steps(threads: int, steps: int, pairs: int, t: int) -> None:
+def profile_steps(threads: int, steps: int, pairs: int, t: int, bf16: bool) -> None:
     """Print the operators that took most of `steps` training steps (after 3 untimed ones)."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.set_num_threads(threads)
     ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), n_members=1)
+    ens.bf16 = bf16
     batch = make_batch(np.random.default_rng(0), pairs, t)
     for _ in range(3):
         ens.train_step([batch])
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         for _ in range(steps):
             ens.train_step([batch])
-    print(f"\nprofile of {steps} steps at {threads} threads (self time per step = total / {steps}):")
+    print(f"\nprofile of {steps} steps at {threads} threads, {'bf16 autocast' if bf16 else 'fp32'} "
+          f"(self time per step = total / {steps}):")
     print(prof.key_averages(group_by_input_shape=True).table(
         sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=32,
         max_shapes_column_width=60))
+
+
+def conv_floor(threads: int, steps: int, pairs: int, t: int, bf16: bool) -> float:
+    """Print and return the ms a member step spends in the paper net's convolutions alone: each
+    layer's forward and backward on the batch (no input gradient for the first) and the forward
+    of the eval-mode pass over NORMALISER_SEGMENTS segments. The rest of a step is elementwise
+    work, conversions and bookkeeping."""
+    import torch.nn.functional as F
+
+    torch.set_num_threads(threads)
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    frames, eval_frames = 2 * pairs * t, NORMALISER_SEGMENTS * t
+    net = AtariRewardNet(dropout=0.5, batchnorm=True)
+    size, total = FRAME, 0.0
+    for i, conv in enumerate(net.convs):
+        x = torch.randn(frames, conv.in_channels, size, size, dtype=dtype).to(
+            memory_format=torch.channels_last)
+        w = conv.weight.detach().to(dtype)
+        y = F.conv2d(x, w, None, conv.stride)
+        grad = torch.randn_like(y)
+
+        def median_ms(fn) -> float:
+            for _ in range(2):
+                fn()
+            times = []
+            for _ in range(steps):
+                start = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - start)
+            return float(np.median(times)) * 1000
+
+        forward = median_ms(lambda: F.conv2d(x, w, None, conv.stride))
+        backward = median_ms(lambda: torch.ops.aten.convolution_backward(
+            grad, x, w, None, conv.stride, [0, 0], [1, 1], False, [0, 0], 1, [i > 0, True, False]))
+        evaluation = median_ms(lambda: F.conv2d(x[:eval_frames], w, None, conv.stride))
+        print(f"  conv{i + 1} {conv.in_channels}->16 {conv.kernel_size[0]}x{conv.kernel_size[0]}/"
+              f"{conv.stride[0]} on {size}x{size}: forward {forward:.1f} ms, backward "
+              f"{backward:.1f}, eval pass {evaluation:.1f}")
+        total += forward + backward + evaluation
+        size = y.shape[-1]
+    print(f"convolutions alone, threads {threads}, {'bf16' if bf16 else 'fp32'}: {total:.0f} ms "
+          "per member step")
+    return total
 
 
 def main() -> None:
@@ -100,8 +146,12 @@ def main() -> None:
                              "--reward_predictor_keep_freed_memory, or glibc's default")
     parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"],
                         help="fp32 and/or bf16 autocast (slow where the CPU lacks native bf16)")
+    parser.add_argument("--conv_floor", action="store_true",
+                        help="also time the convolutions alone at the step's shapes, per thread "
+                             "count and precision (the floor of a step in eager torch)")
     parser.add_argument("--profile", action="store_true",
-                        help="also print a profile of --steps steps by operator")
+                        help="also print a profile of --steps steps by operator (at the first "
+                             "--threads and --precisions)")
     args = parser.parse_args()
     set_up_malloc(args.malloc)
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.device}, batch {args.pairs} pairs x "
@@ -111,8 +161,12 @@ def main() -> None:
                            args.device)
         print(f"threads {threads}, {'bf16 autocast' if bf16 else 'fp32'}: median {np.median(times) * 1000:.0f} ms/step "
               f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f})")
+    if args.conv_floor:
+        for threads, bf16 in [(th, p == "bf16") for th in args.threads for p in args.precisions]:
+            conv_floor(threads, args.steps, args.pairs, args.length, bf16)
     if args.profile:
-        profile_steps(args.threads[0], args.steps, args.pairs, args.length)
+        profile_steps(args.threads[0], args.steps, args.pairs, args.length,
+                      args.precisions[0] == "bf16")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
 from typing import Iterator
 
@@ -30,7 +31,9 @@ _PR_SET_NAME = 15
 _NAME_BYTES = 15  # the kernel keeps the first 15 bytes of a process name
 
 
+@functools.lru_cache(maxsize=None)
 def _libc_function(name: str):
+    # Cached: find_library runs `ldconfig -p` in a child process every time it is called.
     try:
         return getattr(ctypes.CDLL(ctypes.util.find_library("c")), name)
     except (OSError, AttributeError, TypeError):
