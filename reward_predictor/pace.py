@@ -15,7 +15,7 @@ from typing import Any
 
 from reward_predictor.shared import SharedWeights
 
-POLL_S = 0.02  # how often a waiting A2C rechecks the trainer's progress
+POLL_S = 0.005  # how often a waiting A2C rechecks the trainer's progress (once a trainer step)
 
 
 def labels_per_member(labels_per_step: float, unit: str, n_members: int) -> float:

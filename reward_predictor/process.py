@@ -22,7 +22,7 @@ from reward_predictor.trainer import RewardPredictorTrainer
 log = logging.getLogger(__name__)
 
 IDLE_SLEEP_S = 0.05  # wait between queue polls while there is nothing to train on
-REST_POLL_S = 0.05  # while resting (duty < 1), how often the trainer checks whether A2C waits
+REST_POLL_S = 0.005  # while resting (duty < 1), how often the trainer checks whether A2C waits
 PRETRAIN_VALIDATE_EVERY_EPOCHS = 5  # pretraining's validation (and adaptive L2) cadence
 
 
