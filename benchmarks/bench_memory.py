@@ -20,13 +20,13 @@ was sampled; `--from_csv FILE` reports a saved sampling again.
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 import signal
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Sequence, TextIO
 
