@@ -49,14 +49,6 @@ def reuse_freed_memory() -> bool:
     return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _NEVER_TRIM))
 
 
-def give_back_freed_memory() -> bool:
-    """Return the free pages of glibc's heaps to the system (`malloc_trim`): what the trainer's
-    small blocks leave scattered between live ones would otherwise stay resident. False where
-    the C library is not glibc."""
-    malloc_trim = _libc_function("malloc_trim")
-    return malloc_trim is not None and bool(malloc_trim(0))
-
-
 def trainer_malloc_environ() -> dict[str, str]:
     """The environment variables a reward-predictor training process starts with (see the module
     docstring); none when the user has set GLIBC_TUNABLES (theirs are kept)."""

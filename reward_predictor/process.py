@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from launch.precision import use_bf16
-from launch.process_setup import give_back_freed_memory, reuse_freed_memory
+from launch.process_setup import reuse_freed_memory
 from launch.scalars import ScalarWriter
 from pref_interface.segment import LabelEdit, Preference
 from reward_predictor.config import TrainerConfig, TrainerStats
@@ -88,8 +88,6 @@ def run_trainer(config: TrainerConfig, *, pref_queue: Any, shared_weights: Share
                 last_publish_step, last_publish_t = step, now
             if step % config.validate_every_steps == 0:
                 val = _validate(trainer, stats, config.val_max_pairs)
-                if not config.keep_freed_memory:
-                    give_back_freed_memory()  # on validation's cadence: a few ms per 50 steps
                 steps_per_sec = (step - rate_step) / max(now - rate_t, 1e-9)
                 rate_step, rate_t = step, now
                 _log_progress(trainer, metrics, val, steps_per_sec, stats, writer)

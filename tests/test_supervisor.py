@@ -83,29 +83,3 @@ def test_the_trainer_starts_with_malloc_tunables_that_glibc_honours(tmp_path, mo
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")
     assert trainer_malloc_environ() == {}
 
-
-def test_freed_heap_pages_between_live_blocks_go_back_to_the_system():
-    import ctypes
-    import ctypes.util
-
-    from launch.process_setup import give_back_freed_memory
-
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    libc.malloc.restype = ctypes.c_void_p
-    libc.free.argtypes = [ctypes.c_void_p]
-    libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-
-    def rss_mb() -> float:
-        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-    blocks = [libc.malloc(64 * 1024) for _ in range(3000)]  # 64 KB: from the heap, not mmap
-    for b in blocks:
-        libc.memset(b, 1, 64 * 1024)  # resident
-    for i, b in enumerate(blocks):
-        if i % 50:  # one block in 50 stays alive, so the heap's top cannot simply shrink
-            libc.free(b)
-    before = rss_mb()
-    assert give_back_freed_memory()
-    assert before - rss_mb() > 100, (before, rss_mb())  # of the ~184 MB freed
-    for b in blocks[::50]:
-        libc.free(b)
