@@ -105,7 +105,7 @@ class AtariRewardNet(nn.Module):
         """
         assert not (take_statistics and self.training), "take_statistics is an eval-mode pass"
         lead = obs.shape[:-3]
-        x = _nhwc_frames(obs)
+        x = nhwc_frames(obs)
         for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
             if i == 0:  # conv(x / 255, w) as conv(x, w / 255): saves a pass over the input
                 x = FirstConv.apply(x, conv.weight * (1.0 / 255.0), conv.bias, conv.stride)
@@ -131,7 +131,7 @@ class AtariRewardNet(nn.Module):
         return self.out(x).reshape(lead)
 
 
-def _nhwc_frames(obs: torch.Tensor) -> torch.Tensor:
+def nhwc_frames(obs: torch.Tensor) -> torch.Tensor:
     """uint8 (..., 4, 84, 84), any strides -> uint8 (N, 84, 84, 4), contiguous.
 
     The overlapping 4-frame windows are gathered into NHWC order as uint8 (a quarter of the bytes

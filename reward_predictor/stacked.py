@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reward_predictor.nets import LEAKY_SLOPE, AtariRewardNet, _nhwc_frames
+from reward_predictor.nets import LEAKY_SLOPE, AtariRewardNet, nhwc_frames
 
 
 def weights_version(members: Sequence[nn.Module]) -> tuple[int, ...]:
@@ -53,7 +53,7 @@ class StackedAtariNets:
         device = obs.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) \
             else self.fc_weight.dtype
-        x = _nhwc_frames(obs).to(dtype).permute(0, 3, 1, 2)  # NCHW view of channels-last
+        x = nhwc_frames(obs).to(dtype).permute(0, 3, 1, 2)  # NCHW view of channels-last
         for weight, bias, stride, groups in self.convs:
             x = F.leaky_relu(F.conv2d(x, weight.to(dtype), bias.to(dtype), stride, groups=groups),
                              LEAKY_SLOPE)
