@@ -1,6 +1,7 @@
 """From the agent's rollouts to stored labels: clips, pairs, teachers and the interface process."""
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing as mp
 import os
 import queue
@@ -388,13 +389,20 @@ def test_human_labelling_is_refused_without_a_terminal_to_read_answers_from(tmp_
                            store_path=str(tmp_path / "p.sqlite"))
 
 
+def _interface_that_shows_its_stacks(config: InterfaceConfig, **channels) -> None:
+    """The interface process, printing every thread's stack to stderr on SIGUSR1 (so that a
+    test that finds it stuck can show where)."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    run_pref_interface(config, **channels)
+
+
 @pytest.mark.parametrize("how", ["stop_event", "ctrl_c"])
 def test_interface_exits_promptly_even_when_the_trainer_stopped_reading(tmp_path, how):
     ctx = mp.get_context("spawn")
     seg_queue, pref_queue = ctx.Queue(SEGMENT_QUEUE_MAXSIZE), ctx.Queue()
     stop_event, stats = ctx.Event(), InterfaceStats.create(ctx)
     store_path = str(tmp_path / "prefs.sqlite")
-    proc = ctx.Process(target=run_pref_interface, args=(
+    proc = ctx.Process(target=_interface_that_shows_its_stacks, args=(
         InterfaceConfig(max_in_flight=16, seed=0, synthetic=True, max_pairs_per_clip=None),),
         kwargs=dict(seg_queue=seg_queue, pref_queue=pref_queue, stop_event=stop_event,
                     stats=stats, store_path=store_path))
@@ -411,6 +419,9 @@ def test_interface_exits_promptly_even_when_the_trainer_stopped_reading(tmp_path
         else:
             os.kill(proc.pid, signal.SIGINT)
         proc.join(timeout=5)
+        if proc.is_alive():  # stuck: its stacks go to the captured stderr of this test
+            os.kill(proc.pid, signal.SIGUSR1)
+            time.sleep(1)
         assert proc.exitcode == 0
     finally:
         if proc.is_alive():
