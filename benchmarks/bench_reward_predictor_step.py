@@ -7,9 +7,10 @@ on a batch of 16 pairs x 25 steps (800 observations forward and backward), one m
 Each thread count is timed in fp32 and with bfloat16 autocast (what `--precision auto` uses on
 CPUs with native bf16). `--device cuda` times the step as `--reward_predictor_device cuda` runs it.
 `--conv_floor` also times the convolutions alone at the step's shapes: what a step would take
-if everything else were free. `--malloc` sets up memory as a run's trainer does: `tunables` (the
-default: glibc's malloc tunables, launch/process_setup.py; the script restarts itself with
-them), `keep` (what --reward_predictor_keep_freed_memory does) or `default` (glibc as it is).
+if everything else were free; `--phases`, where the rest goes (wall-clock timers around the
+forward and backward passes, their first-layer parts, Adam and the agent's view). `--malloc`
+sets up memory as a run's trainer does: `tunables` (the default: glibc's malloc tunables,
+launch/process_setup.py; the script restarts itself with them), `keep` (what --reward_predictor_keep_freed_memory does) or `default` (glibc as it is).
 """
 from __future__ import annotations
 
@@ -90,6 +91,73 @@ def profile_steps(threads: int, steps: int, pairs: int, t: int, bf16: bool) -> N
         max_shapes_column_width=60))
 
 
+def phase_times(threads: int, steps: int, pairs: int, t: int, bf16: bool) -> dict[str, float]:
+    """Print and return the wall-clock ms a member step spends in each phase, by timers wrapped
+    around the functions a step calls (torch.profiler's per-operator times add up to about twice
+    the step's wall clock on this 2-core CPU, so its shares mislead). Nested phases are indented;
+    a parent's time includes its children's."""
+    from collections import defaultdict
+    from contextlib import ExitStack
+    from unittest import mock
+
+    from reward_predictor import ensemble, nets
+
+    torch.set_num_threads(threads)
+    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), n_members=1)
+    ens.bf16 = bf16
+    batch = make_batch(np.random.default_rng(0), pairs, t)
+    for _ in range(3):
+        ens.train_step([batch])
+    totals: dict[int, float] = defaultdict(float)
+    active: set[int] = set()
+    phases = [  # (name, owner, attribute, parent phase or None)
+        ("forward (training batch)", ensemble, "segment_returns", None),
+        ("segments to a uint8 batch", ensemble, "segments_to_batch", 0),
+        ("4-frame stacks gathered (NHWC, uint8)", nets, "nhwc_frames", 0),
+        ("first conv (input to bf16/fp32 in chunks)", nets.FirstConv, "forward", 0),
+        ("batch norm + leaky ReLU + dropout", nets.NormActDrop, "forward", 0),
+        ("backward", torch.Tensor, "backward", None),
+        ("first conv", nets.FirstConv, "backward", 5),
+        ("batch norm + leaky ReLU + dropout", nets.NormActDrop, "backward", 5),
+        ("Adam", ens.optimizers[0], "step", None),
+        ("agent view (statistics pass + normaliser)", ens, "_agent_view", None),
+    ]
+
+    def timed(i: int, parent: int | None, fn):
+        def wrapper(*args, **kwargs):
+            if parent is not None and parent not in active:  # called from another phase
+                return fn(*args, **kwargs)
+            active.add(i)
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                totals[i] += time.perf_counter() - start
+                active.discard(i)
+        return wrapper
+
+    with ExitStack() as patches:
+        for i, (_, owner, attr, parent) in enumerate(phases):
+            wrapped = timed(i, parent, getattr(owner, attr))
+            if isinstance(owner, type) and isinstance(owner.__dict__.get(attr), staticmethod):
+                wrapped = staticmethod(wrapped)
+            patches.enter_context(mock.patch.object(owner, attr, wrapped))
+        start = time.perf_counter()
+        for _ in range(steps):
+            ens.train_step([batch])
+        total = time.perf_counter() - start
+    print(f"\nphases of a step, wall clock, threads {threads}, {'bf16' if bf16 else 'fp32'} "
+          f"(mean of {steps} steps):")
+    print(f"  whole step {total / steps * 1000:6.1f} ms")
+    result = {"step": total / steps * 1000}
+    for i, (name, _, _, parent) in enumerate(phases):
+        ms = totals[i] / steps * 1000
+        result[name if parent is None else f"{phases[parent][0]}: {name}"] = ms
+        indent = "" if parent is None else "  "
+        print(f"  {indent}{name:<{46 - len(indent)}} {ms:6.1f} ms")
+    return result
+
+
 def conv_floor(threads: int, steps: int, pairs: int, t: int, bf16: bool) -> float:
     """Print and return the ms a member step spends in the paper net's convolutions alone: each
     layer's forward and backward on the batch (no input gradient for the first) and the forward
@@ -149,6 +217,9 @@ def main() -> None:
     parser.add_argument("--conv_floor", action="store_true",
                         help="also time the convolutions alone at the step's shapes, per thread "
                              "count and precision (the floor of a step in eager torch)")
+    parser.add_argument("--phases", action="store_true",
+                        help="also time a step's phases by wall clock (forward, backward, Adam, "
+                             "the agent's view; at the first --threads and --precisions)")
     parser.add_argument("--profile", action="store_true",
                         help="also print a profile of --steps steps by operator (at the first "
                              "--threads and --precisions)")
@@ -164,6 +235,9 @@ def main() -> None:
     if args.conv_floor:
         for threads, bf16 in [(th, p == "bf16") for th in args.threads for p in args.precisions]:
             conv_floor(threads, args.steps, args.pairs, args.length, bf16)
+    if args.phases:
+        phase_times(args.threads[0], args.steps, args.pairs, args.length,
+                    args.precisions[0] == "bf16")
     if args.profile:
         profile_steps(args.threads[0], args.steps, args.pairs, args.length,
                       args.precisions[0] == "bf16")

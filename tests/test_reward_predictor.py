@@ -839,3 +839,18 @@ def test_the_trainer_never_takes_more_threads_than_the_machine_has_cores(tmp_pat
     assert configs.trainer_config(run, load_from=None, save=False).threads_while_agent_idle == 2
     monkeypatch.setattr(configs, "usable_cores", lambda: 16)
     assert configs.trainer_config(run, load_from=None, save=False).threads_while_agent_idle == 3
+
+
+def test_the_step_benchmark_times_every_phase_it_names():
+    # bench_reward_predictor_step --phases wraps the functions a train step calls by name; a
+    # phase that reads zero means a step no longer goes through it (a renamed or bypassed call).
+    from benchmarks.bench_reward_predictor_step import phase_times
+
+    ms = phase_times(threads=1, steps=1, pairs=2, t=5, bf16=False)
+    step = ms.pop("step")
+    assert all(v > 0 for v in ms.values()), ms
+    top = {k: v for k, v in ms.items() if ": " not in k}
+    assert sum(top.values()) <= step
+    for name, v in ms.items():
+        if ": " in name:
+            assert v <= ms[name.split(": ")[0]], (name, ms)
