@@ -63,7 +63,7 @@ def train_a2c(config: A2CRunConfig, *, log_dir: str, stats: A2CStats | None = No
     bf16 = use_bf16(config.precision)
     collector = RolloutCollector(env, policy, c.n_steps, reward_fn, observers, seed=config.seed,
                                  bf16=bf16)
-    writer = ScalarWriter(log_dir)
+    writer = ScalarWriter(log_dir, purge_step=timesteps if config.load_ckpt_dir else None)
     recent = collections.deque(maxlen=100)
     trained_rewards: list[np.ndarray] = []  # since the last log point (predicted rewards only)
     t_last, steps_last = time.perf_counter(), timesteps

@@ -50,7 +50,7 @@ def run_trainer(config: TrainerConfig, *, pref_queue: Any, shared_weights: Share
     trainer = _set_up(config, config.torch_threads, config.initial_prefs_path)
     ensemble = trainer.ensemble
     shared_weights.publish(ensemble)
-    writer = ScalarWriter(log_dir)
+    writer = ScalarWriter(log_dir, purge_step=trainer.steps or None)  # from a checkpoint: resumed
     start_step, threads = trainer.steps, config.torch_threads
     last_publish_step, last_publish_t = trainer.steps, time.monotonic()
     last_ckpt_step = trainer.steps

@@ -169,3 +169,28 @@ def test_a2c_trains_a_policy_on_the_gpu_and_its_checkpoint_loads_on_the_cpu(tmp_
                            ckpt_dir=str(tmp_path / "p"), load_ckpt_dir=str(tmp_path / "p"),
                            torch_threads=1, device="cuda")
     assert train_a2c(resumed, log_dir=str(tmp_path / "tb")) == 8_000  # optimiser state onto the GPU
+
+
+def test_a_resumed_run_takes_over_the_curves_from_its_checkpoint(tmp_path):
+    # A run killed after its last checkpoint had logged steps that the resumed run plays again:
+    # from the checkpoint's step on, TensorBoard (and experiments.runlog) show only the new points.
+    from pathlib import Path
+
+    from experiments.runlog import scalars
+    from launch.scalars import ScalarWriter
+
+    tb, ckpt = str(tmp_path / "tb"), str(tmp_path / "p")
+    first = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=4_000, seed=0, ckpt_dir=ckpt,
+                         torch_threads=1)
+    assert train_a2c(first, log_dir=tb) == 4_000
+    lost = ScalarWriter(tb)  # what the killed run logged past its checkpoint
+    for step in range(4_000, 12_001, 400):
+        lost.add_scalar("charts/episodic_return", -99.0, step)
+    lost.close()
+    resumed = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=8_000, seed=0,
+                           ckpt_dir=ckpt, load_ckpt_dir=ckpt, torch_threads=1)
+    assert train_a2c(resumed, log_dir=tb) == 8_000
+    returns = scalars(Path(tb), "charts/episodic_return")
+    assert len(returns) > 0 and (returns[:, 2] != -99.0).all()
+    assert (np.diff(returns[:, 1]) >= 0).all()  # one pass along the step axis
+    assert returns[:, 1].max() > 4_000  # the resumed run's own points are there
