@@ -71,16 +71,23 @@ def time_steps(threads: int, steps: int, warmup: int, pairs: int, t: int,
     return times[warmup:]
 
 
-def profile_steps(threads: int, steps: int, pairs: int, t: int, bf16: bool) -> None:
-    """Print the operators that took most of `steps` training steps (after 3 untimed ones)."""
-    from torch.profiler import ProfilerActivity, profile
-
+def warm_member(threads: int, pairs: int, t: int, bf16: bool
+                ) -> tuple[RewardPredictorEnsemble, list[Preference]]:
+    """One member and its batch, after 3 untimed steps at `threads` threads."""
     torch.set_num_threads(threads)
     ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), n_members=1)
     ens.bf16 = bf16
     batch = make_batch(np.random.default_rng(0), pairs, t)
     for _ in range(3):
         ens.train_step([batch])
+    return ens, batch
+
+
+def profile_steps(threads: int, steps: int, pairs: int, t: int, bf16: bool) -> None:
+    """Print the operators that took most of `steps` training steps (after 3 untimed ones)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    ens, batch = warm_member(threads, pairs, t, bf16)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         for _ in range(steps):
             ens.train_step([batch])
@@ -102,12 +109,7 @@ def phase_times(threads: int, steps: int, pairs: int, t: int, bf16: bool) -> dic
 
     from reward_predictor import ensemble, nets
 
-    torch.set_num_threads(threads)
-    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), n_members=1)
-    ens.bf16 = bf16
-    batch = make_batch(np.random.default_rng(0), pairs, t)
-    for _ in range(3):
-        ens.train_step([batch])
+    ens, batch = warm_member(threads, pairs, t, bf16)
     totals: dict[int, float] = defaultdict(float)
     active: set[int] = set()
     phases = [  # (name, owner, attribute, parent phase or None)
