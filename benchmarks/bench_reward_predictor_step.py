@@ -10,7 +10,8 @@ CPUs with native bf16). `--device cuda` times the step as `--reward_predictor_de
 if everything else were free; `--phases`, where the rest goes (wall-clock timers around the
 forward and backward passes, their first-layer parts, Adam and the agent's view). `--malloc`
 sets up memory as a run's trainer does: `tunables` (the default: glibc's malloc tunables,
-launch/process_setup.py; the script restarts itself with them), `keep` (what --reward_predictor_keep_freed_memory does) or `default` (glibc as it is).
+launch/process_setup.py; the script restarts itself with them), `keep` (what
+--reward_predictor_keep_freed_memory does) or `default` (glibc as it is).
 """
 from __future__ import annotations
 
