@@ -34,7 +34,7 @@ def moving_dot_learns(seed: int, run_dir: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(20)))
     p.add_argument("--out_dir", default=str(ROOT / "runs" / "reliability"))
     a = p.parse_args(argv)
