@@ -6,6 +6,7 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 
@@ -419,7 +420,10 @@ def test_interface_exits_promptly_even_when_the_trainer_stopped_reading(tmp_path
         else:
             os.kill(proc.pid, signal.SIGINT)
         proc.join(timeout=5)
-        if proc.is_alive():  # stuck: its stacks go to the captured stderr of this test
+        if proc.is_alive():  # stuck: its signal state and stacks go to this test's stderr
+            with open(f"/proc/{proc.pid}/status") as status:  # pending, blocked, ignored, caught
+                print(*(line for line in status if line.startswith(("Sig", "ShdPnd"))),
+                      sep="", file=sys.stderr)
             os.kill(proc.pid, signal.SIGUSR1)
             time.sleep(1)
         assert proc.exitcode == 0
