@@ -33,25 +33,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_a2c import machine_header  # noqa: E402
+from experiments.runlog import scalars  # noqa: E402
 
 PAPER_PREDICTOR = ["--dropout", "0.5", "--batchnorm"]  # App. A.2; 3 members is run.py's default
 
 
-def scalars(event_dir: Path, tag: str) -> list[tuple[float, float]]:
-    """(wall_time, value) of one TensorBoard scalar in a run's event directory."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    ea = EventAccumulator(str(event_dir), size_guidance={"scalars": 0})
-    ea.Reload()
-    return [(e.wall_time, e.value) for e in ea.Scalars(tag)] if tag in ea.Tags()["scalars"] else []
-
-
-def steady_mean(points: list[tuple[float, float]], skip_s: float) -> float:
-    if not points:
+def steady_mean(points: np.ndarray, skip_s: float) -> float:
+    """Mean of a scalar's values (rows of `experiments.runlog.scalars`) after its first skip_s
+    seconds (all of them if none come later)."""
+    if not len(points):
         return float("nan")
-    t0 = points[0][0]
-    kept = [v for t, v in points if t - t0 >= skip_s] or [v for _, v in points]
-    return float(np.mean(kept))
+    kept = points[points[:, 0] - points[0, 0] >= skip_s, 2]
+    return float(np.mean(kept if len(kept) else points[:, 2]))
 
 
 def run_cli(args: list[str]) -> float:

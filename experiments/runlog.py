@@ -1,9 +1,21 @@
 """Read a run directory's TensorBoard scalars, with every curve put on the agent-step axis."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
+
+
+class _ResumeNotice(logging.Filter):
+    """Drops TensorBoard's warning about the session start that every resumed run writes on
+    purpose (`launch.scalars.ScalarWriter`'s purge_step): the purge it announces is expected."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Detected out of order event.step")
+
+
+logging.getLogger("tensorboard").addFilter(_ResumeNotice())
 
 
 def scalars(event_dir: Path, tag: str) -> np.ndarray:

@@ -31,3 +31,20 @@ def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
     assert (first["episodes"], first["return"], first["steps/s"]) == ("2", "-20.0", "50")
     assert (second["episodes"], second["return"], second["steps/s"]) == ("1", "+5.0", "150")
     assert first["labels"] == first["val_acc"] == "-"  # not a preference run
+
+
+def test_a_resumed_runs_curve_is_read_without_tensorboards_restart_warning(tmp_path, caplog):
+    from experiments.runlog import scalars
+
+    killed = ScalarWriter(str(tmp_path))
+    for step in range(0, 1000, 100):
+        killed.add_scalar("charts/SPS", -1.0, step)
+    killed.close()
+    resumed = ScalarWriter(str(tmp_path), purge_step=500)  # the checkpoint was at 500
+    for step in range(500, 800, 100):
+        resumed.add_scalar("charts/SPS", 1.0, step)
+    resumed.close()
+    points = scalars(tmp_path, "charts/SPS")
+    assert points[:, 1].tolist() == [0, 100, 200, 300, 400, 500, 600, 700]
+    assert points[:, 2].tolist() == [-1.0] * 5 + [1.0] * 3
+    assert not [r for r in caplog.records if "out of order" in r.getMessage()]
