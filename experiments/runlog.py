@@ -18,17 +18,26 @@ class _ResumeNotice(logging.Filter):
 logging.getLogger("tensorboard").addFilter(_ResumeNotice())
 
 
-def scalars(event_dir: Path, tag: str) -> np.ndarray:
-    """(n, 3) array of (wall_time, step, value) for one tag; empty if the tag is absent."""
+def _events(event_dir: Path):
+    """Every event in one directory (None if it does not exist), loaded in one read."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     if not event_dir.is_dir():
-        return np.zeros((0, 3))
+        return None
     ea = EventAccumulator(str(event_dir), size_guidance={"scalars": 0})
     ea.Reload()
-    if tag not in ea.Tags()["scalars"]:
+    return ea
+
+
+def _points(events, tag: str) -> np.ndarray:
+    if events is None or tag not in events.Tags()["scalars"]:
         return np.zeros((0, 3))
-    return np.array([(e.wall_time, e.step, e.value) for e in ea.Scalars(tag)])
+    return np.array([(e.wall_time, e.step, e.value) for e in events.Scalars(tag)])
+
+
+def scalars(event_dir: Path, tag: str) -> np.ndarray:
+    """(n, 3) array of (wall_time, step, value) for one tag; empty if the tag is absent."""
+    return _points(_events(event_dir), tag)
 
 
 STOPPED_GAP_S = 60.0  # A2C logs every second; a longer silence is a stop before a resume
@@ -36,12 +45,19 @@ STOPPED_GAP_S = 60.0  # A2C logs every second; a longer silence is a stop before
 
 class RunLog:
     """One run's curves. Scalars logged by other processes (labels, predictor) are mapped to agent
-    steps through wall-clock time, using the A2C process's own (time, step) points."""
+    steps through wall-clock time, using the A2C process's own (time, step) points. Each event
+    directory is read once, when first asked for: a RunLog is a snapshot of a running run."""
 
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
         self.tb = self.run_dir / "tb"
-        self.sps = scalars(self.tb, "charts/SPS")  # logged every second: the time -> step map
+        self._loaded: dict[Path, object] = {}  # each event directory is read once
+        self.sps = self._scalars(self.tb, "charts/SPS")  # logged every second: the time -> step map
+
+    def _scalars(self, event_dir: Path, tag: str) -> np.ndarray:
+        if event_dir not in self._loaded:
+            self._loaded[event_dir] = _events(event_dir)
+        return _points(self._loaded[event_dir], tag)
 
     def _to_steps(self, wall_time: np.ndarray) -> np.ndarray:
         if len(self.sps) == 0:
@@ -50,14 +66,14 @@ class RunLog:
 
     def returns(self) -> tuple[np.ndarray, np.ndarray]:
         """(agent steps, true episode return) of every finished episode."""
-        r = scalars(self.tb, "charts/episodic_return")
+        r = self._scalars(self.tb, "charts/episodic_return")
         return r[:, 1], r[:, 2]
 
     def curve(self, tag: str, process: str = "") -> tuple[np.ndarray, np.ndarray]:
         """(agent steps, value) of one scalar. `process` is the tb/ subfolder of the process that
         logged it ("" for A2C, whose points are on the step axis already; "labels" or
         "reward_predictor", whose points are put there through their wall-clock times)."""
-        r = scalars(self.tb / process if process else self.tb, tag)
+        r = self._scalars(self.tb / process if process else self.tb, tag)
         return (r[:, 1] if not process else self._to_steps(r[:, 0])), r[:, 2]
 
     def labels(self) -> tuple[np.ndarray, np.ndarray]:
@@ -85,7 +101,7 @@ class RunLog:
         episodes' true returns first reaches `level` (time stopped not counted); None if it never
         does."""
         steps, values = self.returns()
-        r = scalars(self.tb, "charts/episodic_return")
+        r = self._scalars(self.tb, "charts/episodic_return")
         for i in range(window, len(values) + 1):
             if values[i - window:i].mean() >= level:
                 return float(steps[i - 1]), float(self._active_s(r[i - 1:i, 0])[0])
