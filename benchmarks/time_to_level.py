@@ -45,9 +45,9 @@ def run_until_level(cmd: list[str], run_dir: Path, level: float, poll_s: float =
               "total_wall_s": time.time() - t0}
     if hit is not None:
         steps, _ = hit
-        ls, n = log.labels()
         sps = log.sps
         reach_wall = float(np.interp(steps, sps[:, 1], sps[:, 0])) if len(sps) else t0
+        labels = log.labels_at(steps)
         result.update(steps=steps, wall_s=reach_wall - t0,
-                      labels=float(n[ls <= steps][-1]) if (ls <= steps).any() else float("nan"))
+                      labels=float("nan") if labels is None else labels)
     return result

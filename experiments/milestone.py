@@ -97,8 +97,8 @@ def report(m: Milestone, name: str, seeds: list[int]) -> None:
                   f"{log.wall_clock_s() / 60:.1f} min so far | {last} |")
             continue
         at_steps, at_s = hit
-        ls, n = log.labels()
-        labels = f"{n[ls <= at_steps][-1]:,.0f}" if len(n) and (ls <= at_steps).any() else "-"
+        n = log.labels_at(at_steps)
+        labels = "-" if n is None else f"{n:,.0f}"
         print(f"| {seed} | yes | {at_steps:,.0f} | {labels} | {at_s / 60:.1f} min | {last} |")
     if dirs:
         plot(dirs, [f"seed {s}" for s in seeds[:len(dirs)]], str(ROOT / "docs" / f"{name}.png"),

@@ -80,6 +80,12 @@ class RunLog:
         """(agent steps, labels in the store) during policy training."""
         return self.curve("labels/total", "labels")
 
+    def labels_at(self, steps: float) -> float | None:
+        """Labels in the store when A2C was at `steps` agent steps; None before the first point."""
+        ls, n = self.labels()
+        before = n[ls <= steps]
+        return float(before[-1]) if len(before) else None
+
     def predictor_accuracy(self) -> tuple[np.ndarray, np.ndarray]:
         return self.curve("reward_predictor/val_accuracy", "reward_predictor")
 

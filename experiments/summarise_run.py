@@ -3,6 +3,7 @@
 
     python -m experiments.summarise_run RUN_DIR                 # windows of 250k steps
     python -m experiments.summarise_run RUN_DIR --every 100000
+    python -m experiments.summarise_run RUN_DIR --levels 0 19  # when the mean of 10 got there
 
 Each row gives the means over the window of what tells a preference run's health at a glance:
 the true episode return and length, the policy's entropy, the spread of the reward A2C trains on
@@ -67,6 +68,28 @@ def windows(log: RunLog, every: int) -> list[dict[str, str]]:
     return rows
 
 
+def levels_reached(log: RunLog, levels: list[float], window: int) -> str:
+    """Where the mean true return of `window` episodes stands (best and last), and when it first
+    reached each of `levels`: agent steps, labels in the store then, hours of training."""
+    steps, values = log.returns()
+    if len(values) < window:
+        return f"fewer than {window} episodes so far"
+    means = np.convolve(values, np.ones(window) / window, "valid")
+    at = steps[window - 1:] / 1e6
+    lines = [f"mean of {window} episodes: best {means.max():+.1f} at {at[means.argmax()]:.2f}M "
+             f"steps, last {means[-1]:+.1f} at {at[-1]:.2f}M"]
+    for level in levels:
+        hit = log.first_time_at(level, window)
+        if hit is None:
+            lines.append(f"{level:+g}: not reached")
+            continue
+        labels = log.labels_at(hit[0])
+        lines.append(f"{level:+g}: first at {hit[0] / 1e6:.2f}M steps"
+                     + ("" if labels is None else f", {labels:,.0f} labels")
+                     + f", {hit[1] / 3600:.1f} h of training")
+    return "\n".join(lines)
+
+
 def table(rows: list[dict[str, str]]) -> str:
     if not rows:
         return "no A2C points logged yet"
@@ -80,12 +103,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run_dir", help="a run directory (with a tb/ folder)")
     p.add_argument("--every", type=int, default=250_000, help="agent steps per row")
+    p.add_argument("--levels", type=float, nargs="+", default=[],
+                   help="also say when the mean of --window episodes first reached each level")
+    p.add_argument("--window", type=int, default=10,
+                   help="episodes averaged for --levels (10: the paper's Pong milestone)")
     a = p.parse_args(argv)
     if not (Path(a.run_dir) / "tb").is_dir():
         p.error(f"{a.run_dir} has no tb/ folder: not a run directory")
-    if a.every <= 0:
-        p.error("--every must be positive")
-    print(table(windows(RunLog(a.run_dir), a.every)))
+    if a.every <= 0 or a.window <= 0:
+        p.error("--every and --window must be positive")
+    log = RunLog(a.run_dir)
+    print(table(windows(log, a.every)))
+    if a.levels:
+        print(levels_reached(log, a.levels, a.window))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Run curves for the milestone reports: a resumed run's wall-clock leaves out the time it was stopped."""
+"""Run curves for the reports: a resumed run's wall-clock and curves, summarise_run's table and levels."""
 import numpy as np
 
 from experiments.runlog import RunLog
@@ -48,3 +48,30 @@ def test_a_resumed_runs_curve_is_read_without_tensorboards_restart_warning(tmp_p
     assert points[:, 1].tolist() == [0, 100, 200, 300, 400, 500, 600, 700]
     assert points[:, 2].tolist() == [-1.0] * 5 + [1.0] * 3
     assert not [r for r in caplog.records if "out of order" in r.getMessage()]
+
+
+def test_summarise_run_says_when_the_mean_of_10_episodes_first_reached_each_level(tmp_path,
+                                                                                   monkeypatch,
+                                                                                   capsys):
+    import launch.scalars
+    from experiments import summarise_run
+
+    clock = [0.0]
+    monkeypatch.setattr(launch.scalars.time, "time", lambda: clock[0])
+    a2c, labels = ScalarWriter(tmp_path / "tb"), ScalarWriter(tmp_path / "tb" / "labels")
+    for step in range(0, 1_000_001, 5_000):  # 100 agent steps a second, a point every 50 s
+        clock[0] = step / 100
+        a2c.add_scalar("charts/SPS", 100.0, step)
+        if step % 50_000 == 0 and step:  # 20 episodes: 10 lost 21-1, then 10 won 21-11
+            a2c.add_scalar("charts/episodic_return", -20.0 if step <= 500_000 else 10.0, step)
+        if step % 100_000 == 0:
+            labels.add_scalar("labels/total", step / 1000, step)
+    a2c.close()
+    labels.close()
+    assert summarise_run.main([str(tmp_path), "--levels", "0", "19"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # At 850k steps the last 10 episodes are 7 won and 3 lost (+1.0), the first mean >= 0
+    assert lines[-3:] == [
+        "mean of 10 episodes: best +10.0 at 1.00M steps, last +10.0 at 1.00M",
+        "+0: first at 0.85M steps, 800 labels, 2.4 h of training",
+        "+19: not reached"]
