@@ -9,10 +9,10 @@ real command line, one run after the other on this machine:
 
 Each preference run starts short (64 initial labels, one pretraining epoch), then runs --steps
 agent steps with A2C, labelling and predictor training at once. Figures come from the runs' own
-TensorBoard scalars, skipping the first --skip_s seconds: A2C's steps/s (`charts/SPS`), the share
-of time A2C waited for the predictor (`charts/waiting_for_predictor`) and the predictor's
-training steps/s, each step one batch of 16 pairs x 25 frames per member
-(`reward_predictor/steps_per_sec`). Target (issue 17): the per-member loop at >= 50% of plain A2C.
+TensorBoard scalars, skipping the first --skip_s seconds and weighting each point by the time it
+covers: A2C's steps/s (`charts/SPS`), the share of time A2C waited for the predictor
+(`charts/waiting_for_predictor`) and the predictor's training steps/s, each step one batch of 16
+pairs x 25 frames per member (`reward_predictor/steps_per_sec`). Target (issue 17): the per-member loop at >= 50% of plain A2C.
 
     .venv/bin/python -m benchmarks.bench_preferences                # Pong, 40k steps each
     .venv/bin/python -m benchmarks.bench_preferences --steps 20000  # a quicker look
@@ -33,18 +33,23 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_a2c import machine_header  # noqa: E402
-from experiments.runlog import scalars  # noqa: E402
+from experiments.runlog import scalars, time_weights  # noqa: E402
 
 PAPER_PREDICTOR = ["--dropout", "0.5", "--batchnorm"]  # App. A.2; 3 members is run.py's default
 
 
 def steady_mean(points: np.ndarray, skip_s: float) -> float:
-    """Mean of a scalar's values (rows of `experiments.runlog.scalars`) after its first skip_s
-    seconds (all of them if none come later)."""
+    """Time-weighted mean (`experiments.runlog.time_weights`) of a logged rate or time share
+    after its first skip_s seconds (all of it if nothing comes later)."""
     if not len(points):
         return float("nan")
-    kept = points[points[:, 0] - points[0, 0] >= skip_s, 2]
-    return float(np.mean(kept if len(kept) else points[:, 2]))
+    weights = time_weights(points)
+    kept = points[:, 0] - points[0, 0] >= skip_s
+    if weights[kept].sum() == 0:
+        kept = np.ones(len(points), dtype=bool)
+    if weights[kept].sum() == 0:
+        return float(np.mean(points[kept, 2]))
+    return float(np.average(points[kept, 2], weights=weights[kept]))
 
 
 def run_cli(args: list[str]) -> float:

@@ -43,6 +43,18 @@ def scalars(event_dir: Path, tag: str) -> np.ndarray:
 STOPPED_GAP_S = 60.0  # A2C logs every second; a longer silence is a stop before a resume
 
 
+def time_weights(points: np.ndarray) -> np.ndarray:
+    """Seconds each point of a rate or a time share (rows of `scalars`) stands for: the wall-clock
+    time since the previous point, 0 for the first one and after a stop. A2C logs such scalars
+    over the time since its last point, so a long wait gives one low point that must count for
+    its whole length: the weighted mean of `charts/SPS` is steps over time."""
+    if len(points) == 0:
+        return np.zeros(0)
+    dt = np.diff(points[:, 0], prepend=points[0, 0])
+    dt[dt > STOPPED_GAP_S] = 0.0
+    return dt
+
+
 class RunLog:
     """One run's curves. Scalars logged by other processes (labels, predictor) are mapped to agent
     steps through wall-clock time, using the A2C process's own (time, step) points. Each event
@@ -75,6 +87,12 @@ class RunLog:
         "reward_predictor", whose points are put there through their wall-clock times)."""
         r = self._scalars(self.tb / process if process else self.tb, tag)
         return (r[:, 1] if not process else self._to_steps(r[:, 0])), r[:, 2]
+
+    def timed(self, tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(agent steps, value, seconds each point stands for: `time_weights`) of a rate or a time
+        share that A2C logs, such as `charts/SPS` or `charts/waiting_for_predictor`."""
+        r = self._scalars(self.tb, tag)
+        return r[:, 1], r[:, 2], time_weights(r)
 
     def labels(self) -> tuple[np.ndarray, np.ndarray]:
         """(agent steps, labels in the store) during policy training."""

@@ -7,8 +7,8 @@
 
 Each row gives the means over the window of what tells a preference run's health at a glance:
 the true episode return and length, the policy's entropy, the spread of the reward A2C trains on
-(`--reward_std` is its target), A2C's speed and the share of time it waited for the predictor,
-labels in the store and the predictor's validation accuracy at the window's end, and the mean of
+(`--reward_std` is its target), A2C's speed and the share of time it waited for the predictor
+(over the window's time, long waits included), labels in the store and the predictor's validation accuracy at the window's end, and the mean of
 the members' L2 weights (adaptive L2, App. A). A column whose curve the run did not log shows "-".
 """
 from __future__ import annotations
@@ -32,8 +32,8 @@ COLUMNS = [
     ("length", "charts/episodic_length", "", "mean", "{:.0f}"),
     ("entropy", "losses/entropy", "", "mean", "{:.2f}"),
     ("r_std", "charts/reward_std", "", "mean", "{:.3f}"),
-    ("steps/s", "charts/SPS", "", "mean", "{:.0f}"),
-    ("waiting", "charts/waiting_for_predictor", "", "mean", "{:.0%}"),
+    ("steps/s", "charts/SPS", "", "timed", "{:.0f}"),  # steps over time, waits included
+    ("waiting", "charts/waiting_for_predictor", "", "timed", "{:.0%}"),
     ("labels", "labels/total", "labels", "last", "{:.0f}"),
     ("val_acc", "reward_predictor/val_accuracy", "reward_predictor", "last", "{:.0%}"),
 ]
@@ -42,7 +42,8 @@ L2_TAG = "reward_predictor/l2_member{}"
 
 def windows(log: RunLog, every: int) -> list[dict[str, str]]:
     """One dict of formatted cells per window of `every` agent steps that holds any A2C point."""
-    curves = {heading: log.curve(tag, process) for heading, tag, process, _, _ in COLUMNS}
+    curves = {heading: log.timed(tag) if how == "timed" else (*log.curve(tag, process), None)
+              for heading, tag, process, how, _ in COLUMNS}
     l2 = [log.curve(L2_TAG.format(i), "reward_predictor") for i in range(16)]
     l2 = [c for c in l2 if len(c[0])]
     sps_steps = curves["steps/s"][0]
@@ -53,14 +54,17 @@ def windows(log: RunLog, every: int) -> list[dict[str, str]]:
         end = start + every
         row = {"steps": f"{start / 1e6:.2f}-{end / 1e6:.2f}M"}
         for heading, _, _, how, fmt in COLUMNS:
-            steps, values = curves[heading]
-            inside = values[(steps >= start) & (steps < end)]
+            steps, values, weights = curves[heading]
+            window = (steps >= start) & (steps < end)
+            inside = values[window]
             if how == "count":
                 row[heading] = fmt.format(len(inside))
             elif len(inside) == 0 or np.isnan(inside).all():
                 row[heading] = "-"
+            elif how == "timed" and weights[window].sum() > 0:
+                row[heading] = fmt.format(np.average(inside, weights=weights[window]))
             else:
-                row[heading] = fmt.format(np.nanmean(inside) if how == "mean" else inside[-1])
+                row[heading] = fmt.format(np.nanmean(inside) if how != "last" else inside[-1])
         last_l2 = [v[(s >= start) & (s < end)][-1:] for s, v in l2]
         last_l2 = [float(v[0]) for v in last_l2 if len(v)]
         row["log10_l2"] = f"{math.log10(np.mean(last_l2)):.1f}" if last_l2 else "-"

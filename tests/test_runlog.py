@@ -75,3 +75,28 @@ def test_summarise_run_says_when_the_mean_of_10_episodes_first_reached_each_leve
         "mean of 10 episodes: best +10.0 at 1.00M steps, last +10.0 at 1.00M",
         "+0: first at 0.85M steps, 800 labels, 2.4 h of training",
         "+19: not reached"]
+
+
+def test_steps_per_second_and_waiting_count_each_point_for_the_time_it_stands_for(tmp_path,
+                                                                                  monkeypatch,
+                                                                                  capsys):
+    import launch.scalars
+    from experiments import summarise_run
+
+    clock = [0.0]
+    monkeypatch.setattr(launch.scalars.time, "time", lambda: clock[0])
+    a2c = ScalarWriter(tmp_path / "tb")
+    step = 0
+    # A2C logs its rate and waiting share over the time since its last point: nine seconds at
+    # 100 steps/s without waiting, then one 9 s stall (10 steps/s, waiting 90%).
+    for seconds, sps, waiting in [(1.0, 100.0, 0.0)] * 10 + [(9.0, 10.0, 0.9)]:
+        clock[0] += seconds
+        step += int(sps * seconds)
+        a2c.add_scalar("charts/SPS", sps, step)
+        a2c.add_scalar("charts/waiting_for_predictor", waiting, step)
+    a2c.close()
+    assert summarise_run.main([str(tmp_path), "--every", "10000"]) == 0
+    head, row = (line.split() for line in capsys.readouterr().out.splitlines())
+    cells = dict(zip(head, row))
+    # 990 steps in 18 s (the first point has no time before it), 8.1 of them waiting
+    assert (cells["steps/s"], cells["waiting"]) == ("55", "45%")
