@@ -241,18 +241,27 @@ class RewardPredictorEnsemble(nn.Module):
             return take_batchnorm_statistics(net, segments).float()
 
     @torch.no_grad()
+    @torch.no_grad()
     def member_returns(self, segments: Sequence[Segment]) -> torch.Tensor:
         """Raw summed reward of each segment under each member, eval mode: (n_members, N) on the
-        CPU."""
+        CPU. Computed as the agent's reward is: all members in one pass where they stack, in
+        bf16 when the ensemble trains in it."""
         was_training = self.training
         self.eval()
+        stacked = self._stacked_members()
         out = torch.empty(self.n_members, len(segments))
         longest = max((len(s) for s in segments), default=1)
         per_chunk = max(1, MAX_FRAMES_PER_FORWARD // max(1, longest))
-        for start in range(0, len(segments), per_chunk):
-            chunk = segments[start:start + per_chunk]
-            for m, net in enumerate(self.members):
-                out[m, start:start + len(chunk)] = segment_returns(net, chunk)[0].float().cpu()
+        with self._autocast():
+            for start in range(0, len(segments), per_chunk):
+                chunk = segments[start:start + per_chunk]
+                if stacked is None:
+                    for m, net in enumerate(self.members):
+                        out[m, start:start + len(chunk)] = segment_returns(net, chunk)[0].float().cpu()
+                    continue
+                for idx, obs, _ in segments_to_batch(chunk, self.device):
+                    raw = stacked(obs).float().view(self.n_members, *obs.shape[:2])  # (M, N, T)
+                    out[:, torch.from_numpy(start + idx)] = raw.sum(-1).cpu()
         self.train(was_training)
         return out
 

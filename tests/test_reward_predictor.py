@@ -471,6 +471,25 @@ def test_the_agent_gets_the_members_rewards_from_one_stacked_pass(batchnorm):
         assert ens._stacked_members() is not stacked  # new weights: rebuilt
 
 
+def test_validation_scores_segments_with_the_stacked_members_as_each_member_alone_would():
+    # Segments of two lengths over several chunks (MAX_FRAMES_PER_FORWARD), fp32: the stacked
+    # pass gives each member's return of each segment, in the segments' order.
+    from reward_predictor.ensemble import segment_returns
+
+    torch.manual_seed(1)
+    rng = np.random.default_rng(8)
+    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), n_members=3)
+    ens.train_step([[random_pref(rng) for _ in range(2)] for _ in range(3)])
+    segments = [random_segment(rng, t=25 if i % 3 else 12) for i in range(40)]
+    assert ens._stacked_members() is not None
+    got = ens.member_returns(segments)
+    assert ens.training  # its mode is kept
+    for m, net in enumerate(ens.members):
+        with torch.no_grad():
+            want = segment_returns(net.eval(), segments)[0]
+        torch.testing.assert_close(got[m], want, rtol=1e-4, atol=1e-5)
+
+
 def test_train_step_fits_each_member_and_tracks_its_reward_statistics():
     torch.manual_seed(0)
     rng = np.random.default_rng(4)
