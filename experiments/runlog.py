@@ -8,8 +8,8 @@ import numpy as np
 
 
 class _ResumeNotice(logging.Filter):
-    """Drops TensorBoard's warning about the session start that every resumed run writes on
-    purpose (`launch.scalars.ScalarWriter`'s purge_step): the purge it announces is expected."""
+    """Drops TensorBoard's warning that it purged points after a session start: every resumed
+    run writes one on purpose (`launch.scalars.ScalarWriter`'s purge_step)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not record.getMessage().startswith("Detected out of order event.step")
@@ -58,12 +58,12 @@ def time_weights(points: np.ndarray) -> np.ndarray:
 class RunLog:
     """One run's curves. Scalars logged by other processes (labels, predictor) are mapped to agent
     steps through wall-clock time, using the A2C process's own (time, step) points. Each event
-    directory is read once, when first asked for: a RunLog is a snapshot of a running run."""
+    directory is read once, when first asked for (a new RunLog sees newer points)."""
 
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
         self.tb = self.run_dir / "tb"
-        self._loaded: dict[Path, object] = {}  # each event directory is read once
+        self._loaded: dict[Path, object] = {}
         self.sps = self._scalars(self.tb, "charts/SPS")  # logged every second: the time -> step map
 
     def _scalars(self, event_dir: Path, tag: str) -> np.ndarray:
@@ -124,12 +124,12 @@ class RunLog:
         """(agent steps, seconds since training started) when the mean of the last `window`
         episodes' true returns first reaches `level` (time stopped not counted); None if it never
         does."""
-        steps, values = self.returns()
         r = self._scalars(self.tb, "charts/episodic_return")
-        for i in range(window, len(values) + 1):
-            if values[i - window:i].mean() >= level:
-                return float(steps[i - 1]), float(self._active_s(r[i - 1:i, 0])[0])
-        return None
+        reached = np.flatnonzero(smooth(r[:, 2], window)[window - 1:] >= level)
+        if len(reached) == 0:
+            return None
+        i = reached[0] + window - 1
+        return float(r[i, 1]), float(self._active_s(r[i:i + 1, 0])[0])
 
 
 def smooth(values: np.ndarray, window: int) -> np.ndarray:

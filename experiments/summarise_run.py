@@ -3,7 +3,8 @@
 
     python -m experiments.summarise_run RUN_DIR                 # windows of 250k steps
     python -m experiments.summarise_run RUN_DIR --every 100000
-    python -m experiments.summarise_run RUN_DIR --levels 0 19  # when the mean of 10 got there
+    python -m experiments.summarise_run RUN_DIR --levels 0 19   # and when 10 episodes' mean
+                                                                # first reached 0 and +19
 
 Each row gives the means over the window of what tells a preference run's health at a glance:
 the true episode return and length, the policy's entropy, the spread of the reward A2C trains on
@@ -23,7 +24,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.runlog import RunLog  # noqa: E402
+from experiments.runlog import RunLog, smooth  # noqa: E402
 
 # (heading, tag, process, how a window is reduced, format)
 COLUMNS = [
@@ -74,11 +75,11 @@ def windows(log: RunLog, every: int) -> list[dict[str, str]]:
 
 def levels_reached(log: RunLog, levels: list[float], window: int) -> str:
     """Where the mean true return of `window` episodes stands (best and last), and when it first
-    reached each of `levels`: agent steps, labels in the store then, hours of training."""
+    reached each of `levels`: agent steps, labels in the store then, time of training."""
     steps, values = log.returns()
     if len(values) < window:
         return f"fewer than {window} episodes so far"
-    means = np.convolve(values, np.ones(window) / window, "valid")
+    means = smooth(values, window)[window - 1:]
     at = steps[window - 1:] / 1e6
     lines = [f"mean of {window} episodes: best {means.max():+.1f} at {at[means.argmax()]:.2f}M "
              f"steps, last {means[-1]:+.1f} at {at[-1]:.2f}M"]
@@ -88,9 +89,11 @@ def levels_reached(log: RunLog, levels: list[float], window: int) -> str:
             lines.append(f"{level:+g}: not reached")
             continue
         labels = log.labels_at(hit[0])
+        seconds = hit[1]
+        took = f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
         lines.append(f"{level:+g}: first at {hit[0] / 1e6:.2f}M steps"
                      + ("" if labels is None else f", {labels:,.0f} labels")
-                     + f", {hit[1] / 3600:.1f} h of training")
+                     + f", {took} of training")
     return "\n".join(lines)
 
 

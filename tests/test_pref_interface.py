@@ -393,7 +393,8 @@ def test_human_labelling_is_refused_without_a_terminal_to_read_answers_from(tmp_
 def _interface_that_shows_its_stacks(config: InterfaceConfig, **channels) -> None:
     """The interface process, printing every thread's stack to stderr on SIGUSR1 (so that a
     test that finds it stuck can show where). Ctrl-C raises KeyboardInterrupt in it even when
-    pytest was started with SIGINT ignored (as `cmd &` in a script does), which children inherit."""
+    pytest was started with SIGINT ignored (as `cmd &` in a script does): a spawned child
+    inherits that."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     run_pref_interface(config, **channels)
