@@ -1,5 +1,6 @@
 """A2C: returns and loss on hand-computed cases, checkpoints, and learning MovingDot."""
 import math
+import time
 
 import numpy as np
 import pytest
@@ -187,6 +188,7 @@ def test_a_resumed_run_takes_over_the_curves_from_its_checkpoint(tmp_path):
     for step in range(4_000, 12_001, 400):
         lost.add_scalar("charts/episodic_return", -99.0, step)
     lost.close()
+    time.sleep(1.0)  # event files are read in name order, which starts with the second opened
     resumed = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=8_000, seed=0,
                            ckpt_dir=ckpt, load_ckpt_dir=ckpt, torch_threads=1)
     assert train_a2c(resumed, log_dir=tb) == 8_000

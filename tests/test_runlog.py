@@ -33,13 +33,20 @@ def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
     assert first["labels"] == first["val_acc"] == "-"  # not a preference run
 
 
-def test_a_resumed_runs_curve_is_read_without_tensorboards_restart_warning(tmp_path, caplog):
+def test_a_resumed_runs_curve_is_read_without_tensorboards_restart_warning(tmp_path, caplog,
+                                                                             monkeypatch):
+    import launch.scalars
     from experiments.runlog import scalars
 
+    # Event files are read in the order of their names, which begin with the second they were
+    # opened in: the resumed run's comes later, as it does in a real resume.
+    clock = [1000.0]
+    monkeypatch.setattr(launch.scalars.time, "time", lambda: clock[0])
     killed = ScalarWriter(str(tmp_path))
     for step in range(0, 1000, 100):
         killed.add_scalar("charts/SPS", -1.0, step)
     killed.close()
+    clock[0] = 2000.0
     resumed = ScalarWriter(str(tmp_path), purge_step=500)  # the checkpoint was at 500
     for step in range(500, 800, 100):
         resumed.add_scalar("charts/SPS", 1.0, step)
