@@ -12,7 +12,8 @@ agent steps with A2C, labelling and predictor training at once. Figures come fro
 TensorBoard scalars, skipping the first --skip_s seconds and weighting each point by the time it
 covers: A2C's steps/s (`charts/SPS`), the share of time A2C waited for the predictor
 (`charts/waiting_for_predictor`) and the predictor's training steps/s, each step one batch of 16
-pairs x 25 frames per member (`reward_predictor/steps_per_sec`). Target (issue 17): the per-member loop at >= 50% of plain A2C.
+pairs x 25 frames per member (`reward_predictor/steps_per_sec`). Target (issue 17): the
+per-member loop at >= 50% of plain A2C.
 
     .venv/bin/python -m benchmarks.bench_preferences                # Pong, 40k steps each
     .venv/bin/python -m benchmarks.bench_preferences --steps 20000  # a quicker look
@@ -45,10 +46,10 @@ def steady_mean(points: np.ndarray, skip_s: float) -> float:
         return float("nan")
     weights = time_weights(points)
     kept = points[:, 0] - points[0, 0] >= skip_s
-    if weights[kept].sum() == 0:
-        kept = np.ones(len(points), dtype=bool)
-    if weights[kept].sum() == 0:
-        return float(np.mean(points[kept, 2]))
+    if weights[kept].sum() == 0:  # nothing after the warm-up: all of it
+        kept[:] = True
+    if weights[kept].sum() == 0:  # a single point
+        return float(points[0, 2])
     return float(np.average(points[kept, 2], weights=weights[kept]))
 
 

@@ -9,8 +9,9 @@
 Each row gives the means over the window of what tells a preference run's health at a glance:
 the true episode return and length, the policy's entropy, the spread of the reward A2C trains on
 (`--reward_std` is its target), A2C's speed and the share of time it waited for the predictor
-(over the window's time, long waits included), labels in the store and the predictor's validation accuracy at the window's end, and the mean of
-the members' L2 weights (adaptive L2, App. A). A column whose curve the run did not log shows "-".
+(over the window's time, long waits included), labels in the store and the predictor's
+validation accuracy at the window's end, and the mean of the members' L2 weights (adaptive L2,
+App. A). A column whose curve the run did not log shows "-".
 """
 from __future__ import annotations
 

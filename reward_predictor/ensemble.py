@@ -241,7 +241,6 @@ class RewardPredictorEnsemble(nn.Module):
             return take_batchnorm_statistics(net, segments).float()
 
     @torch.no_grad()
-    @torch.no_grad()
     def member_returns(self, segments: Sequence[Segment]) -> torch.Tensor:
         """Raw summed reward of each segment under each member, eval mode: (n_members, N) on the
         CPU. Computed as the agent's reward is: all members in one pass where they stack, in
@@ -257,7 +256,8 @@ class RewardPredictorEnsemble(nn.Module):
                 chunk = segments[start:start + per_chunk]
                 if stacked is None:
                     for m, net in enumerate(self.members):
-                        out[m, start:start + len(chunk)] = segment_returns(net, chunk)[0].float().cpu()
+                        raw, _ = segment_returns(net, chunk)
+                        out[m, start:start + len(chunk)] = raw.float().cpu()
                     continue
                 for idx, obs, _ in segments_to_batch(chunk, self.device):
                     raw = stacked(obs).float().view(self.n_members, *obs.shape[:2])  # (M, N, T)
