@@ -112,9 +112,7 @@ class RunLog:
         was stopped (a gap of over STOPPED_GAP_S between A2C points)."""
         if len(self.sps) == 0:
             return np.zeros_like(wall_time)
-        gaps = np.diff(self.sps[:, 0], prepend=self.sps[0, 0])
-        active = np.cumsum(np.where(gaps > STOPPED_GAP_S, 0.0, gaps))
-        return np.interp(wall_time, self.sps[:, 0], active)
+        return np.interp(wall_time, self.sps[:, 0], np.cumsum(time_weights(self.sps)))
 
     def wall_clock_s(self) -> float:
         """Seconds of policy training from the first to the last A2C point (stops excluded)."""
