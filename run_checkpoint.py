@@ -13,23 +13,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="run_checkpoint.py", description=__doc__,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("env_id", help="the env the policy was trained on")
-    p.add_argument("policy_ckpt_dir", help="a run's policy/ directory (newest checkpoint is used)")
+    p.add_argument("policy", help="a run's policy/ directory (its newest checkpoint), a checkpoint "
+                   "file, or a weights file written by --save_weights")
     p.add_argument("--episodes", type=int, default=5, help="episodes to play")
     p.add_argument("--seed", type=int, default=1, help="env seed")
     p.add_argument("--greedy", action="store_true", help="take the most likely action")
     p.add_argument("--video", help="write the first episode to this .gif file (84x84 frames, x3)")
     p.add_argument("--max_steps", type=int, default=30_000, help="agent steps per episode at most")
+    p.add_argument("--save_weights", metavar="FILE.pt",
+                   help="also write the policy's weights alone to this file (to share it)")
     return p
 
 
-def play(env_id: str, ckpt_dir: str, episodes: int, seed: int = 1, greedy: bool = False,
+def play(env_id: str, policy_path: str, episodes: int, seed: int = 1, greedy: bool = False,
          max_steps: int = 30_000, record_first: bool = False
          ) -> tuple[list[float], list[np.ndarray]]:
     """Play episodes one after another; returns their true returns and, if asked, the first
     episode's frames (uint8 (84, 84) each)."""
     import torch
 
-    from a2c.checkpoint import load_policy
+    from a2c.checkpoint import load_policy_weights
     from a2c.policies import make_policy
     from a2c.rollout import sample_actions
     from envs import env_kind, make_vec_env
@@ -37,7 +40,7 @@ def play(env_id: str, ckpt_dir: str, episodes: int, seed: int = 1, greedy: bool 
     torch.set_num_threads(1)
     env = make_vec_env(env_id, 1, seed=seed, num_threads=1)
     policy = make_policy(env_kind(env_id), env.num_actions)
-    policy.load_state_dict(load_policy(ckpt_dir)["policy"])
+    policy.load_state_dict(load_policy_weights(policy_path)["policy"])
     policy.eval()
     obs = env.reset(seed=seed)
     returns, frames, steps, ret = [], [], 0, 0.0
@@ -66,19 +69,25 @@ def write_gif(frames: list[np.ndarray], path: str, zoom: int = 3, fps: int = 15)
 def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
-    from a2c.checkpoint import CheckpointError, latest_checkpoint
+    from a2c.checkpoint import CheckpointError, load_policy_weights, save_policy_weights
     from envs import UnknownEnvError, env_kind
     try:
         env_kind(args.env_id)
-        latest_checkpoint(args.policy_ckpt_dir)
+        state = load_policy_weights(args.policy)
         if args.episodes <= 0 or args.max_steps <= 0:
             raise ValueError("--episodes and --max_steps must be positive")
         if args.video and Path(args.video).suffix.lower() != ".gif":
             raise ValueError("--video must name a .gif file")
+        if args.save_weights and Path(args.save_weights).suffix != ".pt":
+            raise ValueError("--save_weights must name a .pt file")
     except (UnknownEnvError, CheckpointError, ValueError) as e:
         print(f"run_checkpoint.py: error: {e}", file=sys.stderr)
         return 2
-    returns, frames = play(args.env_id, args.policy_ckpt_dir, args.episodes, args.seed,
+    print(f"policy after {state['timesteps']:,} agent steps")
+    if args.save_weights:
+        save_policy_weights(args.save_weights, state)
+        print(f"wrote {args.save_weights} (weights alone)")
+    returns, frames = play(args.env_id, args.policy, args.episodes, args.seed,
                            args.greedy, args.max_steps, record_first=bool(args.video))
     print(f"mean return {np.mean(returns):g} (std {np.std(returns):g}) over {len(returns)} episodes")
     if args.video:

@@ -38,12 +38,32 @@ def latest_checkpoint(ckpt_dir: str | Path) -> Path:
     return found[-1]
 
 
-def load_policy(ckpt_dir: str | Path) -> dict:
-    """The newest checkpoint in a directory: {'policy', 'optimizer', 'timesteps', 'updates'}."""
-    path = latest_checkpoint(ckpt_dir)
+def _read(path: Path, keys: set[str]) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-        assert {"policy", "optimizer", "timesteps", "updates"} <= set(state)
+        assert keys <= set(state)
     except Exception as e:  # torch raises several types for a damaged file
         raise CheckpointError(f"cannot read policy checkpoint {path}: {type(e).__name__}") from e
     return state
+
+
+def load_policy(ckpt_dir: str | Path) -> dict:
+    """The newest checkpoint in a directory: {'policy', 'optimizer', 'timesteps', 'updates'}."""
+    return _read(latest_checkpoint(ckpt_dir), {"policy", "optimizer", "timesteps", "updates"})
+
+
+def load_policy_weights(path: str | Path) -> dict:
+    """A policy to play: from a run's checkpoint directory (the newest), a checkpoint file or a
+    weights file of `save_policy_weights`. Returns {'policy', 'timesteps'}."""
+    path = Path(path)
+    if path.is_dir():
+        path = latest_checkpoint(path)
+    elif not path.is_file():
+        raise CheckpointError(f"no policy checkpoint directory or file {path}")
+    state = _read(path, {"policy", "timesteps"})
+    return {"policy": state["policy"], "timesteps": state["timesteps"]}
+
+
+def save_policy_weights(path: str | Path, state: dict) -> None:
+    """The policy's weights alone (no optimiser state, about half the size), to share an agent."""
+    torch.save({"policy": state["policy"], "timesteps": state["timesteps"]}, path)

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from a2c.a2c import A2C, A2CConfig, a2c_loss, discounted_returns
-from a2c.checkpoint import CheckpointError, load_policy, save_policy
+from a2c.checkpoint import (CheckpointError, load_policy, load_policy_weights, save_policy,
+                            save_policy_weights)
 from a2c.policies import make_policy
 from a2c.rollout import sample_actions
 from a2c.train import A2CRunConfig, train_a2c
@@ -98,6 +99,17 @@ def test_policy_checkpoint_round_trip(tmp_path):
     obs = torch.randint(0, 255, (2, 4, 84, 84), dtype=torch.uint8)
     assert torch.equal(fresh(obs)[0], policy(obs)[0])
     assert (state["timesteps"], state["updates"]) == (800, 10)
+    # The weights alone, to share a trained agent: no optimiser state, the same policy.
+    save_policy_weights(tmp_path / "shared.pt", load_policy_weights(tmp_path))
+    weights = load_policy_weights(tmp_path / "shared.pt")
+    assert set(weights) == {"policy", "timesteps"} and weights["timesteps"] == 800
+    fresh.load_state_dict(weights["policy"])
+    assert torch.equal(fresh(obs)[0], policy(obs)[0])
+    assert set(torch.load(tmp_path / "shared.pt", weights_only=True)) == {"policy", "timesteps"}
+    with pytest.raises(CheckpointError):
+        load_policy(tmp_path / "shared.pt")  # resuming training needs the optimiser's state
+    with pytest.raises(CheckpointError):
+        load_policy_weights(tmp_path / "missing.pt")
     (tmp_path / "policy-999999999999.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError):
         load_policy(tmp_path)

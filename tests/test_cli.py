@@ -35,9 +35,13 @@ def test_original_rewards_smoke_run_writes_the_run_directory(tmp_path):
     assert f"run_checkpoint.py MovingDotNoFrameskip-v0 {d}/policy" in summary
     assert "resume:" not in summary and "labels" not in summary  # finished; no labels here
     w = run("run_checkpoint.py", "MovingDotNoFrameskip-v0", str(d / "policy"), "--episodes", "2",
-            "--video", str(tmp_path / "ep.gif"))
+            "--video", str(tmp_path / "ep.gif"), "--save_weights", str(tmp_path / "dot.pt"))
     assert w.return_code == 0, w.stderr
+    assert "policy after 4,000 agent steps" in w.stdout
     assert "mean return" in w.stdout and (tmp_path / "ep.gif").stat().st_size > 1000
+    w = run("run_checkpoint.py", "MovingDotNoFrameskip-v0", str(tmp_path / "dot.pt"),
+            "--episodes", "1")
+    assert w.return_code == 0 and "policy after 4,000 agent steps" in w.stdout, w.stderr
 
 
 @pytest.mark.parametrize("args", [
@@ -61,6 +65,29 @@ def test_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
     assert "\n" not in r.stderr and r.stderr.startswith("run.py: error:"), r.stderr
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ["MovingDotNoFrameskip-v0", "/nope/policy"],
+    ["NoSuchGame-v4", "/nope/policy"],
+    ["MovingDotNoFrameskip-v0", "{policy}", "--video", "{tmp}/ep.mp4"],
+    ["MovingDotNoFrameskip-v0", "{policy}", "--save_weights", "{tmp}/dot.pth"],
+    ["MovingDotNoFrameskip-v0", "{policy}", "--episodes", "0"],
+])
+def test_run_checkpoint_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    (policy / "policy-000000000008.pt").write_bytes(b"not a checkpoint")
+    if "{policy}" in args:  # a good checkpoint, so that only the flag is wrong
+        from a2c.a2c import A2C, A2CConfig
+        from a2c.checkpoint import save_policy
+        from a2c.policies import make_policy
+        net = make_policy("moving_dot", 5)
+        save_policy(policy, net, A2C(net, A2CConfig()).optimizer, timesteps=800, updates=10)
+    r = run("run_checkpoint.py", *[a.format(policy=policy, tmp=tmp_path) for a in args])
+    assert r.return_code == 2
+    assert "\n" not in r.stderr and r.stderr.startswith("run_checkpoint.py: error:"), r.stderr
+    assert not list(tmp_path.glob("dot.*")) and not list(tmp_path.glob("ep.*"))
 
 
 def test_existing_run_directory_is_never_overwritten(tmp_path):
