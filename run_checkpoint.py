@@ -25,14 +25,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def play(env_id: str, policy_path: str, episodes: int, seed: int = 1, greedy: bool = False,
+def play(env_id: str, weights: dict, episodes: int, seed: int = 1, greedy: bool = False,
          max_steps: int = 30_000, record_first: bool = False
          ) -> tuple[list[float], list[np.ndarray]]:
-    """Play episodes one after another; returns their true returns and, if asked, the first
-    episode's frames (uint8 (84, 84) each)."""
+    """Play the policy of `weights` (a state dict) for episodes one after another; returns their
+    true returns and, if asked, the first episode's frames (uint8 (84, 84) each)."""
     import torch
 
-    from a2c.checkpoint import load_policy_weights
     from a2c.policies import make_policy
     from a2c.rollout import sample_actions
     from envs import env_kind, make_vec_env
@@ -40,7 +39,7 @@ def play(env_id: str, policy_path: str, episodes: int, seed: int = 1, greedy: bo
     torch.set_num_threads(1)
     env = make_vec_env(env_id, 1, seed=seed, num_threads=1)
     policy = make_policy(env_kind(env_id), env.num_actions)
-    policy.load_state_dict(load_policy_weights(policy_path)["policy"])
+    policy.load_state_dict(weights)
     policy.eval()
     obs = env.reset(seed=seed)
     returns, frames, steps, ret = [], [], 0, 0.0
@@ -87,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.save_weights:
         save_policy_weights(args.save_weights, state)
         print(f"wrote {args.save_weights} (weights alone)")
-    returns, frames = play(args.env_id, args.policy, args.episodes, args.seed,
+    returns, frames = play(args.env_id, state["policy"], args.episodes, args.seed,
                            args.greedy, args.max_steps, record_first=bool(args.video))
     print(f"mean return {np.mean(returns):g} (std {np.std(returns):g}) over {len(returns)} episodes")
     if args.video:
