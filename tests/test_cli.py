@@ -73,12 +73,13 @@ def test_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
     ["MovingDotNoFrameskip-v0", "{policy}", "--video", "{tmp}/ep.mp4"],
     ["MovingDotNoFrameskip-v0", "{policy}", "--save_weights", "{tmp}/dot.pth"],
     ["MovingDotNoFrameskip-v0", "{policy}", "--episodes", "0"],
+    ["MovingDotNoFrameskip-v0", "{policy}/policy-000000000008.pt"],  # a damaged file
 ])
 def test_run_checkpoint_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
     policy = tmp_path / "policy"
     policy.mkdir()
     (policy / "policy-000000000008.pt").write_bytes(b"not a checkpoint")
-    if "{policy}" in args:  # a good checkpoint, so that only the flag is wrong
+    if "{policy}" in args:  # a newer, good checkpoint, so that only the flag is wrong
         from a2c.a2c import A2C, A2CConfig
         from a2c.checkpoint import save_policy
         from a2c.policies import make_policy
