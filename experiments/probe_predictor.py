@@ -124,11 +124,11 @@ def load_run(run_dir: Path, policy: str, n_envs: int, seed: int):
     if policy == "random":
         rng = np.random.default_rng(seed)
         return env, ensemble.reward, lambda obs: rng.integers(0, env.num_actions, len(obs))
-    from a2c.checkpoint import load_policy
+    from a2c.checkpoint import load_policy_weights
     from a2c.policies import make_policy
 
     net = make_policy(kind, env.num_actions)
-    net.load_state_dict(load_policy(run_dir / "policy")["policy"])
+    net.load_state_dict(load_policy_weights(run_dir / "policy")["policy"])
     net.eval()
     torch.manual_seed(seed)
     return env, ensemble.reward, lambda obs: sample_actions(net, obs)
