@@ -8,27 +8,20 @@ processes the supervisor starts and stops (launch/supervisor.py).
 from __future__ import annotations
 
 import shlex
-import signal
 import sys
 
 from launch.cli import EXIT_USAGE, Run, UsageError, parse_args
 from launch.configs import PREFS_FILE
 from launch.phases import MODE_RUNNERS
 from launch.session import open_labelling_page, start_run
+from launch.stopping import interrupted_status, stop_main_process_on_signals
 from launch.summary import RunReport
-from launch.supervisor import EXIT_INTERRUPTED
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    # Ctrl-C and `kill -INT/-TERM` stop the run cleanly even when it was started in the
-    # background of a script, where the shell leaves SIGINT ignored.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
+    # Ctrl-C, SIGTERM and SIGHUP stop the run cleanly (launch/stopping.py).
+    stop_main_process_on_signals()
     try:
         run = parse_args(argv)
         page = open_labelling_page(run)
@@ -40,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = MODE_RUNNERS[run.settings.mode](run, ctx, session, report)
     except KeyboardInterrupt:  # between phases: nothing is running
-        code = EXIT_INTERRUPTED
+        code = interrupted_status()
     finally:
         session.close()  # the terminal gets its settings back
         print(end_of_run(run, report, code), file=sys.stderr)

@@ -78,10 +78,14 @@ class AtariVecEnv(VecEnv):
         return self._blank(obs)
 
     def step(self, actions: np.ndarray) -> StepResult:
-        obs, rewards, terminated, truncated, _ = self.env.step(np.asarray(actions, dtype=np.int64))
+        obs, rewards, terminated, truncated, info = self.env.step(
+            np.asarray(actions, dtype=np.int64))
         dones = terminated | truncated
         rewards = rewards.astype(np.float32)
-        return StepResult(self._blank(obs), rewards, dones, self._account(rewards, dones))
+        final_obs = info.get("final_obs")  # same-step autoreset: the ended episodes' last stacks
+        return StepResult(self._blank(obs), rewards, dones, self._account(rewards, dones),
+                          truncated=truncated & ~terminated,
+                          final_obs=None if final_obs is None else self._blank(final_obs))
 
     def close(self) -> None:
         self.env.close()

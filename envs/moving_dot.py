@@ -148,14 +148,18 @@ class MovingDotVecEnv(VecEnv):
         dones = self.frame_count >= EPISODE_FRAMES
         self.obs[:, :-1] = self.obs[:, 1:]
         self.obs[:, -1] = frame
+        final_obs = None
         if dones.any():
+            final_obs = self.obs.copy()
             n = int(dones.sum())
             self.xy[dones] = self._random_xy(n)
             self.frame_count[dones] = 0
             self.obs[dones] = 0
             self.obs[dones, -1] = render_84(self.xy[dones])
         finished = self._account(rewards, dones)
-        return StepResult(self.obs.copy(), rewards, dones, finished)
+        # Every episode ends at its time limit: truncated, never terminated.
+        return StepResult(self.obs.copy(), rewards, dones, finished, truncated=dones.copy(),
+                          final_obs=final_obs)
 
     def scripted_actions(self) -> np.ndarray:
         """The greedy go-to-centre policy: move along the axis farther from the centre, noop there."""

@@ -22,6 +22,8 @@ class StepResult:
     rewards: np.ndarray  # float32 (N,): the game's own reward, unclipped
     dones: np.ndarray  # bool (N,): the episode ended on this step (game over or time limit)
     finished: list[EpisodeRecord] = field(default_factory=list)
+    truncated: np.ndarray | None = None  # bool (N,): those of `dones` cut by a time limit
+    final_obs: np.ndarray | None = None  # uint8 (N, 4, 84, 84): where `dones`, the last observation
 
 
 class EpisodeTracker:

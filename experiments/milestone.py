@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 from envs.scores import MOVING_DOT_LEVEL  # noqa: E402
 from experiments.plot_runs import plot  # noqa: E402
 from experiments.runlog import RunLog  # noqa: E402
+from launch.stopping import interrupted_status, stop_main_process_on_signals  # noqa: E402
 
 
 @dataclass
@@ -70,10 +71,12 @@ def run_seed(m: Milestone, name: str, seed: int, extra: list[str]) -> int:
     try:
         return proc.wait()
     except KeyboardInterrupt:
-        # Ctrl-C reached run.py too, and it is saving its checkpoints: wait for that rather than
-        # kill it (subprocess.call would send SIGKILL a quarter of a second later).
-        proc.wait()
-        return 130
+        # The stop signal reached run.py too (or is passed on here), and it is saving its
+        # checkpoints: wait for that rather than kill it (subprocess.call would send SIGKILL a
+        # quarter of a second later).
+        if proc.poll() is None:
+            proc.send_signal(interrupted_status() - 128)
+        return proc.wait()
 
 
 def report(m: Milestone, name: str, seeds: list[int]) -> None:
@@ -106,6 +109,7 @@ def report(m: Milestone, name: str, seeds: list[int]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_main_process_on_signals()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("name", choices=sorted(MILESTONES))
     p.add_argument("--seeds", type=int, nargs="+", default=None,
@@ -121,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             code = run_seed(m, a.name, seed, a.extra.split())
             if code not in (0,):
                 print(f"run for seed {seed} ended with status {code}", file=sys.stderr)
-                if code == 130:
+                if code > 128:  # stopped by Ctrl-C or a signal: the later seeds wait
                     return code
     report(m, a.name, seeds)
     return 0

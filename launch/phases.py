@@ -25,7 +25,7 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
     from pref_interface.labelling import InterfaceStats
 
     n_labels = run.settings.n_initial_prefs
-    sup = Supervisor(ctx, ctx.Event())
+    sup = Supervisor(ctx)
     ch = Channels.for_run(ctx, session, sup.stop_event)
     a2c_stats, istats = A2CStats(ctx), InterfaceStats.create(ctx)
     if report is not None:
@@ -47,7 +47,7 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
               "here: Ctrl-D stops labelling (labels kept), Ctrl-C stops the run", file=sys.stderr)
     # A person labelling sees the counters in the prompt: no status line over the player.
     progress = None if ch.answers is not None else Progress(
-        "labels", n_labels, "label", lambda: (istats.labels_total.value, a2c_status(a2c_stats)))
+        "labels", n_labels, "label", lambda: (istats.labels_stored.value, a2c_status(a2c_stats)))
     return sup.wait(progress=progress, until=lambda: not sup.procs["pref_interface"].is_alive())
 
 
@@ -63,7 +63,7 @@ def pretrain_phase(run: Run, ctx, session: Session, prefs_path: str) -> tuple[in
     epochs = n_epochs - done
     if epochs <= 0:
         return 0, run.reward_ckpt_path
-    sup = Supervisor(ctx, ctx.Event())
+    sup = Supervisor(ctx)
     stats = TrainerStats.create(ctx)
     print(f"pretraining the reward predictor for {epochs} epochs", file=sys.stderr)
     if session.page_updates is not None:
@@ -174,7 +174,7 @@ class PreferenceLoop:
         s = run.settings
         tconfig = trainer_config(run, load_from=predictor_path)
         tconfig.initial_prefs_path = prefs_path
-        self.sup = sup = Supervisor(ctx, ctx.Event())
+        self.sup = sup = Supervisor(ctx)
         self.ch = ch = Channels.for_run(ctx, session, sup.stop_event, SharedWeights(ctx))
         self.agent_stats, self.trainer_stats = A2CStats(ctx), TrainerStats.create(ctx)
         self.interface_stats = InterfaceStats.create(ctx, self.trainer_stats.labels_received)
@@ -215,7 +215,7 @@ def a2c_alone(run: Run, ctx, session: Session, report: RunReport,
     """A2C with no labelling beside it, on the game's reward or `make_reward_fn`'s."""
     from a2c.config import A2CStats
 
-    sup = Supervisor(ctx, ctx.Event())
+    sup = Supervisor(ctx)
     ch = Channels.for_run(ctx, session, sup.stop_event)
     stats = report.agent_stats = A2CStats(ctx)
     sup.start("a2c", A2C, a2c_config(run), log_dir=str(run.dir / "tb"), stats=stats,

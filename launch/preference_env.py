@@ -27,14 +27,20 @@ import gymnasium
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from a2c.config import A2CConfig
-from a2c.rollout import Rollout, close_observers
-from envs.vec_env import EpisodeTracker
-from launch.cli import UsageError, build_parser, parse_args
-from launch.configs import PREFS_FILE
-from launch.phases import PreferenceLoop, prepare_predictor
-from launch.scalars import ScalarWriter
-from launch.session import open_labelling_page, start_run
+from launch.names import check_names
+
+check_names()  # before the imports below pick up another package of one of our names
+
+from a2c.config import A2CConfig  # noqa: E402
+from a2c.rollout import Rollout, close_observers  # noqa: E402
+from envs.vec_env import EpisodeTracker  # noqa: E402
+from launch.cli import UsageError, build_parser, parse_args  # noqa: E402
+from launch.configs import PREFS_FILE  # noqa: E402
+from launch.phases import PreferenceLoop, prepare_predictor  # noqa: E402
+from launch.scalars import ScalarWriter  # noqa: E402
+from launch.session import open_labelling_page, start_run  # noqa: E402
+from launch.stopping import (EXIT_INTERRUPTED, interrupted_status,  # noqa: E402
+                             signal_received, stop_main_process_on_signals)
 
 STATUS_EVERY_S = 30.0  # a status line on stderr this often (the caller's own logs go on)
 # Steps/s over this long: a library may pause stepping for seconds to learn (PPO's epochs).
@@ -50,7 +56,8 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
     def __init__(self, env: gymnasium.vector.VectorEnv, env_id: str | None = None,
                  **settings: Any) -> None:
         super().__init__(env)
-        env_id = env_id or getattr(env, "env_id", None)
+        spec = getattr(env, "spec", None)  # gymnasium.make_vec's envs carry their id there
+        env_id = env_id or getattr(env, "env_id", None) or getattr(spec, "id", None)
         if env_id is None:
             raise ValueError("PreferenceVecEnv: give env_id (it picks the reward predictor's net "
                              "and the environment's settings)")
@@ -61,12 +68,15 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         except UsageError as e:
             raise ValueError(f"PreferenceVecEnv: {e}") from None
         self._closed, self._exit_status = False, 0
+        # SIGTERM and SIGHUP reach the caller's loop as KeyboardInterrupt, as Ctrl-C does, unless
+        # the caller handles them itself; the script's exit then closes this env (atexit below).
+        stop_main_process_on_signals(only_default=True)
         ctx, self._session, self._report = start_run(run, page)
         self.run_dir = run.dir
         code, prefs_path, predictor_path = prepare_predictor(run, ctx, self._session, self._report)
         if code or prefs_path is None:
             self._session.close()
-            if code == 130:
+            if code > 128:  # stopped by Ctrl-C or a stop signal
                 raise KeyboardInterrupt
             raise RuntimeError(f"PreferenceVecEnv: gathering or pretraining ended with status "
                                f"{code} (its output is above); the run is in {self.run_dir}")
@@ -127,6 +137,16 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         info["true_reward"] = np.asarray(true_rewards, dtype=np.float32)
         return obs, rewards, terminated, truncated, info
 
+    # gymnasium's vector-env methods that a library may call, passed to the wrapped env.
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        return self.env.call(name, *args, **kwargs)
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        return self.env.get_attr(name)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        self.env.set_attr(name, values)
+
     def _hand_over_block(self) -> None:
         """The finished block of steps goes to the clip cutter, as A2C's rollouts do."""
         rollout = Rollout(self._obs, self._actions, self._true_rewards, self._rewards, self._dones)
@@ -167,6 +187,10 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         self._session.close()
         self._writer.close()
         resume = f"PreferenceVecEnv(env, resume={str(self.run_dir)!r}) (labels and predictor)"
+        if not self._exit_status and signal_received():
+            self._exit_status = interrupted_status()
+        elif not self._exit_status and getattr(sys, "last_type", None) is KeyboardInterrupt:
+            self._exit_status = EXIT_INTERRUPTED  # closed at exit, after an unhandled Ctrl-C
         print(self._report.summary(self._exit_status, self.run_dir / PREFS_FILE, trained=True,
                                    resume_cmd=resume), file=sys.stderr)
         super().close(**kwargs)

@@ -6,7 +6,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-EXIT_WORDS = {0: "finished", 1: "stopped: a process failed", 130: "stopped by Ctrl-C"}
 
 
 @dataclass
@@ -23,6 +22,7 @@ class RunReport:
         """The lines to print at the end. `trained`: a policy learned (its return is shown);
         `watch_cmd`, `resume_cmd`: how to watch it and how to continue the run (None: no line)."""
         from envs.scores import reference_scores
+        from launch.stopping import how_it_ended
 
         rows = [("run directory", str(self.run_dir)),
                 ("wall-clock", _duration(time.monotonic() - self.started))]
@@ -39,7 +39,7 @@ class RunReport:
             shown = "- (no episode ended)" if ret != ret else (
                 f"{ret:.1f} (mean of the last 100 episodes" + (f"; {refs})" if refs else ")"))
             rows.append(("true return", shown))
-        lines = [f"run {EXIT_WORDS.get(exit_status, f'ended with status {exit_status}')}"]
+        lines = [f"run {how_it_ended(exit_status)}"]
         width = max(len(k) for k, _ in rows)
         lines += [f"  {k:<{width}}  {v}" for k, v in rows]
         if watch_cmd:

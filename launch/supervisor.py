@@ -2,9 +2,9 @@
 shows the status line and stops them all together."""
 from __future__ import annotations
 
+import atexit
 import multiprocessing as mp
 import os
-import signal
 import sys
 import time
 import traceback
@@ -13,8 +13,9 @@ from typing import Callable
 
 from launch.deferred import Deferred
 from launch.process_setup import child_environ, die_with_parent, name_process
+from launch.stopping import StopFlag, interrupted_status, signals_held, stop_child_on_signals
 
-EXIT_INTERRUPTED = 130
+KILL_JOIN_S = 5.0  # how long a killed child may take to be reaped
 
 
 @dataclass
@@ -33,11 +34,11 @@ class Progress:
         return f"{self.desc} {done:,}/{self.total:,}" + (f" | {status}" if status else "")
 
 
-def _child(call: Deferred, errors) -> None:
-    """Entry point of every child: Ctrl-C is the supervisor's to handle (it sets the stop event);
-    an exception is sent to the supervisor as text and the child exits non-zero. The child shows
-    its name in `ps` and ends if the supervisor is killed (launch/process_setup.py)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _child(call: Deferred, errors, stop: StopFlag) -> None:
+    """Entry point of every child: a stop signal (Ctrl-C, SIGTERM, SIGHUP, or the supervisor's
+    death) sets the run's stop flag, so every child saves and ends; an exception is sent to the
+    supervisor as text and the child exits non-zero. The child shows its name in `ps`."""
+    stop_child_on_signals(stop)
     name_process(mp.current_process().name)
     die_with_parent()
     try:
@@ -50,11 +51,14 @@ def _child(call: Deferred, errors) -> None:
 class Supervisor:
     """Starts the run's processes, shows the status line, and stops everything together."""
 
-    def __init__(self, ctx, stop_event):
+    def __init__(self, ctx):
         self.ctx = ctx
-        self.stop_event = stop_event
+        self.stop_event = StopFlag(ctx)
         self.errors = ctx.Queue()
         self.procs: dict[str, mp.Process] = {}
+        # However the supervising process ends, its children are stopped first (this runs before
+        # multiprocessing's own exit hook, which would wait for them forever).
+        atexit.register(self._stop_at_exit)
 
     def start(self, name: str, target: str, *args, environ: dict[str, str] | None = None,
               **kwargs) -> None:
@@ -62,16 +66,18 @@ class Supervisor:
         module is imported there, not here (this process never imports torch). `environ`: more
         environment variables for the child (e.g. those its C library reads as it starts)."""
         proc = self.ctx.Process(target=_child,
-                                args=(Deferred(target, *args, **kwargs), self.errors),
+                                args=(Deferred(target, *args, **kwargs), self.errors,
+                                      self.stop_event),
                                 name=name, daemon=False)
-        with child_environ(environ or {}):
+        with child_environ(environ or {}), signals_held():
             proc.start()
         self.procs[name] = proc
 
     def wait(self, status_line=None, until=None, grace_s: float = 60.0,
              progress: Progress | None = None) -> int:
         """Block until every process ends (or `until()` is true, then stop them); return an exit
-        status: 0, 1 for a crashed child, 130 for Ctrl-C. Meanwhile `status_line()`, or the
+        status: 0, 1 for a crashed child, 128 + the signal's number for a stop signal
+        (launch/stopping.py; 130 for Ctrl-C). Meanwhile `status_line()`, or the
         `progress` bar, shows how the run goes."""
         tty = sys.stderr.isatty()
         last_print = 0.0
@@ -113,7 +119,7 @@ class Supervisor:
             sys.stderr.write("\nstopping: saving checkpoints and labels...\n")
             self.stop_event.set()
             self._join(grace_s)
-            return EXIT_INTERRUPTED
+            return interrupted_status()
         finally:
             if bar is not None:
                 bar.close()
@@ -144,16 +150,18 @@ class Supervisor:
         self._join(10.0)
         return 1
 
+    def _stop_at_exit(self) -> None:
+        if any(p.is_alive() for p in self.procs.values()):
+            self.stop()
+
     def _join(self, grace_s: float) -> None:
         deadline = time.monotonic() + grace_s
         for proc in self.procs.values():
             proc.join(max(0.0, deadline - time.monotonic()))
         for proc in self.procs.values():
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(5.0)
-            if proc.is_alive():
+            if proc.is_alive():  # SIGTERM would only set the stop flag again (stop_child_on_signals)
                 proc.kill()
+                proc.join(KILL_JOIN_S)
 
 
 def _progress_bar(progress: Progress):
@@ -243,7 +251,7 @@ def preference_status(a2c_stats, interface_stats=None, trainer_stats=None,
                       steps: bool = True) -> str:
     line = a2c_status(a2c_stats, steps)
     if interface_stats is not None:
-        line += f" | labels {interface_stats.labels_total.value}"
+        line += f" | labels {interface_stats.labels_stored.value}"
         if interface_stats.segments_dropped.value:
             line += f" ({interface_stats.segments_dropped.value} clips dropped)"
     if trainer_stats is not None:

@@ -14,6 +14,7 @@ class InterfaceStats:
     """Counters shared between processes (each a `multiprocessing.Value('i')`)."""
 
     labels_total: Any  # labels made and stored by the interface in this run
+    labels_stored: Any  # labels in the store now, earlier phases' and runs' too (as the summary)
     labels_received: Any  # labels taken off pref_queue, incremented by the trainer
     segments_received: Any  # segments the interface took off seg_queue
     segments_dropped: Any  # segments A2C dropped because seg_queue was full
@@ -22,7 +23,8 @@ class InterfaceStats:
     def create(cls, ctx: Any, labels_received: Any | None = None) -> "InterfaceStats":
         """Make the counters with a multiprocessing context (e.g. `get_context("spawn")`);
         pass the trainer's own `labels_received` Value to share it rather than make a new one."""
-        return cls(ctx.Value("i", 0), labels_received if labels_received is not None else ctx.Value("i", 0),
+        return cls(ctx.Value("i", 0), ctx.Value("i", 0),
+                   labels_received if labels_received is not None else ctx.Value("i", 0),
                    ctx.Value("i", 0), ctx.Value("i", 0))
 
     @property

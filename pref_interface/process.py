@@ -159,6 +159,7 @@ def run_pref_interface(config: InterfaceConfig, *, seg_queue: Any, pref_queue: A
     n_asked, first_drawn = 0, 0.0  # a person's pairs asked so far; when the first was drawn
     try:
         while not stop_event.is_set():
+            stats.labels_stored.value = n_stored
             if config.stop_after_labels is not None and n_stored >= config.stop_after_labels:
                 done = True
                 return
@@ -189,6 +190,7 @@ def run_pref_interface(config: InterfaceConfig, *, seg_queue: Any, pref_queue: A
                                   is_validation=buffer.is_validation(left_id))
                 label_id = store.add(pref)  # committed before anyone hears of it
                 n_stored += 1
+                stats.labels_stored.value = n_stored
                 if has_trainer:  # the clips travel packed: the trainer holds them so
                     pref_queue.put(Preference(buffer.packed(left_id), buffer.packed(right_id),
                                               mu, pref.source, pref.is_validation, label_id))

@@ -12,6 +12,8 @@ if TYPE_CHECKING:
     from torch import nn
 
 PULL_LOCK_TIMEOUT_S = 0.1  # a consumer skips a pull rather than wait longer than this
+# The publisher waits this long at most: a consumer killed mid-pull never releases the lock.
+PUBLISH_LOCK_TIMEOUT_S = 5.0
 _NAME_BYTES = 64  # room for the shared-memory block's name
 _ALIGN = 64  # bytes: each tensor starts on a cache line
 
@@ -67,18 +69,24 @@ class SharedWeights:
         self._consumer_waiting.value = int(waiting)
 
     def publish(self, module: "nn.Module") -> int:
-        """Copy `module`'s state_dict into shared memory and bump the version; returns it."""
+        """Copy `module`'s state_dict into shared memory and bump the version; returns it. If the
+        lock stays taken for PUBLISH_LOCK_TIMEOUT_S (its holder died: the run is stopping),
+        nothing is published and the version is returned unchanged."""
         import torch
 
-        with torch.no_grad():
-            state = module.state_dict()
-            with self._lock:
+        if not self._lock.acquire(timeout=PUBLISH_LOCK_TIMEOUT_S):
+            return int(self._version.value)
+        try:
+            with torch.no_grad():
+                state = module.state_dict()
                 if self._views is None:
                     self._create(state)
                 for k, shared in self._views.items():
                     shared.copy_(state[k])
                 self._version.value += 1
                 return int(self._version.value)
+        finally:
+            self._lock.release()
 
     def pull(self, module: "nn.Module") -> bool:
         """Copy the shared weights into `module` if a newer version was published since the last

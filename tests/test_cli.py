@@ -155,7 +155,7 @@ from pref_interface.labelling import InterfaceStats
 from reward_predictor.config import TrainerStats
 from reward_predictor.pace import labels_per_member
 from reward_predictor.shared import SharedWeights
-sup = Supervisor(ctx, ctx.Event())
+sup = Supervisor(ctx)
 ch = Channels.for_run(ctx, Session(run, ctx), sup.stop_event, SharedWeights(ctx))
 configs.a2c_config(run), configs.trainer_config(run, None), configs.interface_config(run)
 A2CStats(ctx), TrainerStats.create(ctx), InterfaceStats.create(ctx), ch.a2c_observers()

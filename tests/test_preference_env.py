@@ -64,9 +64,46 @@ def test_gym_vector_env_reports_episodes_as_record_episode_statistics_does():
     for t in range(250):  # a MovingDot episode is 250 agent steps
         obs, rew, term, trunc, info = env.step(env.action_space.sample())
         total += rew
-    assert term.all() and not trunc.any() and info["_episode"].all()
+    # MovingDot's episodes end at a time limit: truncated, with the last observation kept.
+    assert trunc.all() and not term.any() and info["_episode"].all()
     np.testing.assert_allclose(info["episode"]["r"], total)
     assert (info["episode"]["l"] == 250).all()
+    assert info["_final_obs"].all() and info["final_obs"].shape == (3, 4, 84, 84)
+    assert not np.array_equal(info["final_obs"], obs)  # obs is the new episode's first
+    assert (obs[:, :3] == 0).all() and info["final_obs"][:, :3].any()
+    env.close()
+
+
+def test_a_game_over_is_terminated_and_its_last_observation_is_kept():
+    env = GymVectorEnv("PongNoFrameskip-v4", 2, seed=0)
+    env.reset(seed=0)
+    for _ in range(3000):  # doing nothing, Pong is lost 21-0 in about 800 agent steps
+        obs, rew, term, trunc, info = env.step(np.zeros(2, dtype=np.int64))
+        if term.any():
+            break
+    assert term.any() and not trunc.any()
+    assert info["_final_obs"].tolist() == term.tolist()
+    last = info["final_obs"][term][0]
+    assert last.shape == (4, 84, 84) and last.any() and not last[:, :9].any()  # score blanked
+    env.close()
+
+
+def test_the_vector_env_methods_a_library_may_call():
+    env = GymVectorEnv("MovingDotNoFrameskip-v0", 3)
+    assert env.render() is None
+    env.reset(seed=0)
+    frames = env.render()
+    assert len(frames) == 3 and frames[0].shape == (84, 84, 3) and frames[0].dtype == np.uint8
+    assert frames[0].any()  # the dot
+    assert env.get_attr("num_actions") == (5, 5, 5)
+    assert env.call("scripted_actions")[0].shape == (3,)
+    assert env.get_attr("render_mode") == ("rgb_array",) * 3
+    env.set_attr("frameskip", [2, 2, 2])
+    assert env.get_attr("frameskip") == (2, 2, 2)
+    with pytest.raises(ValueError, match="share their attributes"):
+        env.set_attr("frameskip", [1, 2, 3])
+    with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+        env.get_attr("nonsense")
     env.close()
 
 
@@ -80,6 +117,7 @@ def test_the_wrapper_runs_the_loop_around_an_agent_and_saves_like_run_py(tmp_pat
     obs, _ = env.reset(seed=0)
     rng = np.random.default_rng(0)
     rewards, true = [], []
+    assert env.get_attr("num_actions") == (5,) * 4 and len(env.render()) == 4  # passed through
     try:
         for _ in range(1000):
             obs, r, term, trunc, info = env.step(rng.integers(0, 5, 4))
@@ -98,6 +136,48 @@ def test_the_wrapper_runs_the_loop_around_an_agent_and_saves_like_run_py(tmp_pat
     err = capsys.readouterr().err
     assert "run finished" in err and "agent steps    4,000" in err, err
     env.close()  # a second close does nothing
+
+
+def _resize_84(frame: np.ndarray) -> np.ndarray:
+    rows = np.arange(84) * frame.shape[0] // 84  # nearest neighbour, in numpy
+    cols = np.arange(84) * frame.shape[1] // 84
+    return frame[rows][:, cols]
+
+
+def test_the_wrapper_works_around_a_plain_gymnasium_atari_env(tmp_path):
+    """`gymnasium.make_vec` Pong with gymnasium's own frame skip, max-pool and frame stack (its
+    AtariPreprocessing needs OpenCV, which we do not install): the id comes from the env's spec,
+    clips are cut from its frames and labelled, and `call` reaches its sub-envs."""
+    import ale_py
+    from gymnasium.wrappers import (FrameStackObservation, MaxAndSkipObservation,
+                                    TransformObservation)
+
+    from pref_interface.store import PreferenceStore
+
+    gymnasium.register_envs(ale_py)
+    small = gymnasium.spaces.Box(0, 255, (84, 84), np.uint8)
+    vec = gymnasium.make_vec(
+        "PongNoFrameskip-v4", num_envs=2, vectorization_mode="sync",
+        obs_type="grayscale",
+        wrappers=[lambda e: MaxAndSkipObservation(e, skip=4),
+                  lambda e: TransformObservation(e, _resize_84, small),
+                  lambda e: FrameStackObservation(e, 4)],
+        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP})
+    d = tmp_path / "run"
+    env = PreferenceVecEnv(vec, log_dir=str(d), **SMALL)
+    env.reset(seed=0)
+    rewards = []
+    try:
+        assert len(env.call("get_action_meanings")) == 2  # one answer per sub-env
+        for _ in range(400):
+            _, r, _, _, info = env.step(np.zeros(2, dtype=np.int64))
+            rewards.append(r)
+    finally:
+        env.close()
+    assert np.array(rewards).std() > 0 and info["true_reward"].shape == (2,)
+    with PreferenceStore(str(d / "prefs.sqlite"), create=False) as store:
+        assert len(store) >= SMALL["n_initial_prefs"]
+    assert "PongNoFrameskip-v4" in (d / "settings.json").read_text()
 
 
 @pytest.mark.slow  # 47 s, mostly start-up; the default suite's wrapper test drives the same loop

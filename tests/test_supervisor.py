@@ -15,7 +15,7 @@ WORKER = "tests.supervised_targets:work_until_stopped"  # children import their 
 
 def test_a_crashed_child_stops_the_others_and_the_run_fails(capsys):
     ctx = mp.get_context("spawn")
-    sup = Supervisor(ctx, ctx.Event())
+    sup = Supervisor(ctx)
     finished = ctx.Value("i", 0)
     sup.start("worker", WORKER, sup.stop_event, finished)
     sup.start("crasher", "tests.supervised_targets:crash_after", 1.0)
@@ -31,7 +31,7 @@ def test_a_crashed_child_stops_the_others_and_the_run_fails(capsys):
 
 def test_a_child_stuck_after_the_stop_is_terminated_after_the_grace(capsys):
     ctx = mp.get_context("spawn")
-    sup = Supervisor(ctx, ctx.Event())
+    sup = Supervisor(ctx)
     finished = ctx.Value("i", 0)
     sup.start("worker", WORKER, sup.stop_event, finished)
     sup.start("stuck", "tests.supervised_targets:ignore_the_stop", sup.stop_event)
@@ -49,7 +49,7 @@ def test_a_wait_whose_end_is_known_is_a_bar_on_a_terminal_and_a_line_in_a_log(tt
     from launch.supervisor import Progress
 
     ctx = mp.get_context("spawn")
-    sup = Supervisor(ctx, ctx.Event())
+    sup = Supervisor(ctx)
     done = ctx.Value("i", 0)
     sup.start("counter", "tests.supervised_targets:count_to", 8, done)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: tty)
@@ -67,7 +67,7 @@ def test_the_trainer_starts_with_malloc_tunables_that_glibc_honours(tmp_path, mo
 
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     ctx = mp.get_context("spawn")
-    sup = Supervisor(ctx, ctx.Event())
+    sup = Supervisor(ctx)
     sup.start("tuned", "tests.supervised_targets:report_malloc", str(tmp_path / "tuned.json"),
               environ=trainer_malloc_environ())
     sup.start("plain", "tests.supervised_targets:report_malloc", str(tmp_path / "plain.json"))

@@ -1,0 +1,122 @@
+"""How a run stops: the stop flag its processes share, and what the stop signals do.
+
+Ctrl-C (SIGINT), SIGTERM (what `timeout`, Slurm, systemd and container runtimes send) and SIGHUP
+stop a run the same way, whether they reach the main process alone or the whole process group:
+the main process turns the first one into KeyboardInterrupt (the supervisor then sets the flag
+and waits for every child to save its work), and a child that gets one sets the flag itself.
+The exit status is 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP).
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import time
+from typing import Any, Iterator
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # Ctrl-C; a stop by another signal gives 128 + its number
+WAIT_POLL_S = 0.02  # how often `StopFlag.wait` looks at the flag
+
+_received: list[int] = []  # the stop signals this process has had, in order
+
+
+class StopFlag:
+    """The run's stop request between processes: one byte of shared memory, set once and read by
+    polling. Unlike `multiprocessing.Event` it has no lock or condition inside, so a process
+    killed at any instant (even while waiting on it) cannot leave `set()` blocked for the others.
+    Made before the children start and passed to them."""
+
+    def __init__(self, ctx: Any) -> None:
+        self._flag = ctx.RawValue("b", 0)
+
+    def set(self) -> None:
+        self._flag.value = 1
+
+    def is_set(self) -> bool:
+        return bool(self._flag.value)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Until the flag is set or `timeout` seconds have passed; returns whether it is set."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            left = WAIT_POLL_S if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(left, WAIT_POLL_S))
+        return True
+
+
+def _wanted(sig: int) -> bool:
+    # A SIGHUP that the user asked to ignore (`nohup`) stays ignored; SIGINT and SIGTERM are
+    # always taken, also where a shell started the run in the background with SIGINT ignored.
+    return sig != signal.SIGHUP or signal.getsignal(sig) is not signal.SIG_IGN
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    first = not _received
+    _received.append(signum)
+    if first:
+        raise KeyboardInterrupt
+    sys.stderr.write(f"\n{signal.Signals(signum).name}: already stopping, saving work\n")
+
+
+def stop_main_process_on_signals(only_default: bool = False) -> None:
+    """In the process that supervises a run: the first stop signal raises KeyboardInterrupt
+    (as Ctrl-C does), later ones are noted but let the saving finish. `only_default`: leave alone
+    a signal whose handler the program has set itself (the gymnasium wrapper in a user's script)."""
+    for sig in STOP_SIGNALS:
+        handler = signal.getsignal(sig)
+        if only_default and handler not in (signal.SIG_DFL, signal.default_int_handler):
+            continue
+        if _wanted(sig):
+            signal.signal(sig, _interrupt)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold the stop signals back (they wait, pending) while a child is started: the child
+    inherits the held set, so a signal sent while it starts reaches it only once
+    `stop_child_on_signals` is in place, instead of killing it before it can save."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def stop_child_on_signals(stop: StopFlag) -> None:
+    """In a child of the run: a stop signal sets the run's stop flag, so the child (and its
+    siblings) end their loops and save, as when the supervisor stops them. The kernel sends this
+    process SIGTERM when the supervisor dies (launch/process_setup.py): a clean stop too. Then the
+    signals held since the child started (`signals_held`) are let through."""
+    for sig in STOP_SIGNALS:
+        if _wanted(sig):
+            signal.signal(sig, lambda signum, frame: stop.set())
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def signal_received() -> bool:
+    """Whether this process has had a stop signal (since `stop_main_process_on_signals`)."""
+    return bool(_received)
+
+
+def interrupted_status() -> int:
+    """The exit status of a run stopped by a signal or Ctrl-C: 128 + the first signal's number."""
+    return 128 + _received[0] if _received else EXIT_INTERRUPTED
+
+
+def how_it_ended(exit_status: int) -> str:
+    """The summary's first words for an exit status."""
+    if exit_status == 0:
+        return "finished"
+    if exit_status == 1:
+        return "stopped: a process failed"
+    if exit_status == EXIT_INTERRUPTED:
+        return "stopped by Ctrl-C"
+    if exit_status > 128:
+        try:
+            return f"stopped by {signal.Signals(exit_status - 128).name}"
+        except ValueError:
+            pass
+    return f"ended with status {exit_status}"

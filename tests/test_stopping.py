@@ -1,0 +1,80 @@
+"""Stopping a run: SIGTERM, SIGHUP and Ctrl-C stop every mode and the wrapper as Ctrl-C does
+(work saved, summary, exit status 128 + the signal, no process or shared memory left), and a
+child killed at any instant cannot wedge the stop. `benchmarks.stop_under_signals` does the same
+many times at random moments."""
+import multiprocessing as mp
+import os
+import random
+import signal
+import threading
+import time
+
+import pytest
+
+from benchmarks.stop_under_signals import one_try
+from launch.stopping import StopFlag, how_it_ended
+
+
+def _wait_on(flag) -> None:
+    flag.wait()
+
+
+def test_a_process_killed_while_waiting_on_the_stop_flag_cannot_block_setting_it():
+    # multiprocessing.Event fails this: its set() waits for the killed waiter to wake.
+    ctx = mp.get_context("spawn")
+    flag = StopFlag(ctx)
+    waiter = ctx.Process(target=_wait_on, args=(flag,))
+    waiter.start()
+    time.sleep(1.0)  # the child is inside wait()
+    os.kill(waiter.pid, signal.SIGKILL)
+    waiter.join()
+    setter = threading.Thread(target=flag.set, daemon=True)
+    setter.start()
+    setter.join(5.0)
+    assert not setter.is_alive() and flag.is_set() and flag.wait(0.0)
+
+
+def test_the_summary_names_what_stopped_the_run():
+    assert how_it_ended(0) == "finished"
+    assert how_it_ended(1) == "stopped: a process failed"
+    assert how_it_ended(130) == "stopped by Ctrl-C"
+    assert how_it_ended(143) == "stopped by SIGTERM"
+    assert how_it_ended(129) == "stopped by SIGHUP"
+
+
+@pytest.mark.parametrize("phase, sig, to_group, status", [
+    ("gather", signal.SIGTERM, True, 143),
+    ("pretrain", signal.SIGHUP, False, 129),  # the main process alone, as `kill -HUP PID`
+    ("train", signal.SIGTERM, True, 143),
+])
+def test_a_stop_signal_in_any_phase_saves_the_work_and_leaves_nothing(phase, sig, to_group,
+                                                                       status, tmp_path):
+    t = one_try(tmp_path, phase, random.Random(phase), sig=sig, to_group=to_group)
+    assert t.clean, (t.left, t.shm_left, t.stop_s, t.stderr)
+    assert t.exit_status == status, t.stderr
+    assert f"run stopped by {signal.Signals(sig).name}" in t.stderr, t.stderr
+    assert (tmp_path / "run" / "prefs.sqlite").is_file()
+    if phase == "train":
+        assert list((tmp_path / "run" / "policy").glob("policy-*.pt")), t.stderr
+        assert f"python run.py --resume {tmp_path / 'run'}" in t.stderr
+
+
+def test_a_child_killed_outright_stops_the_others_cleanly(tmp_path):
+    t = one_try(tmp_path, "train", random.Random(1), kill_child="a2c")
+    assert t.exit_status == 1 and "process 'a2c' failed" in t.stderr, t.stderr
+    assert "run stopped: a process failed" in t.stderr
+    assert not t.left and not t.shm_left and t.stop_s <= 15.0, (t.left, t.shm_left, t.stop_s)
+
+
+def test_the_wrapper_stops_on_sigterm_as_on_ctrl_c(tmp_path):
+    t = one_try(tmp_path, "train", random.Random(2), wrapper=True)
+    assert t.clean, (t.left, t.shm_left, t.stop_s, t.stderr)
+    assert "KeyboardInterrupt" in t.stderr  # it reached the caller's loop as Ctrl-C would
+    assert "run stopped by SIGTERM" in t.stderr, t.stderr
+
+
+def test_the_wrapper_ends_the_callers_loop_when_a_child_is_killed(tmp_path):
+    t = one_try(tmp_path, "train", random.Random(3), wrapper=True,
+                kill_child="reward_predictor")
+    assert t.exit_status == 1 and "a process of the preference loop failed" in t.stderr, t.stderr
+    assert not t.left and not t.shm_left and t.stop_s <= 15.0, (t.left, t.shm_left, t.stop_s)
