@@ -8,7 +8,7 @@ that were not clean.
 
 Each try starts `run.py train_policy_with_preferences MovingDotNoFrameskip-v0` with a few labels
 (or a script stepping `PreferenceVecEnv`), waits for a phase (gather, pretrain, train), then a
-random 0-2 s, and sends the signal. A clean stop: the main process exits with the documented
+random 0 to `--max_delay_s` seconds, and sends the signal. A clean stop: the main process exits with the documented
 status within STOP_LIMIT_S, prints its summary, no process of the run is left and nothing it made
 is left in /dev/shm. Prints one line per try and the counts per phase.
 """
@@ -182,13 +182,13 @@ class RunUnderTest:
 
 def one_try(workdir: Path, phase: str, rng: random.Random, wrapper: bool = False,
             sig: int = signal.SIGTERM, kill_child: str | None = None,
-            to_group: bool = True) -> Try:
+            to_group: bool = True, max_delay_s: float = 2.0) -> Try:
     """Start a run, wait for `phase` and a random moment in it, stop it, report how it went.
     The signal goes to the run's process group, or to its main process alone (`to_group=False`);
     with `kill_child`, SIGKILL goes to that child alone instead."""
     shm_before = shm_entries()
     run = RunUnderTest(workdir, wrapper, EPOCHS[phase])
-    delay = rng.uniform(0.0, 2.0)
+    delay = rng.uniform(0.0, max_delay_s)
     how = f"SIGKILL to {kill_child}" if kill_child else (
         f"{signal.Signals(sig).name} to the " + ("group" if to_group else "main process"))
     result = Try(phase, delay, how)
@@ -228,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="send the signal to the main process alone, not the whole group")
     p.add_argument("--kill_child", choices=sorted(CHILD_NAMES),
                    help="SIGKILL this child instead (in the train phase)")
+    p.add_argument("--max_delay_s", type=float, default=2.0,
+                   help="the signal comes a random 0 to this many seconds into the phase")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default="/tmp/stop_under_signals")
     a = p.parse_args(argv)
@@ -239,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["rm", "-rf", str(workdir)], check=True)
         workdir.mkdir(parents=True)
         t = one_try(workdir, phase, rng, a.wrapper, signal.Signals[a.signal], a.kill_child,
-                    to_group=not a.main_only)
+                    to_group=not a.main_only, max_delay_s=a.max_delay_s)
         counts.setdefault(phase, []).append(t)
         print(f"try {k}: {t.how} in {phase} after {t.delay_s:.1f} s: "
               f"{'clean' if t.clean else 'NOT CLEAN'}, status {t.exit_status}, "
