@@ -10,9 +10,9 @@ from __future__ import annotations
 import shlex
 import sys
 
-from launch.cli import EXIT_USAGE, Run, UsageError, parse_args
-from launch.configs import PREFS_FILE
+from launch.cli import EXIT_USAGE, UsageError, parse_args
 from launch.phases import MODE_RUNNERS
+from launch.rundir import PREFS_FILE, Run
 from launch.session import open_labelling_page, start_run
 from launch.stopping import interrupted_status, stop_main_process_on_signals
 from launch.summary import RunReport

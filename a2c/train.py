@@ -14,8 +14,8 @@ from a2c.checkpoint import load_policy, save_policy
 from a2c.optim import load_state_keeping_settings
 from a2c.policies import make_policy
 from a2c.rollout import RewardFn, RolloutCollector, RolloutObserver
-from launch.precision import use_bf16
-from launch.scalars import ScalarWriter
+from runtime.precision import use_bf16
+from runtime.scalars import ScalarWriter
 
 
 class Pace(Protocol):

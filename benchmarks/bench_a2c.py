@@ -218,7 +218,7 @@ def machine_header() -> str:
         sb3_version = stable_baselines3.__version__
     except ImportError:
         sb3_version = "not installed"
-    from launch.precision import bf16_is_fast
+    from runtime.precision import bf16_is_fast
     return (f"machine: nproc {os.cpu_count()}, CPU {cpu}, native bf16 (AVX512-BF16): "
             f"{'yes' if bf16_is_fast() else 'no'}, {platform.platform()}\n"
             f"python {platform.python_version()}, torch {torch.__version__}, "

@@ -3,7 +3,7 @@ command line.
 
 Starts `run.py train_policy_with_preferences ENV --synthetic_prefs` for --steps agent steps (a
 short start: 64 initial labels, one pretraining epoch) and
-every --every_s seconds reads, for each of its processes (named in /proc by launch/process_setup),
+every --every_s seconds reads, for each of its processes (named in /proc by runtime/process_setup),
 the resident set (RSS; shared library pages count in every process that maps them) and the
 proportional set (PSS; shared pages split between the processes that share them), with the
 number of labels stored so far and the agent steps of run.py's last status line. Prints the figures at the label counts asked for, and how much

@@ -10,7 +10,7 @@ CPUs with native bf16). `--device cuda` times the step as `--reward_predictor_de
 if everything else were free; `--phases`, where the rest goes (wall-clock timers around the
 forward and backward passes, their first-layer parts, Adam and the agent's view). `--malloc`
 sets up memory as a run's trainer does: `tunables` (the default: glibc's malloc tunables,
-launch/process_setup.py; the script restarts itself with them), `keep` (what
+runtime/process_setup.py; the script restarts itself with them), `keep` (what
 --reward_predictor_keep_freed_memory does) or `default` (glibc as it is).
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from launch.process_setup import reuse_freed_memory, trainer_malloc_environ  # noqa: E402
+from runtime.process_setup import reuse_freed_memory, trainer_malloc_environ  # noqa: E402
 from pref_interface.segment import Preference, Segment  # noqa: E402
 from reward_predictor.ensemble import NORMALISER_SEGMENTS, RewardPredictorEnsemble  # noqa: E402
 from reward_predictor.nets import FRAME, AtariRewardNet  # noqa: E402

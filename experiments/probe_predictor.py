@@ -101,7 +101,8 @@ def run_settings(run_dir: Path):
     """A saved run as launch/cli.py's Run, so that `trainer_config` builds the predictor exactly
     as the run built it for A2C (on the CPU)."""
     from envs import env_kind
-    from launch.cli import Run, load_settings
+    from launch.cli import load_settings
+    from launch.rundir import Run
 
     settings = load_settings(run_dir)
     return Run(settings, run_dir, env_kind(settings.env_id), "cpu", "cpu")

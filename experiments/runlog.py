@@ -9,7 +9,7 @@ import numpy as np
 
 class _ResumeNotice(logging.Filter):
     """Drops TensorBoard's warning that it purged points after a session start: every resumed
-    run writes one on purpose (`launch.scalars.ScalarWriter`'s purge_step)."""
+    run writes one on purpose (`runtime.scalars.ScalarWriter`'s purge_step)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not record.getMessage().startswith("Detected out of order event.step")

@@ -1,22 +1,19 @@
 """The command line: parsing into Settings, `--resume`'s merge of saved settings, the checks that
-turn every mistake into one line, what follows from the settings (a Run), and the run directory."""
+turn every mistake into one line, and what follows from the settings (a Run, launch/rundir.py)."""
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import shlex
-import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launch.configs import PREDICTOR_FILE, PREFS_FILE
 from launch.deferred import Deferred
 from launch.env_settings import describe as env_settings_help
 from launch.env_settings import env_settings
 from launch.preflight import first_error
+from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run
 from launch.settings import MODES, Settings, build_parser as settings_parser
 
 EXIT_USAGE = 2
@@ -34,30 +31,6 @@ class OneLineParser(argparse.ArgumentParser):
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Defaults in the help, and the epilog (settings per environment) as written."""
-
-
-@dataclass
-class Run:
-    """A checked run: its settings and what follows from them, all computed in `resolve`."""
-
-    settings: Settings
-    dir: Path
-    env_kind: str  # "moving_dot" or "atari"
-    policy_device: str
-    predictor_device: str
-    player_kind: str | None = None  # where a person watches clips; None: nobody labels by hand
-    policy_ckpt_dir: str | None = None  # the policy A2C starts from (a resumed run's own)
-    reward_ckpt_path: str | None = None  # the predictor to load (a resumed run's own)
-    prefs_path: str | None = None  # a label store to copy into the run (--load_prefs_dir)
-    resumed: bool = False
-    overrides: dict[str, Any] = field(default_factory=dict)  # flags given with --resume
-
-    @property
-    def labels_by_person(self) -> bool:
-        """True when this run asks a person for labels, and so reads the terminal."""
-        s = self.settings
-        return (s.mode in ("gather_initial_prefs", "train_policy_with_preferences")
-                and not s.synthetic_prefs and not s.frozen_reward_predictor)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -252,16 +225,3 @@ def predictor_file(s: Settings) -> str | None:
         if candidate.is_file():
             return str(candidate)
     return str(path)
-
-
-def make_run_dir(run: Run) -> Path:
-    """Create the run directory and record the exact command and settings (a resumed run
-    appends its command and writes the flags it overrode into the settings file, so that the
-    next resume keeps them)."""
-    run.dir.mkdir(parents=True, exist_ok=run.resumed)
-    with open(run.dir / "command.txt", "a") as f:
-        f.write(shlex.join([sys.executable] + sys.argv) + "\n")
-    tmp = run.dir / "settings.json.tmp"
-    tmp.write_text(json.dumps(run.settings.to_json(), indent=2) + "\n")
-    tmp.replace(run.dir / "settings.json")  # never a half-written settings file
-    return run.dir

@@ -1,15 +1,15 @@
-"""The processes' configurations, built from a checked run (launch/cli.py's Run)."""
+"""The processes' configurations, built from a checked run (launch/rundir.py's Run)."""
 from __future__ import annotations
 
 import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from launch.cli import Run
+from launch.rundir import PREDICTOR_FILE
 
-PREFS_FILE = "prefs.sqlite"  # a run's label store
-PREDICTOR_FILE = "reward_predictor.pt"  # a run's predictor checkpoint, under reward_predictor/
+if TYPE_CHECKING:
+    from launch.rundir import Run
+
 MILLION = 1_000_000
 
 
@@ -63,8 +63,8 @@ def usable_cores() -> int:
 def trainer_environ(config) -> dict[str, str]:
     """Environment variables for a process that trains the predictor described by `config`
     (a TrainerConfig): glibc's malloc tunables, unless it keeps freed memory in its heap instead
-    (launch/process_setup.py)."""
-    from launch.process_setup import trainer_malloc_environ
+    (runtime/process_setup.py)."""
+    from runtime.process_setup import trainer_malloc_environ
 
     return {} if config.keep_freed_memory else trainer_malloc_environ()
 
@@ -72,7 +72,7 @@ def trainer_environ(config) -> dict[str, str]:
 def interface_config(run: Run, page_updates: Any = None, gather_labels: int | None = None):
     """The preference interface's configuration; `gather_labels`: gathering the initial labels
     (App. A: pairs drawn at random, nobody takes them off the queue, stop at this many)."""
-    from pref_interface.process import InterfaceConfig
+    from pref_interface.config import InterfaceConfig
     from pref_interface.schedule import FRAMESKIP
     from pref_interface.teachers import default_episode_end_penalty
 

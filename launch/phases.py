@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import sys
 
-from launch.cli import Run
-from launch.configs import (MILLION, PREDICTOR_FILE, PREFS_FILE, a2c_config, interface_config,
-                            trainer_config, trainer_environ)
+from launch.configs import MILLION, a2c_config, interface_config, trainer_config, trainer_environ
 from launch.deferred import Deferred
+from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run
 from launch.session import Session
 from launch.summary import RunReport
 from launch.supervisor import (Channels, Progress, Supervisor, a2c_status, percent,

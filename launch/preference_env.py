@@ -35,12 +35,12 @@ from a2c.config import A2CConfig  # noqa: E402
 from a2c.rollout import Rollout, close_observers  # noqa: E402
 from envs.vec_env import EpisodeTracker  # noqa: E402
 from launch.cli import UsageError, build_parser, parse_args  # noqa: E402
-from launch.configs import PREFS_FILE  # noqa: E402
 from launch.phases import PreferenceLoop, prepare_predictor  # noqa: E402
-from launch.scalars import ScalarWriter  # noqa: E402
+from launch.rundir import PREFS_FILE  # noqa: E402
 from launch.session import open_labelling_page, start_run  # noqa: E402
 from launch.stopping import (EXIT_INTERRUPTED, interrupted_status,  # noqa: E402
                              signal_received, stop_main_process_on_signals)
+from runtime.scalars import ScalarWriter  # noqa: E402
 
 STATUS_EVERY_S = 30.0  # a status line on stderr this often (the caller's own logs go on)
 # Steps/s over this long: a library may pause stepping for seconds to learn (PPO's epochs).

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from launch.cli import UsageError
 
 if TYPE_CHECKING:
-    from launch.cli import Run
+    from launch.rundir import Run
 
 
 def open_labelling_page(run: Run):
@@ -73,7 +73,7 @@ def start_run(run: Run, page=None):
     returns the processes' (spawn) context, the Session and the RunReport."""
     import multiprocessing as mp
 
-    from launch.cli import make_run_dir
+    from launch.rundir import make_run_dir
     from launch.summary import RunReport
 
     make_run_dir(run)

@@ -13,7 +13,7 @@ from typing import Any
 
 from a2c.config import A2CConfig, A2CRunConfig
 from pref_interface.player import PLAYER_KINDS
-from pref_interface.process import InterfaceConfig
+from pref_interface.config import InterfaceConfig
 from reward_predictor.config import TrainerConfig
 
 MODES = ("gather_initial_prefs", "pretrain_reward_predictor", "train_policy_with_preferences",

@@ -88,7 +88,7 @@ def signals_held() -> Iterator[None]:
 def stop_child_on_signals(stop: StopFlag) -> None:
     """In a child of the run: a stop signal sets the run's stop flag, so the child (and its
     siblings) end their loops and save, as when the supervisor stops them. The kernel sends this
-    process SIGTERM when the supervisor dies (launch/process_setup.py): a clean stop too. Then the
+    process SIGTERM when the supervisor dies (runtime/process_setup.py): a clean stop too. Then the
     signals held since the child started (`signals_held`) are let through."""
     for sig in STOP_SIGNALS:
         if _wanted(sig):

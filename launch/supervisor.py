@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from launch.deferred import Deferred
-from launch.process_setup import child_environ, die_with_parent, name_process
+from runtime.process_setup import child_environ, die_with_parent, name_process
 from launch.stopping import StopFlag, interrupted_status, signals_held, stop_child_on_signals
 
 KILL_JOIN_S = 5.0  # how long a killed child may take to be reaped

@@ -39,7 +39,7 @@ class TrainerConfig:
     adaptive_l2: bool = True  # App. A: keep validation loss at 1.1-1.5x training loss
     duty: float = 0.5  # fraction of the time spent training; the rest is left to A2C (2 cores)
     # True: the training processes serve all memory from a heap they never trim; steps ~10%
-    # faster on Pong, ~300 MB more held. False: glibc tunables (launch/process_setup.py).
+    # faster on Pong, ~300 MB more held. False: glibc tunables (runtime/process_setup.py).
     keep_freed_memory: bool = False
     # torch threads while A2C is idle: waiting for it, or not yet running (pretraining).
     # 0: torch_threads

@@ -9,9 +9,9 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from launch.precision import use_bf16
-from launch.process_setup import reuse_freed_memory
-from launch.scalars import ScalarWriter
+from runtime.precision import use_bf16
+from runtime.process_setup import reuse_freed_memory
+from runtime.scalars import ScalarWriter
 from pref_interface.segment import LabelEdit, Preference
 from reward_predictor.config import TrainerConfig, TrainerStats
 from reward_predictor.ensemble import RewardPredictorEnsemble

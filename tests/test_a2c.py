@@ -190,7 +190,7 @@ def test_a_resumed_run_takes_over_the_curves_from_its_checkpoint(tmp_path):
     from pathlib import Path
 
     from experiments.runlog import scalars
-    from launch.scalars import ScalarWriter
+    from runtime.scalars import ScalarWriter
 
     tb, ckpt = str(tmp_path / "tb"), str(tmp_path / "p")
     first = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=4_000, seed=0, ckpt_dir=ckpt,

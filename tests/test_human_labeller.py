@@ -19,7 +19,8 @@ from pref_interface.keys import ENTER, EOF, KeyReader, answer_of, line_token, sp
 from pref_interface.player import (TerminalBlock, TerminalPlayer, grey_to_256, half_block_rows,
                                    render_pair, shrink, terminal_clip_size, visible_width)
 from pref_interface.labelling import LabellingStopped
-from pref_interface.process import InterfaceConfig, make_labeller
+from pref_interface.config import InterfaceConfig
+from pref_interface.process import make_labeller
 from pref_interface.segment import Segment
 
 

@@ -17,7 +17,8 @@ from tests.helpers import NonBlockingOnly
 from pref_interface.cutter import SegmentCutter
 from pref_interface.pairs import SegmentBuffer, select_pairs
 from pref_interface.labelling import InterfaceStats, increment
-from pref_interface.process import SEGMENT_QUEUE_MAXSIZE, InterfaceConfig, run_pref_interface
+from pref_interface.config import InterfaceConfig
+from pref_interface.process import SEGMENT_QUEUE_MAXSIZE, run_pref_interface
 from pref_interface.segment import Preference, Segment
 from pref_interface.sender import QueueSender
 from pref_interface.store import PreferenceStore
@@ -369,7 +370,8 @@ def test_the_interface_process_labels_and_logs_without_importing_torch(tmp_path)
     script = f"""
 import multiprocessing as mp, queue, sys, threading
 from pref_interface.labelling import InterfaceStats
-from pref_interface.process import InterfaceConfig, run_pref_interface
+from pref_interface.config import InterfaceConfig
+from pref_interface.process import run_pref_interface
 run_pref_interface(InterfaceConfig(synthetic=True, stop_after_labels=0), seg_queue=queue.Queue(),
                    pref_queue=queue.Queue(), stop_event=threading.Event(),
                    stats=InterfaceStats.create(mp.get_context("spawn")),

@@ -828,7 +828,7 @@ def test_the_paper_pace_counts_each_member_or_the_whole_ensemble():
 def test_the_trainer_keeps_freed_memory_only_when_asked(keep, tmp_path, monkeypatch):
     from launch.cli import parse_args
     from launch.configs import trainer_config, trainer_environ
-    from launch.process_setup import TRAINER_MALLOC_TUNABLES
+    from runtime.process_setup import TRAINER_MALLOC_TUNABLES
     from reward_predictor import process
 
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)

@@ -2,7 +2,7 @@
 import numpy as np
 
 from experiments.runlog import RunLog
-from launch.scalars import ScalarWriter
+from runtime.scalars import ScalarWriter
 
 
 def test_wall_clock_leaves_out_the_time_a_resumed_run_was_stopped(tmp_path):
@@ -35,13 +35,13 @@ def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
 
 def test_a_resumed_runs_curve_is_read_without_tensorboards_restart_warning(tmp_path, caplog,
                                                                              monkeypatch):
-    import launch.scalars
+    import runtime.scalars
     from experiments.runlog import scalars
 
     # Event files are read in the order of their names, which begin with the second they were
     # opened in: the resumed run's comes later, as it does in a real resume.
     clock = [1000.0]
-    monkeypatch.setattr(launch.scalars.time, "time", lambda: clock[0])
+    monkeypatch.setattr(runtime.scalars.time, "time", lambda: clock[0])
     killed = ScalarWriter(str(tmp_path))
     for step in range(0, 1000, 100):
         killed.add_scalar("charts/SPS", -1.0, step)
@@ -60,11 +60,11 @@ def test_a_resumed_runs_curve_is_read_without_tensorboards_restart_warning(tmp_p
 def test_summarise_run_says_when_the_mean_of_10_episodes_first_reached_each_level(tmp_path,
                                                                                    monkeypatch,
                                                                                    capsys):
-    import launch.scalars
+    import runtime.scalars
     from experiments import summarise_run
 
     clock = [0.0]
-    monkeypatch.setattr(launch.scalars.time, "time", lambda: clock[0])
+    monkeypatch.setattr(runtime.scalars.time, "time", lambda: clock[0])
     a2c, labels = ScalarWriter(tmp_path / "tb"), ScalarWriter(tmp_path / "tb" / "labels")
     for step in range(0, 1_000_001, 5_000):  # 100 agent steps a second, a point every 50 s
         clock[0] = step / 100
@@ -87,11 +87,11 @@ def test_summarise_run_says_when_the_mean_of_10_episodes_first_reached_each_leve
 def test_steps_per_second_and_waiting_count_each_point_for_the_time_it_stands_for(tmp_path,
                                                                                   monkeypatch,
                                                                                   capsys):
-    import launch.scalars
+    import runtime.scalars
     from experiments import summarise_run
 
     clock = [0.0]
-    monkeypatch.setattr(launch.scalars.time, "time", lambda: clock[0])
+    monkeypatch.setattr(runtime.scalars.time, "time", lambda: clock[0])
     a2c = ScalarWriter(tmp_path / "tb")
     step = 0
     # A2C logs its rate and waiting share over the time since its last point: nine seconds at

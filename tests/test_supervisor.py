@@ -63,7 +63,7 @@ def test_a_wait_whose_end_is_known_is_a_bar_on_a_terminal_and_a_line_in_a_log(tt
 
 
 def test_the_trainer_starts_with_malloc_tunables_that_glibc_honours(tmp_path, monkeypatch):
-    from launch.process_setup import TRAINER_MALLOC_TUNABLES, trainer_malloc_environ
+    from runtime.process_setup import TRAINER_MALLOC_TUNABLES, trainer_malloc_environ
 
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     ctx = mp.get_context("spawn")

@@ -1,0 +1,64 @@
+"""Settings of the preference-interface process (torch-free, like a2c/config.py and
+reward_predictor/config.py)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from pref_interface.pairs import OVERSAMPLE
+
+
+@dataclass
+class InterfaceConfig:
+    """Settings of the preference-interface process."""
+
+    max_segs: int = 1000
+    """Most recent segments kept to draw pairs from."""
+    max_pairs_per_clip: int | None = 2
+    """Each clip is offered in at most this many pairs (SegmentBuffer); labelling waits for new
+    clips when every clip has had its share. None: no limit."""
+    synthetic: bool = False
+    """Label with the true-reward oracle (§3.1); False means a person labels (pref_interface.human)."""
+    clip_player: str = "terminal"
+    """Human labelling: where the clips play, "window", "terminal" (pref_interface.player) or
+    "web" (the labelling page, pref_interface.web)."""
+    page_updates: Any = None
+    """With "web": the queue to the labelling page in the main process."""
+    keep_typed_ahead: bool = False
+    """Human labelling: let keys typed before a pair appeared answer it (answers piped in from a
+    file). False drops them, so a double key press never labels a pair nobody has seen."""
+    val_fraction: float = 1 / math.e
+    """Probability that a new clip goes to the validation split (SegmentBuffer); pairs are drawn
+    within a split, so about this share of labels is validation and none shares a clip with a
+    training label. App. A holds out 1/e of the data as validation for the adaptive L2
+    (validation loss kept at 1.1-1.5x training loss); the split is stored with each label and
+    survives restarts. A trainer that validates on bootstrap out-of-bag labels instead can set 0."""
+    max_in_flight: int = 4
+    """Labels sent on pref_queue but not yet taken by the trainer; synthetic labelling pauses at
+    this many so labels are made as fast as the trainer uses them and no faster. Without a
+    trainer (no pref_queue: gathering) labels are made as fast as clips allow."""
+    stop_after_labels: int | None = None
+    """Return once the store holds this many labels (gather_initial_prefs: App. A, 500)."""
+    seed: int | None = None
+    """Seeds pair choice, the validation split and noisy teachers."""
+    teacher: str = "oracle"
+    """Synthetic labelling: a `make_teacher` spec, e.g. "oracle", "mistake:eps=0.1"."""
+    episode_end_penalty: float = 0.0
+    """Synthetic labelling: subtracted from a clip's return per episode end in it (App. A: the
+    oracle penalises episode ends, except in Pong)."""
+    selection: str = "random"
+    """Query selection: "random" or "disagreement" (App. A: highest ensemble variance)."""
+    oversample: int = OVERSAMPLE
+    """Disagreement selection draws this many times more candidate pairs than it shows."""
+    label_schedule: str = "none"
+    """"none" (as fast as the trainer uses them), "constant" or "annealed" (App. A: rate
+    proportional to 5e6 / (T + 5e6), T frames so far), spending `max_labels` over the run."""
+    max_labels: int = 3300
+    """Label budget of the run for a schedule (the paper's Atari runs: up to 5,500; 3,300 typical)."""
+    total_frames: int = 0
+    """Frames the run will see (agent steps x 4), for a schedule."""
+    anneal_every_frames: int = 5_000_000
+    """Annealed schedule: frames per block of constant rate (App. A: 5e6 for Atari)."""
+    initial_labels: int = 0
+    """Labels given before policy training (App. A: 500), counted in a schedule's budget."""

@@ -1,0 +1,2 @@
+"""What every process of a run uses, below the paper's parts: the TensorBoard scalar writer, the
+choice of precision, and how a process is set up (memory, name, ending with its parent)."""
