@@ -58,13 +58,6 @@ def play(env_id: str, weights: dict, episodes: int, seed: int = 1, greedy: bool 
     return returns, frames
 
 
-def write_gif(frames: list[np.ndarray], path: str, zoom: int = 3, fps: int = 15) -> None:
-    from PIL import Image
-
-    images = [Image.fromarray(f).resize((84 * zoom, 84 * zoom), Image.NEAREST) for f in frames]
-    images[0].save(path, save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
@@ -90,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                            args.greedy, args.max_steps, record_first=bool(args.video))
     print(f"mean return {np.mean(returns):g} (std {np.std(returns):g}) over {len(returns)} episodes")
     if args.video:
+        from runtime.video import write_gif
+
         write_gif(frames, args.video)
         print(f"wrote {args.video} ({len(frames)} frames)")
     return 0

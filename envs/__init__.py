@@ -22,17 +22,20 @@ def env_kind(env_id: str) -> str:
     return "atari"
 
 
-def make_vec_env(env_id: str, num_envs: int, seed: int = 0, num_threads: int = 0) -> VecEnv:
+def make_vec_env(env_id: str, num_envs: int, seed: int = 0, num_threads: int = 0,
+                 noop_max: int | None = None) -> VecEnv:
     """The paper's preprocessed env: frameskip 4, 84x84 grey, 4-frame stack, score blanked.
 
     MovingDot-v0 and MovingDotNoFrameskip-v0 give the same preprocessed env (frameskip 4 is part
-    of the preprocessing, as for the Atari NoFrameskip ids).
+    of the preprocessing, as for the Atari NoFrameskip ids). `noop_max`: an Atari episode starts
+    with 0 to this many no-ops (None: the paper's 30); MovingDot's start is random anyway.
     """
     if env_kind(env_id) == "moving_dot":
         from envs.moving_dot import MovingDotVecEnv
         return MovingDotVecEnv(num_envs, seed=seed)
-    from envs.atari import AtariVecEnv, game_from_env_id
-    return AtariVecEnv(game_from_env_id(env_id), num_envs, seed=seed, num_threads=num_threads)
+    from envs.atari import NOOP_MAX, AtariVecEnv, game_from_env_id
+    return AtariVecEnv(game_from_env_id(env_id), num_envs, seed=seed, num_threads=num_threads,
+                       noop_max=NOOP_MAX if noop_max is None else noop_max)
 
 
 def register_envs() -> None:

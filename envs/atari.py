@@ -43,12 +43,15 @@ def all_env_ids() -> list[str]:
     return [f"{c}NoFrameskip-v4" for c in camel if game_from_env_id(f"{c}NoFrameskip-v4")]
 
 
+NOOP_MAX = 30  # App. A.2: each episode starts with 0-30 no-ops
+
+
 def make_ale_vector_env(game: str, num_envs: int, num_threads: int = 0,
-                        reward_clipping: bool = False) -> AtariVectorEnv:
+                        reward_clipping: bool = False, noop_max: int = NOOP_MAX) -> AtariVectorEnv:
     """ale-py's C++ vector env with the paper's preprocessing (App. A.2) and same-step autoreset."""
     max_steps = MAX_AGENT_STEPS.get(game)
     return AtariVectorEnv(
-        game, num_envs, num_threads=num_threads, frameskip=4, noop_max=30, maxpool=True,
+        game, num_envs, num_threads=num_threads, frameskip=4, noop_max=noop_max, maxpool=True,
         episodic_life=False, reward_clipping=reward_clipping, use_fire_reset=True,
         repeat_action_probability=0.0, autoreset_mode=AutoresetMode.SAME_STEP,
         max_num_frames_per_episode=max_steps * 4 if max_steps else DEFAULT_MAX_FRAMES)
@@ -58,11 +61,12 @@ class AtariVecEnv(VecEnv):
     """DeepMind preprocessing (0-30 no-op starts, max-pool, frameskip 4, 84x84 grey, 4-frame stack,
     fire reset) done by ale-py in C++; life loss is not an episode end; rewards are unclipped."""
 
-    def __init__(self, game: str, num_envs: int, seed: int = 0, num_threads: int = 0):
+    def __init__(self, game: str, num_envs: int, seed: int = 0, num_threads: int = 0,
+                 noop_max: int = NOOP_MAX):
         self.game = game
         self.num_envs = num_envs
         self.seed = seed
-        self.env = make_ale_vector_env(game, num_envs, num_threads)
+        self.env = make_ale_vector_env(game, num_envs, num_threads, noop_max=noop_max)
         self.num_actions = int(self.env.single_action_space.n)
         self.score_rows = SCORE_ROWS.get(game, DEFAULT_SCORE_ROWS)
         self._init_episode_stats()

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Score policies on fresh episodes over a small grid: greedy and sampled actions, with the
+paper's 0-30 no-op starts and without, and print one table.
+
+    python -m experiments.evaluate ~/runs/pong_prefs_seed1 --episodes 10
+    python -m experiments.evaluate ~/runs/pong_prefs_seed1_policies --env PongNoFrameskip-v4 \\
+        --all_checkpoints --grid greedy:30 --episodes 10      # score against agent steps
+    python -m experiments.evaluate models/pong_prefs_run8.pt --env PongNoFrameskip-v4 --videos 2
+
+Each POLICY is a run directory (its newest checkpoint; its env from settings.json), a folder of
+checkpoints (`policy-*.pt`), a checkpoint file or a weights file (`run_checkpoint.py
+--save_weights`). With `--all_checkpoints` a run directory or folder gives every checkpoint in it,
+so that the score can be drawn against agent steps: whether a level was held or only touched.
+The episodes of one cell are played at once, one per env of a vector env, on env seeds apart
+from training's (`--seed`); an episode still going after `--max_steps` is cut and counted as it
+stands (the table says how many were). The figures go to `--out` (default: eval.json in the first
+run directory, else in the current one), to the run's TensorBoard (`RUN_DIR/tb/eval`, at the
+policy's agent steps) and, with `--videos K`, the first K episodes of each cell to GIFs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from launch.names import check_names  # noqa: E402
+
+EXIT_USAGE = 2
+DEFAULT_GRID = ("greedy:30", "sampled:30", "greedy:0")
+EVAL_SEED = 10_000  # env seeds far from training's (0, 1, 2, ...)
+
+
+@dataclass
+class Cell:
+    """One policy scored in one grid cell."""
+
+    policy: str
+    agent_steps: int
+    actions: str  # "greedy" or "sampled"
+    noop_max: int
+    returns: list[float]
+    lengths: list[int]
+    cut: int  # episodes stopped at --max_steps, counted as they stood
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.returns))
+
+    def row(self) -> str:
+        r = np.asarray(self.returns)
+        return (f"| {self.policy} | {self.agent_steps:,} | {self.actions} | {self.noop_max} | "
+                f"{len(r)}{f' ({self.cut} cut)' if self.cut else ''} | "
+                f"{r.mean():+.1f} ± {r.std():.1f} | {r.min():+g} | {r.max():+g} | "
+                f"{np.mean(self.lengths):,.0f} |")
+
+
+def parse_grid(cells: list[str]) -> list[tuple[str, int]]:
+    """'greedy:30' -> ('greedy', 30); a ValueError names a bad cell."""
+    out = []
+    for cell in cells:
+        actions, _, noops = cell.partition(":")
+        if actions not in ("greedy", "sampled") or not noops.isdigit():
+            raise ValueError(f"--grid: {cell!r} is not ACTIONS:NOOPS (greedy or sampled, then the "
+                             "most no-ops at an episode's start, e.g. greedy:30)")
+        out.append((actions, int(noops)))
+    return out
+
+
+def find_policies(path: Path, all_checkpoints: bool) -> tuple[list[Path], str | None, Path | None]:
+    """The checkpoint files behind one POLICY argument, the env id its run directory names (or
+    None) and the run directory (or None). ValueError when there is nothing to play."""
+    from a2c.checkpoint import PREFIX
+
+    run_dir = path if (path / "settings.json").is_file() else None
+    env_id = json.loads((path / "settings.json").read_text()).get("env_id") if run_dir else None
+    if path.is_file():
+        return [path], env_id, run_dir
+    folder = path / "policy" if run_dir else path
+    found = sorted(folder.glob(f"{PREFIX}*.pt")) if folder.is_dir() else []
+    if not found:
+        raise ValueError(f"no policy checkpoint in {path}")
+    return (found if all_checkpoints else found[-1:]), env_id, run_dir
+
+
+def play(env_id: str, weights: dict, episodes: int, greedy: bool, noop_max: int, seed: int,
+         max_steps: int, record: int = 0) -> tuple[list[float], list[int], int, list[list]]:
+    """`episodes` episodes at once, one per env; their true returns and lengths, how many were
+    cut at `max_steps`, and the newest 84x84 frame of each step of the first `record` episodes."""
+    import torch
+
+    from a2c.policies import make_policy
+    from a2c.rollout import sample_actions
+    from envs import env_kind, make_vec_env
+
+    env = make_vec_env(env_id, episodes, seed=seed, num_threads=1, noop_max=noop_max)
+    policy = make_policy(env_kind(env_id), env.num_actions)
+    policy.load_state_dict(weights)
+    policy.eval()
+    obs = env.reset(seed=seed)
+    returns, lengths = np.zeros(episodes), np.zeros(episodes, dtype=np.int64)
+    done = np.zeros(episodes, dtype=bool)
+    frames: list[list] = [[] for _ in range(record)]
+    with torch.no_grad():
+        for _ in range(max_steps):
+            for i in range(record):
+                if not done[i]:
+                    frames[i].append(obs[i, -1].copy())
+            result = env.step(sample_actions(policy, obs, greedy))
+            obs = result.obs
+            returns[~done] += result.rewards[~done]
+            lengths[~done] += 1
+            for ep in result.finished:  # an env's later episodes do not count
+                done[ep.env_index] = True
+            if done.all():
+                break
+    env.close()
+    return returns.tolist(), lengths.tolist(), int((~done).sum()), frames
+
+
+def evaluate(policies: list[tuple[str, Path, str]], grid: list[tuple[str, int]], episodes: int,
+             seed: int, max_steps: int, videos: int = 0, video_dir: Path | None = None
+             ) -> list[Cell]:
+    """Score each (name, checkpoint file, env id) in each grid cell; print a row per cell."""
+    import torch
+
+    from a2c.checkpoint import load_policy_weights
+
+    torch.set_num_threads(1)
+    cells = []
+    print("| policy | agent steps | actions | no-ops at most | episodes | mean ± std | min | max "
+          "| mean length |")
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
+    for name, path, env_id in policies:
+        state = load_policy_weights(path)
+        for actions, noops in grid:
+            returns, lengths, cut, frames = play(env_id, state["policy"], episodes,
+                                                 actions == "greedy", noops, seed, max_steps,
+                                                 record=videos)
+            cell = Cell(name, int(state["timesteps"]), actions, noops, returns, lengths, cut)
+            cells.append(cell)
+            print(cell.row(), flush=True)
+            if videos and video_dir is not None:
+                from runtime.video import write_gif
+
+                video_dir.mkdir(parents=True, exist_ok=True)
+                for k, f in enumerate(frames):
+                    write_gif(f, str(video_dir / f"{Path(name).stem}-{actions}-noop{noops}-"
+                                                 f"ep{k}.gif"))
+    return cells
+
+
+def log_to_tensorboard(run_dir: Path, cells: list[Cell], prefix: str) -> None:
+    """Each cell's mean, min and max at its policy's agent steps, in RUN_DIR/tb/eval."""
+    from runtime.scalars import ScalarWriter
+
+    writer = ScalarWriter(str(run_dir / "tb" / "eval"))
+    for c in cells:
+        if c.policy.startswith(prefix):
+            tag = f"eval/{c.actions}_noop{c.noop_max}"
+            writer.add_scalar(f"{tag}/mean_return", c.mean, c.agent_steps)
+            writer.add_scalar(f"{tag}/min_return", min(c.returns), c.agent_steps)
+            writer.add_scalar(f"{tag}/max_return", max(c.returns), c.agent_steps)
+    writer.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m experiments.evaluate",
+                                description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("policies", nargs="+", metavar="POLICY",
+                   help="a run directory, a folder of checkpoints, a checkpoint or weights file")
+    p.add_argument("--env", help="the env id (needed unless every POLICY is a run directory)")
+    p.add_argument("--episodes", type=int, default=10, help="episodes per policy and cell")
+    p.add_argument("--grid", nargs="+", default=list(DEFAULT_GRID),
+                   help="cells as ACTIONS:NOOPS: greedy or sampled actions, and an episode's "
+                        "start with 0 to NOOPS no-ops (App. A.2: 30)")
+    p.add_argument("--all_checkpoints", action="store_true",
+                   help="every checkpoint of a run directory or folder, not only the newest")
+    p.add_argument("--seed", type=int, default=EVAL_SEED, help="env seed of the evaluation")
+    p.add_argument("--max_steps", type=int, default=27_000,
+                   help="agent steps at most per episode (108,000 frames, ALE's own limit)")
+    p.add_argument("--videos", type=int, default=0, help="GIFs of the first K episodes per cell")
+    p.add_argument("--out", help="the JSON file of every cell's figures")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    check_names()
+    a = build_parser().parse_args(argv)
+    from a2c.checkpoint import CheckpointError, load_policy_weights
+    from envs import UnknownEnvError, env_kind
+
+    try:
+        grid = parse_grid(a.grid)
+        if a.episodes <= 0 or a.max_steps <= 0 or a.videos < 0 or a.videos > a.episodes:
+            raise ValueError("--episodes and --max_steps must be positive, --videos from 0 to "
+                             "--episodes")
+        policies, run_dirs = [], []
+        for arg in a.policies:
+            files, env_id, run_dir = find_policies(Path(arg), a.all_checkpoints)
+            env_id = a.env or env_id
+            if env_id is None:
+                raise ValueError(f"{arg}: give --env (only a run directory names its env)")
+            env_kind(env_id)
+            if run_dir is not None:
+                run_dirs.append(run_dir)
+            for f in files:
+                load_policy_weights(f)  # a damaged file is refused before anything is played
+                policies.append((str(f), f, env_id))
+    except (ValueError, UnknownEnvError, CheckpointError) as e:
+        print(f"evaluate: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    out = Path(a.out) if a.out else (run_dirs[0] if run_dirs else Path(".")) / "eval.json"
+    try:
+        cells = evaluate(policies, grid, a.episodes, a.seed, a.max_steps, a.videos,
+                         out.parent / "eval_videos")
+    except RuntimeError as e:  # weights of another env's policy (mismatched shapes)
+        print(f"evaluate: error: the policy does not fit the env: {str(e).splitlines()[0]}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    out.write_text(json.dumps([asdict(c) | {"mean": c.mean} for c in cells], indent=1) + "\n")
+    print(f"\nwrote {out}")
+    for run_dir in run_dirs:
+        log_to_tensorboard(run_dir, cells, str(run_dir))
+        print(f"TensorBoard: {run_dir / 'tb' / 'eval'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
