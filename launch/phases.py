@@ -121,8 +121,10 @@ def train_policy_with_preferences(run: Run, ctx, session: Session, report: RunRe
     # While a person labels, the counters are in the prompt: no bar over the player.
     progress = None if loop.ch.answers is not None else training_progress(
         run, loop.agent_stats, lambda: loop.status(steps=False))
-    return loop.sup.wait(loop.status, until=lambda: not loop.sup.procs["a2c"].is_alive(),
+    code = loop.sup.wait(loop.status, until=lambda: not loop.sup.procs["a2c"].is_alive(),
                          progress=progress)
+    loop.ch.reward_weights.remove_left_block()
+    return code
 
 
 def training_progress(run: Run, stats, status) -> Progress:

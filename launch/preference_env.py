@@ -73,10 +73,15 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         stop_main_process_on_signals(only_default=True)
         ctx, self._session, self._report = start_run(run, page)
         self.run_dir = run.dir
-        code, prefs_path, predictor_path = prepare_predictor(run, ctx, self._session, self._report)
+        try:
+            code, prefs_path, predictor_path = prepare_predictor(run, ctx, self._session,
+                                                                 self._report)
+        except KeyboardInterrupt:  # between two phases
+            code, prefs_path = interrupted_status(), None
         if code or prefs_path is None:
             self._session.close()
-            if code > 128:  # stopped by Ctrl-C or a stop signal
+            if code > 128:  # stopped by Ctrl-C or a stop signal: the caller's loop never ran
+                print(self._summary(code, trained=False), file=sys.stderr)
                 raise KeyboardInterrupt
             raise RuntimeError(f"PreferenceVecEnv: gathering or pretraining ended with status "
                                f"{code} (its output is above); the run is in {self.run_dir}")
@@ -184,16 +189,20 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         self._closed = True
         close_observers(self._observers)
         self._loop.sup.stop()
+        self._loop.ch.reward_weights.remove_left_block()
         self._session.close()
         self._writer.close()
-        resume = f"PreferenceVecEnv(env, resume={str(self.run_dir)!r}) (labels and predictor)"
         if not self._exit_status and signal_received():
             self._exit_status = interrupted_status()
         elif not self._exit_status and getattr(sys, "last_type", None) is KeyboardInterrupt:
             self._exit_status = EXIT_INTERRUPTED  # closed at exit, after an unhandled Ctrl-C
-        print(self._report.summary(self._exit_status, self.run_dir / PREFS_FILE, trained=True,
-                                   resume_cmd=resume), file=sys.stderr)
+        print(self._summary(self._exit_status, trained=True), file=sys.stderr)
         super().close(**kwargs)
+
+    def _summary(self, exit_status: int, trained: bool) -> str:
+        resume = f"PreferenceVecEnv(env, resume={str(self.run_dir)!r}) (labels and predictor)"
+        return self._report.summary(exit_status, self.run_dir / PREFS_FILE, trained=trained,
+                                    resume_cmd=resume)
 
 
 def settings_argv(env_id: str, num_envs: int, settings: dict[str, Any]) -> list[str]:

@@ -119,6 +119,20 @@ class SharedWeights:
             self._views = None
             self._block.unlink()
 
+    def remove_left_block(self) -> None:
+        """In the process that made this handle, once every other has ended: remove the block if
+        its publisher died before `release` (else multiprocessing's resource tracker removes it
+        at exit, with a warning)."""
+        name = self._block_name.value.decode()
+        if not name:
+            return
+        try:
+            block = shared_memory.SharedMemory(name=name)
+        except FileNotFoundError:
+            return  # released, as it should be
+        block.close()
+        block.unlink()
+
     def _create(self, state: dict) -> None:
         layout, size = _layout(state)
         self._block = shared_memory.SharedMemory(create=True, size=size)

@@ -66,10 +66,11 @@ def test_a_child_killed_outright_stops_the_others_cleanly(tmp_path):
     assert not t.left and not t.shm_left and t.stop_s <= 15.0, (t.left, t.shm_left, t.stop_s)
 
 
-def test_the_wrapper_stops_on_sigterm_as_on_ctrl_c(tmp_path):
-    t = one_try(tmp_path, "train", random.Random(2), wrapper=True)
+@pytest.mark.parametrize("phase", ["pretrain", "train"])
+def test_the_wrapper_stops_on_sigterm_as_on_ctrl_c(phase, tmp_path):
+    t = one_try(tmp_path, phase, random.Random(2), wrapper=True)
     assert t.clean, (t.left, t.shm_left, t.stop_s, t.stderr)
-    assert "KeyboardInterrupt" in t.stderr  # it reached the caller's loop as Ctrl-C would
+    assert "KeyboardInterrupt" in t.stderr  # it reached the caller's script as Ctrl-C would
     assert "run stopped by SIGTERM" in t.stderr, t.stderr
 
 
