@@ -27,15 +27,16 @@ sys.path.insert(0, str(ROOT))
 def shift(run_dir: Path, n_clips: int, seed: int = 0, save: str | None = None) -> dict:
     """{'before': [...], 'after': [...]} per-member validation accuracies (the ensemble's last),
     plus the label counts; with `save`, the mended predictor is written there."""
-    from launch import configs as cli
+    from launch.configs import trainer_config
+    from launch.rundir import PREDICTOR_FILE
     from experiments.probe_predictor import run_settings
     from reward_predictor.ensemble import segment_returns, take_batchnorm_statistics
     from reward_predictor.process import build_ensemble, load_prefs
     from reward_predictor.trainer import RewardPredictorTrainer
 
-    config = cli.trainer_config(run_settings(run_dir), load_from=None, save=False)
+    config = trainer_config(run_settings(run_dir), load_from=None, save=False)
     trainer = RewardPredictorTrainer(build_ensemble(config))
-    trainer.load(str(run_dir / "reward_predictor" / cli.PREDICTOR_FILE))
+    trainer.load(str(run_dir / "reward_predictor" / PREDICTOR_FILE))
     ensemble = trainer.ensemble
     prefs = list(load_prefs(str(run_dir / "prefs.sqlite"), config.max_prefs))
     val = [p for p in prefs if p.is_validation]

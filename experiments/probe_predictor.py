@@ -98,7 +98,7 @@ def collect(env, reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
 
 
 def run_settings(run_dir: Path):
-    """A saved run as launch/cli.py's Run, so that `trainer_config` builds the predictor exactly
+    """A saved run as launch/rundir.py's Run, so that `trainer_config` builds the predictor exactly
     as the run built it for A2C (on the CPU)."""
     from envs import env_kind
     from launch.cli import load_settings
@@ -112,15 +112,16 @@ def load_run(run_dir: Path, policy: str, n_envs: int, seed: int):
     """The run's env, its predictor as A2C uses it, and an action function."""
     import torch
 
-    from launch import configs as cli
+    from launch.configs import trainer_config
+    from launch.rundir import PREDICTOR_FILE
     from a2c.rollout import sample_actions
     from envs import make_vec_env
     from reward_predictor.reward_fn import load_ensemble
 
     run = run_settings(run_dir)
     kind = run.env_kind
-    ensemble = load_ensemble(cli.trainer_config(run, load_from=None, save=False),
-                             str(run_dir / "reward_predictor" / cli.PREDICTOR_FILE))
+    ensemble = load_ensemble(trainer_config(run, load_from=None, save=False),
+                             str(run_dir / "reward_predictor" / PREDICTOR_FILE))
     env = make_vec_env(run.settings.env_id, n_envs, seed=seed, num_threads=1)
     if policy == "random":
         rng = np.random.default_rng(seed)
