@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Watch a saved policy: play N episodes, print their true scores, optionally save one as a GIF."""
+"""Watch a saved policy: play N episodes, print their true scores, optionally save one as a GIF;
+with --reward_predictor, the GIF shows the predicted reward r̂ beside the game."""
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=5, help="episodes to play")
     p.add_argument("--seed", type=int, default=1, help="env seed")
     p.add_argument("--greedy", action="store_true", help="take the most likely action")
-    p.add_argument("--video", help="write the first episode to this .gif file (84x84 frames, x3)")
+    p.add_argument("--video", help="write the first episode to this .gif file (84x84 frames, x3; "
+                   "with --reward_predictor, a scrolling plot of r̂ beside them)")
+    p.add_argument("--reward_predictor", metavar="RUN_DIR",
+                   help="a run directory (or its reward_predictor/reward_predictor.pt): print "
+                        "each episode's summed r̂ and its correlation with the game's reward, "
+                        "and plot r̂ of each member and their mean in the video")
     p.add_argument("--max_steps", type=int, default=30_000, help="agent steps per episode at most")
     p.add_argument("--save_weights", metavar="FILE.pt",
                    help="also write the policy's weights alone to this file (to share it)")
@@ -26,15 +32,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def play(env_id: str, weights: dict, episodes: int, seed: int = 1, greedy: bool = False,
-         max_steps: int = 30_000, record_first: bool = False
-         ) -> tuple[list[float], list[np.ndarray]]:
+         max_steps: int = 30_000, record_first: bool = False, predictor=None
+         ) -> tuple[list[float], list[np.ndarray], list]:
     """Play the policy of `weights` (a state dict) for episodes one after another; returns their
-    true returns and, if asked, the first episode's frames (uint8 (84, 84) each)."""
+    true returns, if asked the first episode's frames (uint8 (84, 84) each, or with a `predictor`,
+    a RewardPredictorEnsemble, the game beside the plot of r̂, (252, 588, 3)), and with a
+    predictor each episode's RewardTrace (r̂ of every step)."""
     import torch
 
     from a2c.policies import make_policy
     from a2c.rollout import sample_actions
     from envs import env_kind, make_vec_env
+    from runtime.reward_view import RewardTrace, side_by_side
 
     torch.set_num_threads(1)
     env = make_vec_env(env_id, 1, seed=seed, num_threads=1)
@@ -43,19 +52,60 @@ def play(env_id: str, weights: dict, episodes: int, seed: int = 1, greedy: bool 
     policy.eval()
     obs = env.reset(seed=seed)
     returns, frames, steps, ret = [], [], 0, 0.0
+    trace = RewardTrace(predictor.n_members) if predictor is not None else None
+    traces = []
     while len(returns) < episodes:
+        actions = sample_actions(policy, obs, greedy)
+        result = env.step(actions)
+        if trace is not None:  # r̂(o, a): the observation the action was taken on (App. A.2)
+            trace.add(predictor.member_rewards(obs, actions)[:, 0], float(result.rewards[0]))
         if record_first and not returns:
-            frames.append(obs[0, -1].copy())
-        result = env.step(sample_actions(policy, obs, greedy))
+            frames.append(obs[0, -1].copy() if trace is None
+                          else side_by_side(obs[0, -1], trace.draw()))
         obs, steps, ret = result.obs, steps + 1, ret + float(result.rewards[0])
         if result.finished or steps >= max_steps:
             returns.append(ret)
-            print(f"episode {len(returns)}: return {ret:g} ({steps} steps)", flush=True)
+            line = f"episode {len(returns)}: return {ret:g} ({steps} steps)"
+            if trace is not None:
+                r_hat, game = trace.mean, np.array(trace.game)
+                corr = np.corrcoef(r_hat, game)[0, 1] if game.std() > 0 else float("nan")
+                line += f"; r̂ summed {r_hat.sum():+.2f}, correlation with the game's reward {corr:.2f}"
+                traces.append(trace)
+                trace = RewardTrace(predictor.n_members)
+            print(line, flush=True)
             if not result.finished:
                 obs = env.reset()
             steps, ret = 0, 0.0
     env.close()
-    return returns, frames
+    return returns, frames, traces
+
+
+def load_predictor(path: str, env_id: str):
+    """A run's saved reward predictor, built as the run built it; ValueError (one line) when it
+    cannot be read or was trained on another env."""
+    from envs import MOVING_DOT_IDS
+    from launch.cli import UsageError, saved_run
+    from launch.configs import trainer_config
+    from launch.rundir import PREDICTOR_FILE
+    from reward_predictor.reward_fn import load_ensemble
+    from reward_predictor.trainer import CheckpointError
+
+    p = Path(path)
+    run_dir = p if p.is_dir() else p.parent.parent
+    ckpt = p / "reward_predictor" / PREDICTOR_FILE if p.is_dir() else p
+    try:
+        run = saved_run(run_dir)
+    except UsageError as e:
+        raise ValueError(f"--reward_predictor: {e}") from None
+    trained_on = run.settings.env_id
+    if trained_on != env_id and not {trained_on, env_id} <= set(MOVING_DOT_IDS):
+        raise ValueError(f"--reward_predictor: {run_dir} was trained on {run.settings.env_id}, "
+                         f"not {env_id}")
+    try:
+        return load_ensemble(trainer_config(run, load_from=None, save=False), str(ckpt))
+    except (CheckpointError, OSError, RuntimeError) as e:
+        raise ValueError(f"--reward_predictor: cannot read {ckpt}: "
+                         f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--video must name a .gif file")
         if args.save_weights and Path(args.save_weights).suffix != ".pt":
             raise ValueError("--save_weights must name a .pt file")
+        predictor = load_predictor(args.reward_predictor, args.env_id) if (
+            args.reward_predictor) else None
     except (UnknownEnvError, CheckpointError, ValueError) as e:
         print(f"run_checkpoint.py: error: {e}", file=sys.stderr)
         return 2
@@ -79,13 +131,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.save_weights:
         save_policy_weights(args.save_weights, state)
         print(f"wrote {args.save_weights} (weights alone)")
-    returns, frames = play(args.env_id, state["policy"], args.episodes, args.seed,
-                           args.greedy, args.max_steps, record_first=bool(args.video))
+    returns, frames, _ = play(args.env_id, state["policy"], args.episodes, args.seed,
+                           args.greedy, args.max_steps, record_first=bool(args.video),
+                           predictor=predictor)
     print(f"mean return {np.mean(returns):g} (std {np.std(returns):g}) over {len(returns)} episodes")
     if args.video:
         from runtime.video import write_gif
 
-        write_gif(frames, args.video)
+        write_gif(frames, args.video, zoom=1 if predictor is not None else 3)  # drawn zoomed
         print(f"wrote {args.video} ({len(frames)} frames)")
     return 0
 

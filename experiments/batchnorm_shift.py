@@ -29,12 +29,12 @@ def shift(run_dir: Path, n_clips: int, seed: int = 0, save: str | None = None) -
     plus the label counts; with `save`, the mended predictor is written there."""
     from launch.configs import trainer_config
     from launch.rundir import PREDICTOR_FILE
-    from experiments.probe_predictor import run_settings
+    from launch.cli import saved_run
     from reward_predictor.ensemble import segment_returns, take_batchnorm_statistics
     from reward_predictor.process import build_ensemble, load_prefs
     from reward_predictor.trainer import RewardPredictorTrainer
 
-    config = trainer_config(run_settings(run_dir), load_from=None, save=False)
+    config = trainer_config(saved_run(run_dir), load_from=None, save=False)
     trainer = RewardPredictorTrainer(build_ensemble(config))
     trainer.load(str(run_dir / "reward_predictor" / PREDICTOR_FILE))
     ensemble = trainer.ensemble

@@ -97,28 +97,18 @@ def collect(env, reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
     return Probe(np.array(predicted, dtype=np.float64), np.array(true, dtype=np.float64))
 
 
-def run_settings(run_dir: Path):
-    """A saved run as launch/rundir.py's Run, so that `trainer_config` builds the predictor exactly
-    as the run built it for A2C (on the CPU)."""
-    from envs import env_kind
-    from launch.cli import load_settings
-    from launch.rundir import Run
-
-    settings = load_settings(run_dir)
-    return Run(settings, run_dir, env_kind(settings.env_id), "cpu", "cpu")
-
-
 def load_run(run_dir: Path, policy: str, n_envs: int, seed: int):
     """The run's env, its predictor as A2C uses it, and an action function."""
     import torch
 
+    from launch.cli import saved_run
     from launch.configs import trainer_config
     from launch.rundir import PREDICTOR_FILE
     from a2c.rollout import sample_actions
     from envs import make_vec_env
     from reward_predictor.reward_fn import load_ensemble
 
-    run = run_settings(run_dir)
+    run = saved_run(run_dir)
     kind = run.env_kind
     ensemble = load_ensemble(trainer_config(run, load_from=None, save=False),
                              str(run_dir / "reward_predictor" / PREDICTOR_FILE))

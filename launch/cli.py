@@ -73,6 +73,15 @@ def load_settings(run_dir: Path) -> Settings:
         raise UsageError(f"cannot resume {run_dir}: settings.json is damaged") from None
 
 
+def saved_run(run_dir: Path) -> Run:
+    """A saved run as a Run on the CPU, to build its parts as it built them (`trainer_config`
+    gives its predictor as A2C used it); UsageError when its settings cannot be read."""
+    from envs import env_kind
+
+    settings = load_settings(run_dir)
+    return Run(settings, run_dir, env_kind(settings.env_id), "cpu", "cpu")
+
+
 def resume(run_dir: Path, given: dict[str, Any]) -> Run:
     """--resume: the run's saved settings, overridden by the flags given now, started from the
     run's own checkpoints and label store."""

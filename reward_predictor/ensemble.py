@@ -145,9 +145,16 @@ class RewardPredictorEnsemble(nn.Module):
         before its optimisers get any state)."""
         return _device_of(self.members[0])
 
-    @torch.no_grad()
     def reward(self, obs: np.ndarray | torch.Tensor, actions: np.ndarray | torch.Tensor) -> np.ndarray:
-        """Predicted reward for obs uint8 (B, 4, 84, 84) and actions int64 (B,): float32 (B,)."""
+        """Predicted reward for obs uint8 (B, 4, 84, 84) and actions int64 (B,): float32 (B,),
+        the mean of the members' normalised predictions (App. A.2)."""
+        return self.member_rewards(obs, actions).mean(axis=0)
+
+    @torch.no_grad()
+    def member_rewards(self, obs: np.ndarray | torch.Tensor,
+                       actions: np.ndarray | torch.Tensor) -> np.ndarray:
+        """Each member's normalised prediction for obs uint8 (B, 4, 84, 84) and actions int64
+        (B,): float32 (n_members, B)."""
         obs = torch.as_tensor(obs, device=self.device)
         actions = torch.as_tensor(actions, device=self.device)
         assert obs.dtype == torch.uint8 and obs.shape[-3:] == (STACK, 84, 84), (obs.dtype, obs.shape)
@@ -160,9 +167,9 @@ class RewardPredictorEnsemble(nn.Module):
                 raws = torch.cat([stacked(o) for o, _ in chunks], dim=1).float()
             else:
                 raws = [torch.cat([net(o, a) for o, a in chunks]).float() for net in self.members]
-        total = sum(norm(raw) for norm, raw in zip(self.normalisers, raws))
+        each = torch.stack([norm(raw) for norm, raw in zip(self.normalisers, raws)])
         self.train(was_training)
-        return (total / self.n_members).cpu().numpy().astype(np.float32)
+        return each.cpu().numpy().astype(np.float32)
 
     def _stacked_members(self) -> StackedAtariNets | None:
         """The members as one eval-mode net (Atari members only), rebuilt when weights change."""

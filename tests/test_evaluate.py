@@ -87,3 +87,78 @@ def test_a_bad_policy_or_setting_is_one_line_with_status_2(args, message, tmp_pa
     assert len(lines) == 1 and lines[0].startswith("evaluate: error:") and message in lines[0], (
         r.stderr)
     assert not (tmp_path / "e.json").exists()
+
+
+def _dot_run_with_predictor(d: Path) -> Path:
+    """A MovingDot run directory as a run leaves it: settings, an (untrained) predictor and
+    policy checkpoint."""
+    from a2c.checkpoint import save_policy_weights
+    from a2c.policies import make_policy
+    from launch.cli import parse_args
+    from launch.configs import trainer_config
+    from launch.rundir import PREDICTOR_FILE, make_run_dir
+    from reward_predictor.process import build_ensemble
+    from reward_predictor.trainer import RewardPredictorTrainer
+
+    run = parse_args(["train_policy_with_preferences", "MovingDotNoFrameskip-v0",
+                      "--log_dir", str(d)])
+    make_run_dir(run)
+    torch.manual_seed(0)
+    ensemble = build_ensemble(trainer_config(run, load_from=None, save=False))
+    RewardPredictorTrainer(ensemble).save(str(d / "reward_predictor" / PREDICTOR_FILE))
+    (d / "policy").mkdir()
+    save_policy_weights(d / "policy" / "policy-000000000000.pt",
+                        {"policy": make_policy("moving_dot", 5).state_dict(), "timesteps": 0})
+    return d
+
+
+def test_the_video_plots_the_predicted_reward_of_the_very_frame_beside_it(tmp_path):
+    """Each step of the trace is the predictor's r̂ (every member's) for the observation the
+    action was taken on, and the video frame of that step shows that observation."""
+    sys.path.insert(0, str(ROOT))
+    from run_checkpoint import load_predictor, play
+    from runtime.reward_view import ZOOM
+
+    run = _dot_run_with_predictor(tmp_path / "run")
+    predictor = load_predictor(str(run), "MovingDotNoFrameskip-v0")
+    seen, taken = [], []  # what r̂ was asked about, as the predictor got it
+
+    class Recording:
+        n_members = predictor.n_members
+
+        def member_rewards(self, obs, actions):
+            seen.append(obs.copy())
+            taken.append(actions.copy())
+            return predictor.member_rewards(obs, actions)
+
+    weights = torch.load(run / "policy" / "policy-000000000000.pt")["policy"]
+    returns, frames, traces = play("MovingDotNoFrameskip-v0", weights, 1, seed=3,
+                                   record_first=True, predictor=Recording())
+    obs = np.concatenate(seen)
+    assert len(traces) == 1 and len(traces[0].members) == len(frames) == len(obs) == 250
+    again = predictor.member_rewards(obs, np.concatenate(taken))
+    np.testing.assert_allclose(np.array(traces[0].members), again.T, atol=1e-5)
+    for t in (0, 100, 249):  # the game half of the frame is that step's observation, zoomed
+        game = frames[t][:, :84 * ZOOM, 0]
+        np.testing.assert_array_equal(game[::ZOOM, ::ZOOM], obs[t, -1])
+    assert frames[100][:, 84 * ZOOM:].std() > 5  # the plot is drawn
+
+
+def test_run_checkpoint_writes_the_side_by_side_video_and_refuses_another_envs_predictor(
+        tmp_path):
+    run = _dot_run_with_predictor(tmp_path / "run")
+    gif = tmp_path / "dot.gif"
+    r = subprocess.run([sys.executable, "run_checkpoint.py", "MovingDotNoFrameskip-v0",
+                        str(run / "policy"), "--episodes", "1", "--reward_predictor", str(run),
+                        "--video", str(gif)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "r̂ summed" in r.stdout and "correlation with the game's reward" in r.stdout
+    from PIL import Image
+
+    assert Image.open(gif).size == (84 * 3 + 336, 84 * 3)
+    r = subprocess.run([sys.executable, "run_checkpoint.py", "PongNoFrameskip-v4",
+                        str(TRAINED_PONG), "--reward_predictor", str(run)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "trained on MovingDotNoFrameskip-v0, not PongNoFrameskip-v4" in r.stderr
