@@ -251,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
               + (", resource warning" if t.warned else ""), flush=True)
         if not t.clean:
             print(textwrap.indent(t.stderr[-2000:], "    | "), flush=True)
+            for entry in t.left + t.shm_left:
+                print(f"    left: {entry}", flush=True)
     print("\n| phase | tries | clean | slowest stop (s) |\n|---|---|---|---|")
     for phase, tries in counts.items():
         print(f"| {phase} | {len(tries)} | {sum(t.clean for t in tries)} | "
