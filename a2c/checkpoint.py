@@ -15,7 +15,8 @@ class CheckpointError(Exception):
 
 def save_policy(ckpt_dir: str | Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer,
                 timesteps: int, updates: int, keep: int = 3) -> Path:
-    """Write `policy-<timesteps>.pt` atomically and keep only the newest `keep` checkpoints."""
+    """Write `policy-<timesteps>.pt` atomically and keep only the newest `keep` checkpoints
+    (0: all of them)."""
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     path = ckpt_dir / f"{PREFIX}{timesteps:012d}.pt"
@@ -23,7 +24,7 @@ def save_policy(ckpt_dir: str | Path, policy: torch.nn.Module, optimizer: torch.
     torch.save({"policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
                 "timesteps": timesteps, "updates": updates}, tmp)
     os.replace(tmp, path)
-    for old in sorted(ckpt_dir.glob(f"{PREFIX}*.pt"))[:-keep]:
+    for old in sorted(ckpt_dir.glob(f"{PREFIX}*.pt"))[:-keep] if keep else []:
         old.unlink()
     return path
 

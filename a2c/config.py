@@ -32,6 +32,7 @@ class A2CRunConfig:
     seed: int = 0
     ckpt_dir: str = "policy"
     ckpt_interval: int = 1000  # updates between policy checkpoints
+    ckpt_keep: int = 3  # the newest policy checkpoints kept (0: all)
     load_ckpt_dir: str | None = None
     torch_threads: int = 1
     env_threads: int = 1  # ale-py threads; 0: one per core

@@ -115,12 +115,14 @@ def train_a2c(config: A2CRunConfig, *, log_dir: str, stats: A2CStats | None = No
                     stats.episodes.value += len(r.finished)
                     stats.recent_return.value = float(np.mean(recent))
             if config.learn and updates % config.ckpt_interval == 0:
-                save_policy(config.ckpt_dir, policy, algo.optimizer, timesteps, updates)
+                save_policy(config.ckpt_dir, policy, algo.optimizer, timesteps, updates,
+                            keep=config.ckpt_keep)
     except KeyboardInterrupt:
         pass
     finally:
         if config.learn:
-            save_policy(config.ckpt_dir, policy, algo.optimizer, timesteps, updates)
+            save_policy(config.ckpt_dir, policy, algo.optimizer, timesteps, updates,
+                        keep=config.ckpt_keep)
         collector.close()
         writer.close()
         env.close()

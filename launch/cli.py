@@ -125,8 +125,9 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
             raise UsageError(f"--{name} must be positive, got {getattr(s, name)}")
     if s.lr_zero_million_timesteps is not None and s.lr_zero_million_timesteps <= 0:
         raise UsageError("--lr_zero_million_timesteps must be positive")
-    if s.ent_coef < 0 or s.env_threads < 0 or s.max_pairs_per_clip < 0:
-        raise UsageError("--ent_coef, --env_threads and --max_pairs_per_clip must not be negative")
+    if s.ent_coef < 0 or s.env_threads < 0 or s.max_pairs_per_clip < 0 or s.policy_ckpts_kept < 0:
+        raise UsageError("--ent_coef, --env_threads, --max_pairs_per_clip and --policy_ckpts_kept "
+                         "must not be negative")
     if not 0.0 <= s.label_noise < 1.0 or s.oversampling < 1 or s.max_labels < 1:
         raise UsageError("--label_noise is in [0, 1); --oversampling and --max_labels >= 1")
     if s.min_predictor_labels_per_step < 0:

@@ -72,6 +72,10 @@ class Settings:
         None, "a2c", "start from the newest policy checkpoint here")
     policy_ckpt_interval: int = setting(
         A2CRunConfig.ckpt_interval, "a2c", "updates between policy checkpoints")
+    policy_ckpts_kept: int = setting(
+        A2CRunConfig.ckpt_keep, "a2c", "the newest policy checkpoints kept in RUN_DIR/policy (0: "
+        "all, to score the policy against agent steps with experiments.evaluate "
+        "--all_checkpoints)")
     render_episodes: bool = setting(
         False, "a2c", "loop the agent's latest full episode (env 0) in a second window (needs a "
         "display; without one the run goes on without it)")

@@ -108,6 +108,15 @@ def test_policy_checkpoint_round_trip(tmp_path):
     assert set(torch.load(tmp_path / "shared.pt", weights_only=True)) == {"policy", "timesteps"}
     with pytest.raises(CheckpointError):
         load_policy(tmp_path / "shared.pt")  # resuming training needs the optimiser's state
+
+
+@pytest.mark.parametrize("keep, kept", [(2, [400, 500]), (0, [100, 200, 300, 400, 500])])
+def test_a_run_keeps_its_newest_policy_checkpoints_or_all_of_them(keep, kept, tmp_path):
+    policy = make_policy("moving_dot", 5)
+    algo = A2C(policy, A2CConfig())
+    for steps in (100, 200, 300, 400, 500):
+        save_policy(tmp_path, policy, algo.optimizer, timesteps=steps, updates=1, keep=keep)
+    assert [int(p.stem.split("-")[1]) for p in sorted(tmp_path.glob("policy-*.pt"))] == kept
     with pytest.raises(CheckpointError):
         load_policy_weights(tmp_path / "missing.pt")
     (tmp_path / "policy-999999999999.pt").write_bytes(b"not a checkpoint")
