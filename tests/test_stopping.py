@@ -66,7 +66,7 @@ def test_a_child_killed_outright_stops_the_others_cleanly(tmp_path):
     assert not t.left and not t.shm_left and t.stop_s <= 15.0, (t.left, t.shm_left, t.stop_s)
 
 
-@pytest.mark.parametrize("phase", ["pretrain", "train"])
+@pytest.mark.parametrize("phase", [pytest.param("pretrain", marks=pytest.mark.slow), "train"])
 def test_the_wrapper_stops_on_sigterm_as_on_ctrl_c(phase, tmp_path):
     t = one_try(tmp_path, phase, random.Random(2), wrapper=True)
     assert t.clean, (t.left, t.shm_left, t.stop_s, t.stderr)
@@ -74,6 +74,7 @@ def test_the_wrapper_stops_on_sigterm_as_on_ctrl_c(phase, tmp_path):
     assert "run stopped by SIGTERM" in t.stderr, t.stderr
 
 
+@pytest.mark.slow  # 25 s; the supervisor's side of a killed child is tested above with run.py
 def test_the_wrapper_ends_the_callers_loop_when_a_child_is_killed(tmp_path):
     t = one_try(tmp_path, "train", random.Random(3), wrapper=True,
                 kill_child="reward_predictor")
