@@ -6,10 +6,12 @@ import argparse
 import dataclasses
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from launch.deferred import Deferred
+from a2c.entry_points import check_policy
+from reward_predictor.entry_points import check_predictor
 from launch.env_settings import describe as env_settings_help
 from launch.env_settings import env_settings
 from launch.preflight import first_error
@@ -170,12 +172,10 @@ def check_checkpoints(run: Run) -> None:
     """Load the checkpoints the run starts from, in a child (loading needs torch)."""
     from launch.configs import trainer_config
 
-    checks = [Deferred("a2c.checkpoint:load_policy", run.policy_ckpt_dir)
-              ] if run.policy_ckpt_dir else []
+    checks = [partial(check_policy, run.policy_ckpt_dir)] if run.policy_ckpt_dir else []
     if run.reward_ckpt_path:
-        checks.append(Deferred("reward_predictor.reward_fn:load_ensemble",
-                               trainer_config(run, load_from=None, save=False),
-                               run.reward_ckpt_path))
+        checks.append(partial(check_predictor, trainer_config(run, load_from=None, save=False),
+                              run.reward_ckpt_path))
     error = first_error(checks)
     if error:
         raise UsageError(error)

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any, Callable
 
+from functools import partial
+
+from a2c.entry_points import run_a2c
 from launch.configs import MILLION, a2c_config, interface_config, trainer_config, trainer_environ
-from launch.deferred import Deferred
 from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run
 from launch.session import Session
 from launch.summary import RunReport
 from launch.supervisor import (Channels, Progress, Supervisor, a2c_status, percent,
                                preference_status)
+from pref_interface.process import run_pref_interface
 from pref_interface.store import stored_labels
-
-A2C = "a2c.train:train_a2c"  # the processes' entry points, imported in the child
-INTERFACE = "pref_interface.process:run_pref_interface"
+from reward_predictor import entry_points as predictor
+from reward_predictor.pace import PredictorPace
 
 
 def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = None) -> int:
@@ -31,11 +34,11 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
         report.agent_stats = a2c_stats
     config = a2c_config(run)
     config.learn, config.total_timesteps = False, 2 ** 62  # runs until the labels are in
-    sup.start("pref_interface", INTERFACE, interface_config(run, session.page_updates, n_labels),
+    sup.start("pref_interface", run_pref_interface, interface_config(run, session.page_updates, n_labels),
               seg_queue=ch.segments, pref_queue=None, stop_event=ch.stop, stats=istats,
               store_path=str(run.dir / PREFS_FILE), log_dir=str(run.dir / "tb" / "labels"),
               answers=ch.answers)
-    sup.start("a2c", A2C, config, log_dir=str(run.dir / "tb" / "gather"), stats=a2c_stats,
+    sup.start("a2c", run_a2c, config, log_dir=str(run.dir / "tb" / "gather"), stats=a2c_stats,
               make_observers=ch.a2c_observers(istats), stop_event=ch.stop)
     ch.start_episode_viewer(sup)
     print(f"gathering {n_labels} labels from the untrained policy", file=sys.stderr)
@@ -70,7 +73,7 @@ def pretrain_phase(run: Run, ctx, session: Session, prefs_path: str) -> tuple[in
                                             "epochs); labelling goes on after it"})
     config = trainer_config(run, load_from=run.reward_ckpt_path)
     config.initial_prefs_path, config.pretrain_epochs = prefs_path, epochs
-    sup.start("reward_predictor", "reward_predictor.process:run_pretraining", config,
+    sup.start("reward_predictor", predictor.run_pretraining, config,
               environ=trainer_environ(config), stop_event=sup.stop_event, stats=stats,
               log_dir=str(run.dir / "tb" / "pretrain"))
     code = sup.wait(progress=Progress(
@@ -105,16 +108,16 @@ def train_policy_with_preferences(run: Run, ctx, session: Session, report: RunRe
     """Gather (unless loaded), pretrain (unless loaded), then A2C, labelling and predictor
     training all at once; or, with --frozen_reward_predictor, A2C alone on a fixed predictor."""
     if run.settings.frozen_reward_predictor:
-        return a2c_alone(run, ctx, session, report, Deferred(
-            "reward_predictor.reward_fn:frozen_reward",
-            trainer_config(run, load_from=None, save=False), run.reward_ckpt_path))
+        return a2c_alone(run, ctx, session, report, partial(
+            predictor.frozen_reward, trainer_config(run, load_from=None, save=False),
+            run.reward_ckpt_path))
 
     code, prefs_path, predictor_path = prepare_predictor(run, ctx, session, report)
     if code or prefs_path is None:
         return code
     loop = PreferenceLoop(run, ctx, session, prefs_path, predictor_path)
     report.agent_stats = loop.agent_stats
-    loop.sup.start("a2c", A2C, a2c_config(run), log_dir=str(run.dir / "tb"),
+    loop.sup.start("a2c", run_a2c, a2c_config(run), log_dir=str(run.dir / "tb"),
                    stats=loop.agent_stats, make_reward_fn=loop.reward_fn,
                    make_observers=loop.observers, stop_event=loop.ch.stop, make_pace=loop.pace)
     loop.ch.start_episode_viewer(loop.sup)
@@ -179,24 +182,23 @@ class PreferenceLoop:
         self.ch = ch = Channels.for_run(ctx, session, sup.stop_event, SharedWeights(ctx))
         self.agent_stats, self.trainer_stats = A2CStats(ctx), TrainerStats.create(ctx)
         self.interface_stats = InterfaceStats.create(ctx, self.trainer_stats.labels_received)
-        sup.start("reward_predictor", "reward_predictor.process:run_trainer", tconfig,
+        sup.start("reward_predictor", predictor.run_trainer, tconfig,
                   environ=trainer_environ(tconfig), pref_queue=ch.preferences,
                   shared_weights=ch.reward_weights, stop_event=ch.stop, stats=self.trainer_stats,
                   log_dir=str(run.dir / "tb" / "reward_predictor"))
-        sup.start("pref_interface", INTERFACE, interface_config(run, session.page_updates),
+        sup.start("pref_interface", run_pref_interface, interface_config(run, session.page_updates),
                   seg_queue=ch.segments, pref_queue=ch.preferences, stop_event=ch.stop,
                   stats=self.interface_stats, store_path=prefs_path,
                   log_dir=str(run.dir / "tb" / "labels"), answers=ch.answers,
                   val_accuracy=self.trainer_stats.val_accuracy,
-                  make_predictor=Deferred("reward_predictor.reward_fn:PreferencePredictor",
-                                          ch.reward_weights, tconfig),
+                  make_predictor=partial(predictor.preference_predictor, ch.reward_weights,
+                                         tconfig),
                   agent_steps=self.agent_stats.timesteps)
-        self.reward_fn = Deferred("reward_predictor.reward_fn:PredictedReward", ch.reward_weights,
-                                  tconfig)
+        self.reward_fn = partial(predictor.predicted_reward, ch.reward_weights, tconfig)
         self.observers = ch.a2c_observers(self.interface_stats)
-        self.pace = Deferred("reward_predictor.pace:PredictorPace", ch.reward_weights,
-                             labels_per_member(s.min_predictor_labels_per_step,
-                                               s.predictor_pace_unit, s.ensemble_size))
+        self.pace = partial(PredictorPace, ch.reward_weights,
+                            labels_per_member(s.min_predictor_labels_per_step,
+                                              s.predictor_pace_unit, s.ensemble_size))
 
     def status(self, steps: bool = True) -> str:
         """The status line; "" while a person labels (the counters are in the prompt)."""
@@ -212,14 +214,14 @@ def train_policy_with_original_rewards(run: Run, ctx, session: Session, report: 
 
 
 def a2c_alone(run: Run, ctx, session: Session, report: RunReport,
-              make_reward_fn: Deferred | None = None) -> int:
+              make_reward_fn: Callable[[], Any] | None = None) -> int:
     """A2C with no labelling beside it, on the game's reward or `make_reward_fn`'s."""
     from a2c.config import A2CStats
 
     sup = Supervisor(ctx)
     ch = Channels.for_run(ctx, session, sup.stop_event)
     stats = report.agent_stats = A2CStats(ctx)
-    sup.start("a2c", A2C, a2c_config(run), log_dir=str(run.dir / "tb"), stats=stats,
+    sup.start("a2c", run_a2c, a2c_config(run), log_dir=str(run.dir / "tb"), stats=stats,
               make_reward_fn=make_reward_fn, make_observers=ch.a2c_observers(),
               stop_event=sup.stop_event)
     ch.start_episode_viewer(sup)

@@ -3,14 +3,12 @@ child so that the supervising process never imports it."""
 from __future__ import annotations
 
 import multiprocessing as mp
-from typing import Sequence
-
-from launch.deferred import Deferred
+from typing import Callable, Sequence
 
 TIMEOUT_S = 300.0  # a child importing torch and loading a checkpoint takes a few seconds
 
 
-def _run(calls: Sequence[Deferred], conn) -> None:
+def _run(calls: Sequence[Callable[[], object]], conn) -> None:
     for call in calls:
         try:
             call()
@@ -20,8 +18,10 @@ def _run(calls: Sequence[Deferred], conn) -> None:
     conn.send(None)
 
 
-def first_error(calls: Sequence[Deferred]) -> str | None:
-    """Run `calls` in order in a spawned child; the first one's error message, or None."""
+def first_error(calls: Sequence[Callable[[], object]]) -> str | None:
+    """Run `calls` in order in a spawned child; the first one's error message, or None. Each is
+    a picklable call (a `functools.partial` of a torch-free module's function) that imports what it
+    needs when it runs."""
     if not calls:
         return None
     ctx = mp.get_context("spawn")
@@ -30,9 +30,13 @@ def first_error(calls: Sequence[Deferred]) -> str | None:
     proc.start()
     try:
         if not receive.poll(TIMEOUT_S):
-            return f"the checks of {', '.join(c.target for c in calls)} did not finish"
+            return f"the checks of {_names(calls)} did not finish"
         return receive.recv()
     except EOFError:
-        return f"the checks of {', '.join(c.target for c in calls)} ended without an answer"
+        return f"the checks of {_names(calls)} ended without an answer"
     finally:
         proc.join(timeout=30)
+
+
+def _names(calls: Sequence[Callable[[], object]]) -> str:
+    return ", ".join(getattr(getattr(c, "func", c), "__qualname__", repr(c)) for c in calls)

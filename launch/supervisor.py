@@ -3,6 +3,7 @@ shows the status line and stops them all together."""
 from __future__ import annotations
 
 import atexit
+import functools
 import multiprocessing as mp
 import os
 import sys
@@ -11,9 +12,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable
 
-from launch.deferred import Deferred
-from runtime.process_setup import child_environ, die_with_parent, name_process
 from launch.stopping import StopFlag, interrupted_status, signals_held, stop_child_on_signals
+from runtime.process_setup import child_environ, die_with_parent, name_process
 
 KILL_JOIN_S = 5.0  # how long a killed child may take to be reaped
 
@@ -34,7 +34,7 @@ class Progress:
         return f"{self.desc} {done:,}/{self.total:,}" + (f" | {status}" if status else "")
 
 
-def _child(call: Deferred, errors, stop: StopFlag) -> None:
+def _child(call: Callable[[], object], errors, stop: StopFlag) -> None:
     """Entry point of every child: a stop signal (Ctrl-C, SIGTERM, SIGHUP, or the supervisor's
     death) sets the run's stop flag, so every child saves and ends; an exception is sent to the
     supervisor as text and the child exits non-zero. The child shows its name in `ps`."""
@@ -60,13 +60,14 @@ class Supervisor:
         # multiprocessing's own exit hook, which would wait for them forever).
         atexit.register(self._stop_at_exit)
 
-    def start(self, name: str, target: str, *args, environ: dict[str, str] | None = None,
+    def start(self, name: str, target: Callable, *args, environ: dict[str, str] | None = None,
               **kwargs) -> None:
-        """Start `target` ("module:function") with these arguments in a child named `name`; the
-        module is imported there, not here (this process never imports torch). `environ`: more
-        environment variables for the child (e.g. those its C library reads as it starts)."""
+        """Start `target(*args, **kwargs)` in a child named `name`. `target` is a function of a
+        torch-free module (a part's `entry_points`), which imports what it needs when called, in
+        the child: this process never imports torch. `environ`: more environment variables for
+        the child (e.g. those its C library reads as it starts)."""
         proc = self.ctx.Process(target=_child,
-                                args=(Deferred(target, *args, **kwargs), self.errors,
+                                args=(functools.partial(target, *args, **kwargs), self.errors,
                                       self.stop_event),
                                 name=name, daemon=False)
         with child_environ(environ or {}), signals_held():
@@ -225,8 +226,9 @@ class Channels:
 
     def start_episode_viewer(self, sup: "Supervisor") -> None:
         if self.episodes is not None:
-            sup.start("episode_viewer", "pref_interface.episodes:run_episode_viewer", self.episodes,
-                      self.stop)
+            from pref_interface.episodes import run_episode_viewer
+
+            sup.start("episode_viewer", run_episode_viewer, self.episodes, self.stop)
 
 
 def percent(value: float) -> str:

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 
 from launch.supervisor import Supervisor
-
-WORKER = "tests.supervised_targets:work_until_stopped"  # children import their targets
+from tests.supervised_targets import (count_to, crash_after, ignore_the_stop, report_malloc,
+                                      work_until_stopped)
 
 
 def test_a_crashed_child_stops_the_others_and_the_run_fails(capsys):
     ctx = mp.get_context("spawn")
     sup = Supervisor(ctx)
     finished = ctx.Value("i", 0)
-    sup.start("worker", WORKER, sup.stop_event, finished)
-    sup.start("crasher", "tests.supervised_targets:crash_after", 1.0)
+    sup.start("worker", work_until_stopped, sup.stop_event, finished)
+    sup.start("crasher", crash_after, 1.0)
     t0 = time.monotonic()
     code = sup.wait()
     assert code == 1
@@ -33,8 +33,8 @@ def test_a_child_stuck_after_the_stop_is_terminated_after_the_grace(capsys):
     ctx = mp.get_context("spawn")
     sup = Supervisor(ctx)
     finished = ctx.Value("i", 0)
-    sup.start("worker", WORKER, sup.stop_event, finished)
-    sup.start("stuck", "tests.supervised_targets:ignore_the_stop", sup.stop_event)
+    sup.start("worker", work_until_stopped, sup.stop_event, finished)
+    sup.start("stuck", ignore_the_stop, sup.stop_event)
     assert sup.wait(until=lambda: True, grace_s=2.0) == 0
     assert not any(p.is_alive() for p in sup.procs.values())
     assert finished.value == 1
@@ -51,7 +51,7 @@ def test_a_wait_whose_end_is_known_is_a_bar_on_a_terminal_and_a_line_in_a_log(tt
     ctx = mp.get_context("spawn")
     sup = Supervisor(ctx)
     done = ctx.Value("i", 0)
-    sup.start("counter", "tests.supervised_targets:count_to", 8, done)
+    sup.start("counter", count_to, 8, done)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: tty)
     progress = Progress("labels", 8, "label", lambda: (done.value, "val acc 80%"))
     assert sup.wait(progress=progress) == 0
@@ -68,9 +68,9 @@ def test_the_trainer_starts_with_malloc_tunables_that_glibc_honours(tmp_path, mo
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     ctx = mp.get_context("spawn")
     sup = Supervisor(ctx)
-    sup.start("tuned", "tests.supervised_targets:report_malloc", str(tmp_path / "tuned.json"),
+    sup.start("tuned", report_malloc, str(tmp_path / "tuned.json"),
               environ=trainer_malloc_environ())
-    sup.start("plain", "tests.supervised_targets:report_malloc", str(tmp_path / "plain.json"))
+    sup.start("plain", report_malloc, str(tmp_path / "plain.json"))
     assert sup.wait() == 0
     assert "GLIBC_TUNABLES" not in os.environ  # only the child had it
     tuned, plain = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("tuned", "plain"))
