@@ -69,7 +69,8 @@ def play(env_id: str, weights: dict, episodes: int, seed: int = 1, greedy: bool 
             if trace is not None:
                 r_hat, game = trace.mean, np.array(trace.game)
                 corr = np.corrcoef(r_hat, game)[0, 1] if game.std() > 0 else float("nan")
-                line += f"; r̂ summed {r_hat.sum():+.2f}, correlation with the game's reward {corr:.2f}"
+                line += (f"; r̂ summed {r_hat.sum():+.2f}, correlation with the game's reward "
+                         f"{corr:.2f}")
                 traces.append(trace)
                 trace = RewardTrace(predictor.n_members)
             print(line, flush=True)

@@ -2,15 +2,16 @@
 """Stop a small preference run with a signal at random moments, many times, and count the stops
 that were not clean.
 
-    python -m benchmarks.stop_under_signals --tries 30                 # run.py, SIGTERM to the group
-    python -m benchmarks.stop_under_signals --tries 10 --wrapper       # the gymnasium wrapper
-    python -m benchmarks.stop_under_signals --tries 10 --kill_child a2c  # SIGKILL one child
+    python -m benchmarks.stop_under_signals --tries 30            # run.py, SIGTERM to the group
+    python -m benchmarks.stop_under_signals --tries 10 --wrapper  # the gymnasium wrapper
+    python -m benchmarks.stop_under_signals --tries 10 --kill_child a2c  # SIGKILL a child
 
 Each try starts `run.py train_policy_with_preferences MovingDotNoFrameskip-v0` with a few labels
 (or a script stepping `PreferenceVecEnv`), waits for a phase (gather, pretrain, train), then a
-random 0 to `--max_delay_s` seconds, and sends the signal. A clean stop: the main process exits with the documented
-status within STOP_LIMIT_S, prints its summary, no process of the run is left and nothing it made
-is left in /dev/shm. Prints one line per try and the counts per phase.
+random 0 to `--max_delay_s` seconds, and sends the signal. A clean stop: the main process exits
+with the documented status within STOP_LIMIT_S and prints its summary, no process of the run and
+nothing it made in /dev/shm is left, no resource warning is printed, and in training run.py's
+policy checkpoint is written. Prints one line per try and the counts per phase.
 """
 from __future__ import annotations
 

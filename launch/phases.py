@@ -34,7 +34,8 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
         report.agent_stats = a2c_stats
     config = a2c_config(run)
     config.learn, config.total_timesteps = False, 2 ** 62  # runs until the labels are in
-    sup.start("pref_interface", run_pref_interface, interface_config(run, session.page_updates, n_labels),
+    sup.start("pref_interface", run_pref_interface,
+              interface_config(run, session.page_updates, n_labels),
               seg_queue=ch.segments, pref_queue=None, stop_event=ch.stop, stats=istats,
               store_path=str(run.dir / PREFS_FILE), log_dir=str(run.dir / "tb" / "labels"),
               answers=ch.answers)

@@ -160,7 +160,7 @@ class Supervisor:
         for proc in self.procs.values():
             proc.join(max(0.0, deadline - time.monotonic()))
         for proc in self.procs.values():
-            if proc.is_alive():  # SIGTERM would only set the stop flag again (stop_child_on_signals)
+            if proc.is_alive():  # SIGTERM would only set the stop flag again
                 proc.kill()
                 proc.join(KILL_JOIN_S)
 

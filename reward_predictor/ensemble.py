@@ -199,10 +199,8 @@ class RewardPredictorEnsemble(nn.Module):
         - batch norm's running statistics are replaced by those of a dropout-free pass with the new
           weights. The usual running average over past training batches lags the weights, and on
           Pong the eval-mode net is very sensitive to that lag (first-layer channels that see
-          mostly background have tiny variance): from run 5's checkpoint one member's validation
-          accuracy went 0.95 -> 0.75 -> 0.97 over 20 steps and another's 0.97 -> 0.79 over 30,
-          while statistics re-taken at each point, from as few as 8 clips, kept every member at
-          0.95-0.99.
+          mostly background have tiny variance; docs/experiments.md, "Batch norm statistics that
+          lagged the weights").
         - the member's normaliser is fed that net's outputs. Dropout makes training-mode outputs
           several times more spread out (2-7x on Pong for the paper's net with dropout 0.5), and
           normalising by that spread would shrink the agent's reward far below the intended std.

@@ -29,7 +29,7 @@ def predicted_reward(shared_weights: Any, config: Any):
 
 
 def preference_predictor(shared_weights: Any, config: Any):
-    """Each member's P[left > right] for disagreement selection (`reward_fn.PreferencePredictor`)."""
+    """Each member's P[left > right], for disagreement selection (`reward_fn`)."""
     from reward_predictor.reward_fn import PreferencePredictor
 
     return PreferencePredictor(shared_weights, config)
