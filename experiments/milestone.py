@@ -5,7 +5,8 @@
     python -m experiments.milestone pong_prefs          # Pong from synthetic preferences
     python -m experiments.milestone pong_true           # the true-reward baseline beside it
 
-Runs live in runs/milestones/<name>-seed<k>. A run that exists is resumed (`run.py --resume`), so
+Runs live in runs/milestones/<name>-seed<k>, or under `--runs_dir` (a long run belongs outside
+the checkout, e.g. `--runs_dir ~/runs`). A run that exists is resumed (`run.py --resume`), so
 the same command continues a long reproduction after a stop, a crash or a new session. The report
 gives, per seed, the agent steps, labels and wall-clock at which the mean true return of the last
 episodes first reached the milestone's level, and where the run stands now (the mean of the last
@@ -56,12 +57,16 @@ MILESTONES = {
 }
 
 
-def run_dir(name: str, seed: int) -> Path:
-    return ROOT / "runs" / "milestones" / f"{name}-seed{seed}"
+RUNS_DIR = ROOT / "runs" / "milestones"
 
 
-def run_seed(m: Milestone, name: str, seed: int, extra: list[str]) -> int:
-    d = run_dir(name, seed)
+def run_dir(name: str, seed: int, runs_dir: Path = RUNS_DIR) -> Path:
+    return runs_dir / f"{name}-seed{seed}"
+
+
+def run_seed(m: Milestone, name: str, seed: int, extra: list[str],
+             runs_dir: Path = RUNS_DIR) -> int:
+    d = run_dir(name, seed, runs_dir)
     if (d / "settings.json").is_file():
         cmd = ["--resume", str(d), *extra]
     else:
@@ -79,13 +84,13 @@ def run_seed(m: Milestone, name: str, seed: int, extra: list[str]) -> int:
         return proc.wait()
 
 
-def report(m: Milestone, name: str, seeds: list[int]) -> None:
+def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR) -> None:
     print(f"\n{name}: {m.env_id}, level {m.level:g} ({m.note})")
     print(f"| seed | reached | agent steps | labels | wall-clock | last {m.window} episodes |")
     print("|---|---|---|---|---|---|")
     dirs = []
     for seed in seeds:
-        d = run_dir(name, seed)
+        d = run_dir(name, seed, runs_dir)
         if not (d / "tb").is_dir():
             continue
         dirs.append(str(d))
@@ -116,18 +121,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="seeds to run (default: 0 1 2 for moving_dot, 0 for Pong)")
     p.add_argument("--report_only", action="store_true", help="only report and plot")
     p.add_argument("--extra", default="", help="more run.py flags, quoted (e.g. threads)")
+    p.add_argument("--runs_dir", type=Path, default=RUNS_DIR,
+                   help="where the runs live (<runs_dir>/<name>-seed<k>)")
     a = p.parse_args(argv)
     m = MILESTONES[a.name]
     seeds = a.seeds if a.seeds is not None else ([0, 1, 2] if a.name == "moving_dot" else [0])
     if not a.report_only:
         for k, seed in enumerate(seeds, 1):
             print(f"{a.name}: run {k} of {len(seeds)} (seed {seed})", flush=True)
-            code = run_seed(m, a.name, seed, a.extra.split())
+            code = run_seed(m, a.name, seed, a.extra.split(), a.runs_dir.expanduser())
             if code not in (0,):
                 print(f"run for seed {seed} ended with status {code}", file=sys.stderr)
                 if code > 128:  # stopped by Ctrl-C or a signal: the later seeds wait
                     return code
-    report(m, a.name, seeds)
+    report(m, a.name, seeds, a.runs_dir.expanduser())
     return 0
 
 
