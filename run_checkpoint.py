@@ -21,6 +21,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--greedy", action="store_true", help="take the most likely action")
     p.add_argument("--video", help="write the first episode to this .gif file (84x84 frames, x3; "
                    "with --reward_predictor, a scrolling plot of r̂ beside them)")
+    p.add_argument("--watch", action="store_true",
+                   help="show the episodes as they are played (at the clips' speed): in a window "
+                        "when there is a display, else in the terminal; with r̂ beside the game "
+                        "when --reward_predictor is given")
     p.add_argument("--reward_predictor", metavar="RUN_DIR",
                    help="a run directory (or its reward_predictor/reward_predictor.pt): print "
                         "each episode's summed r̂ and its correlation with the game's reward, "
@@ -32,12 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def play(env_id: str, weights: dict, episodes: int, seed: int = 1, greedy: bool = False,
-         max_steps: int = 30_000, record_first: bool = False, predictor=None
+         max_steps: int = 30_000, record_first: bool = False, predictor=None, watcher=None
          ) -> tuple[list[float], list[np.ndarray], list]:
     """Play the policy of `weights` (a state dict) for episodes one after another; returns their
     true returns, if asked the first episode's frames (uint8 (84, 84) each, or with a `predictor`,
     a RewardPredictorEnsemble, the game beside the plot of r̂, (252, 588, 3)), and with a
-    predictor each episode's RewardTrace (r̂ of every step)."""
+    predictor each episode's RewardTrace (r̂ of every step). A `watcher`
+    (pref_interface.watch.Watcher) shows every step as it is played."""
     import torch
 
     from a2c.policies import make_policy
@@ -62,6 +67,9 @@ def play(env_id: str, weights: dict, episodes: int, seed: int = 1, greedy: bool 
         if record_first and not returns:
             frames.append(obs[0, -1].copy() if trace is None
                           else side_by_side(obs[0, -1], trace.draw()))
+        if watcher is not None:
+            watcher.show(obs[0, -1], trace, f"episode {len(returns) + 1}, step {steps + 1}, "
+                                            f"return {ret + float(result.rewards[0]):g}")
         obs, steps, ret = result.obs, steps + 1, ret + float(result.rewards[0])
         if result.finished or steps >= max_steps:
             returns.append(ret)
@@ -73,7 +81,7 @@ def play(env_id: str, weights: dict, episodes: int, seed: int = 1, greedy: bool 
                          f"{corr:.2f}")
                 traces.append(trace)
                 trace = RewardTrace(predictor.n_members)
-            print(line, flush=True)
+            (watcher.say if watcher is not None else print)(line)
             if not result.finished:
                 obs = env.reset()
             steps, ret = 0, 0.0
@@ -132,9 +140,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.save_weights:
         save_policy_weights(args.save_weights, state)
         print(f"wrote {args.save_weights} (weights alone)")
-    returns, frames, _ = play(args.env_id, state["policy"], args.episodes, args.seed,
-                           args.greedy, args.max_steps, record_first=bool(args.video),
-                           predictor=predictor)
+    watcher = None
+    if args.watch:
+        from pref_interface.player import resolve_player
+        from pref_interface.watch import Watcher
+
+        watcher = Watcher(resolve_player("auto"))
+    try:
+        returns, frames, _ = play(args.env_id, state["policy"], args.episodes, args.seed,
+                                  args.greedy, args.max_steps, record_first=bool(args.video),
+                                  predictor=predictor, watcher=watcher)
+    finally:
+        if watcher is not None:
+            watcher.close()
     print(f"mean return {np.mean(returns):g} (std {np.std(returns):g}) over {len(returns)} episodes")
     if args.video:
         from runtime.video import write_gif

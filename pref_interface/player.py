@@ -23,7 +23,8 @@ from typing import Any, Callable, Protocol, TextIO
 
 import numpy as np
 
-FPS = 25 / 1.7  # App. A.2: 25 steps in 1.7 s
+from runtime.video import FPS
+
 ZOOM = 4
 MAX_COLUMNS = 80
 GAP = 2  # columns between the two clips in the terminal

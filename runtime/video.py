@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-FPS = 15  # the clips' playback speed elsewhere too (App. A: 25-step clips shown at 1.7 s)
+FPS = 25 / 1.7  # App. A.2: a 25-step clip lasts 1.7 s; every clip, episode and video plays so
 
 
-def write_gif(frames: list[np.ndarray], path: str, zoom: int = 3, fps: int = FPS) -> None:
+def write_gif(frames: list[np.ndarray], path: str, zoom: int = 3, fps: float = FPS) -> None:
     """uint8 frames, grey (H, W) or RGB (H, W, 3), scaled up `zoom` times, to `path`."""
     from PIL import Image
 

@@ -162,3 +162,25 @@ def test_run_checkpoint_writes_the_side_by_side_video_and_refuses_another_envs_p
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "trained on MovingDotNoFrameskip-v0, not PongNoFrameskip-v4" in r.stderr
+
+
+def test_watching_in_the_terminal_draws_the_game_and_rhat_as_bars_under_it():
+    import io
+
+    from pref_interface.watch import BARS, Watcher, sparkline
+    from runtime.reward_view import RewardTrace
+
+    assert sparkline(np.array([-1.0, 0.0, 1.0]), 1.0) == BARS[0] + BARS[4] + BARS[-1]
+    out = io.StringIO()
+    watcher = Watcher("terminal", fps=1000, out=out)
+    trace = RewardTrace(3)
+    frame = np.zeros((84, 84), np.uint8)
+    frame[40:44, 40:44] = 255
+    for t, (r, g) in enumerate([(-0.1, 0.0), (0.0, -1.0), (0.1, 1.0)]):
+        trace.add(np.array([r, r, r]), g)
+        watcher.show(frame, trace, f"step {t + 1}")
+    watcher.close()
+    text = out.getvalue()
+    assert "▀" in text  # the game, in half-blocks
+    assert "r̂    " + BARS[0] + BARS[4] + BARS[-1] in text
+    assert "game  -+" in text and "step 3" in text
