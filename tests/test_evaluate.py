@@ -31,13 +31,13 @@ def test_a_trained_pong_policy_scores_above_an_untrained_one_and_its_video_shows
     untrained = _untrained(tmp_path / "untrained.pt", "atari", 6)
     out = tmp_path / "eval.json"
     r = evaluate(str(TRAINED_PONG), str(untrained), "--env", "PongNoFrameskip-v4",
-                 "--episodes", "2", "--grid", "greedy:30", "--videos", "1", "--out", str(out))
+                 "--episodes", "1", "--grid", "greedy:30", "--videos", "1", "--out", str(out))
     assert r.returncode == 0, r.stderr
     cells = {Path(c["policy"]).name: c for c in json.loads(out.read_text())}
     trained, random = cells["pong_prefs_run8.pt"], cells["untrained.pt"]
     assert trained["mean"] > random["mean"] + 10, (trained["returns"], random["returns"])
-    assert trained["agent_steps"] == 5_600_000 and len(trained["returns"]) == 2
-    assert "| models/pong_prefs_run8.pt | 5,600,000 | greedy | 30 | 2 |" in r.stdout.replace(
+    assert trained["agent_steps"] == 5_600_000 and len(trained["returns"]) == 1
+    assert "| models/pong_prefs_run8.pt | 5,600,000 | greedy | 30 | 1 |" in r.stdout.replace(
         str(ROOT) + "/", "")
     from PIL import Image
 
