@@ -129,7 +129,8 @@ def test_ctrl_c_saves_a_checkpoint_leaves_no_process_and_exits_130(tmp_path,
     assert alive == []  # zombies are dead; this container's init does not reap them
 
 
-@pytest.mark.parametrize("name", ["moving_dot", "pong_prefs", "pong_true"])
+@pytest.mark.parametrize("name", ["moving_dot", "pong_prefs", "pong_true", "enduro_prefs",
+                                  "enduro_true"])
 def test_each_milestone_command_is_a_valid_run(name, tmp_path):
     """`python -m experiments.milestone NAME` must not die on a flag that run.py refuses."""
     from experiments.milestone import MILESTONES
