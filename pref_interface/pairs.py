@@ -57,8 +57,8 @@ class SegmentBuffer:
         assert max_pairs_per_clip is None or max_pairs_per_clip >= 1, max_pairs_per_clip
         self.max_segs = max_segs
         self.val_fraction = val_fraction
-        # With synthetic labels made faster than clips arrive, MovingDot's 200 initial labels came
-        # from about 30 clips (each in about 13 labels); a cap makes labelling wait for new clips.
+        # Labels made faster than clips arrive would reuse a few clips many times over: a cap makes
+        # labelling wait for new clips (docs/experiments.md, "MovingDot's initial labels").
         self.max_pairs_per_clip = max_pairs_per_clip
         self._split_rng = np.random.default_rng(seed)
         self._segs: OrderedDict[int, PackedSegment] = OrderedDict()
