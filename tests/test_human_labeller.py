@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tests.helpers import NonBlockingOnly
+from tests.helpers import NonBlockingOnly, dot_clip
 from pref_interface.episodes import EpisodeObserver, chain_observers, make_episode_observers
 from pref_interface.human import HumanLabeller
 from pref_interface.keys import ENTER, EOF, KeyReader, answer_of, line_token, split_keys
@@ -25,10 +25,7 @@ from pref_interface.segment import Segment
 
 
 def clip(value: int, steps: int = 25) -> Segment:
-    frames = np.zeros((steps + 3, 84, 84), np.uint8)
-    for t in range(steps + 3):
-        frames[t, 40:44, t:t + 4] = value  # a dot moving right
-    return Segment(frames, np.zeros(steps, np.int64), np.zeros(steps, np.float32))
+    return dot_clip(0, steps, value, moving=True)
 
 
 class RecordingPlayer:

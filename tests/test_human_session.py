@@ -16,6 +16,7 @@ import pytest
 
 from pref_interface.segment import Preference, Segment
 from pref_interface.store import PreferenceStore
+from tests.helpers import dot_clip
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None,
@@ -189,9 +190,7 @@ def test_render_episodes_works_when_training_on_the_original_rewards(tmp_path, x
 
 
 def segment(x: int) -> Segment:
-    frames = np.zeros((28, 84, 84), np.uint8)
-    frames[:, 40:44, x:x + 4] = 255
-    return Segment(frames, np.zeros(25, np.int64), np.zeros(25, np.float32))
+    return dot_clip(x)
 
 
 def test_show_prefs_changes_and_deletes_labels(tmp_path):

@@ -6,12 +6,11 @@ import numpy as np
 from pref_interface.packed import ClipPool, PackedSegment
 from pref_interface.segment import Preference, Segment
 from reward_predictor import MovingDotRewardNet, RewardPredictorEnsemble, RewardPredictorTrainer
+from tests.helpers import random_clip
 
 
 def _segment(rng: np.random.Generator, t: int = 25, dones: bool = True) -> Segment:
-    frames = (rng.random((t + 3, 84, 84)) < 0.05).astype(np.uint8) * 255
-    return Segment(frames, rng.integers(0, 5, t), rng.normal(size=t).astype(np.float32),
-                   rng.random(t) < 0.1 if dones else None)
+    return random_clip(rng, t, dot_density=0.05, dones=dones)  # sparse, as game frames are
 
 
 def test_a_packed_segment_unpacks_to_the_same_clip_and_is_far_smaller():

@@ -12,15 +12,14 @@ import numpy as np
 import pytest
 
 from pref_interface.segment import Preference, Segment
-from tests.helpers import segment_from_stacks
+from tests.helpers import random_clip, segment_from_stacks
 from pref_interface.store import SCHEMA_VERSION, PreferenceStore, StoreError, decode_segment, encode_segment
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def random_segment(rng: np.random.Generator, steps: int = 3) -> Segment:
-    return Segment(rng.integers(0, 256, (steps + 3, 84, 84), dtype=np.uint8),
-                   rng.integers(0, 6, steps), rng.normal(size=steps).astype(np.float32))
+    return random_clip(rng, steps, n_actions=6)
 
 
 def random_pref(rng: np.random.Generator, steps: int = 3) -> Preference:
@@ -78,7 +77,6 @@ _WRITER = """
 import sys
 import numpy as np
 from pref_interface.segment import Preference, Segment
-from tests.helpers import segment_from_stacks
 from pref_interface.store import PreferenceStore
 rng = np.random.default_rng(int(sys.argv[2]))
 store = PreferenceStore(sys.argv[1])

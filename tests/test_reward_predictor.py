@@ -24,14 +24,14 @@ from reward_predictor.nets import FirstConv, NormActDrop, dropout_half
 from reward_predictor.pace import PredictorPace, labels_per_member
 from reward_predictor.process import run_pretraining
 from reward_predictor.reward_fn import PredictedReward
+from tests.helpers import random_clip
 
 torch.set_num_threads(1)
 
 
 # ---- synthetic data ---------------------------------------------------------------------------
 def random_segment(rng: np.random.Generator, t: int = 25) -> Segment:
-    frames = rng.integers(0, 256, size=(t + 3, 84, 84), dtype=np.uint8)
-    return Segment(frames, rng.integers(0, 5, t), rng.normal(size=t).astype(np.float32))
+    return random_clip(rng, t)
 
 
 def random_pref(rng: np.random.Generator, is_validation: bool = False, t: int = 25) -> Preference:
