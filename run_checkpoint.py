@@ -75,7 +75,7 @@ def play(env_id: str, weights: dict, episodes: int, seed: int = 1, greedy: bool 
             returns.append(ret)
             line = f"episode {len(returns)}: return {ret:g} ({steps} steps)"
             if trace is not None:
-                r_hat, game = trace.mean, np.array(trace.game)
+                r_hat, game = np.array(trace.means), np.array(trace.game)
                 corr = np.corrcoef(r_hat, game)[0, 1] if game.std() > 0 else float("nan")
                 line += (f"; r̂ summed {r_hat.sum():+.2f}, correlation with the game's reward "
                          f"{corr:.2f}")

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from a2c.entry_points import check_policy
-from reward_predictor.entry_points import check_predictor
 from launch.env_settings import describe as env_settings_help
 from launch.env_settings import env_settings
 from launch.preflight import first_error
 from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run
 from launch.settings import MODES, Settings, build_parser as settings_parser
+from reward_predictor.entry_points import check_predictor
 
 EXIT_USAGE = 2
 DESCRIPTION = "Deep RL from Human Preferences (Christiano et al. 2017): the command line."

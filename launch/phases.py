@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Callable
-
 from functools import partial
+from typing import Any, Callable
 
 from a2c.entry_points import run_a2c
 from launch.configs import MILLION, a2c_config, interface_config, trainer_config, trainer_environ

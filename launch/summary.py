@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-
 @dataclass
 class RunReport:
     """Filled while a run goes: the phases hand over the agent's shared counters."""

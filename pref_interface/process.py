@@ -87,7 +87,7 @@ def run_pref_interface(config: InterfaceConfig, *, seg_queue: Any, pref_queue: A
     buffer = SegmentBuffer(config.max_segs, config.val_fraction, seed=val_seq,
                            max_pairs_per_clip=config.max_pairs_per_clip)
     store = PreferenceStore(store_path)
-    n_stored = len(store)
+    n_stored = stats.labels_stored.value = len(store)
     labeller = labeller if labeller is not None else make_labeller(
         config, answers, stop_event, stats, val_accuracy, n_stored, LabelEditor(store, pref_queue),
         has_trainer=has_trainer)
@@ -103,7 +103,6 @@ def run_pref_interface(config: InterfaceConfig, *, seg_queue: Any, pref_queue: A
     n_asked, first_drawn = 0, 0.0  # a person's pairs asked so far; when the first was drawn
     try:
         while not stop_event.is_set():
-            stats.labels_stored.value = n_stored
             if config.stop_after_labels is not None and n_stored >= config.stop_after_labels:
                 done = True
                 return
@@ -133,15 +132,14 @@ def run_pref_interface(config: InterfaceConfig, *, seg_queue: Any, pref_queue: A
                 pref = Preference(left, right, mu, labeller.source,
                                   is_validation=buffer.is_validation(left_id))
                 label_id = store.add(pref)  # committed before anyone hears of it
-                n_stored += 1
-                stats.labels_stored.value = n_stored
+                n_stored = stats.labels_stored.value = n_stored + 1
                 if has_trainer:  # the clips travel packed: the trainer holds them so
                     pref_queue.put(Preference(buffer.packed(left_id), buffer.packed(right_id),
                                               mu, pref.source, pref.is_validation, label_id))
                 increment(stats.labels_total)
                 labeller.stored(label_id)
                 if person:  # a person may have deleted labels meanwhile
-                    n_stored = len(store)
+                    n_stored = stats.labels_stored.value = len(store)
     except LabellingStopped:
         done = True  # the trainer (if any) keeps running and drains pref_queue
     except KeyboardInterrupt:

@@ -32,9 +32,8 @@ def terminal_lines(frame: np.ndarray, trace: RewardTrace | None, size: int, widt
     bars and the game's reward as + / - on the steps that had one."""
     lines = half_block_rows(shrink(frame, size), truecolor)
     if trace is not None and trace.members:
-        shown = trace.mean[-(width - 5):]
-        scale = float(np.abs(np.array(trace.members)).max())
-        lines.append("r̂    " + sparkline(shown, scale))
+        shown = trace.means[-(width - 5):]
+        lines.append("r̂    " + sparkline(np.array(shown), trace.scale))
         game = trace.game[-len(shown):]
         lines.append("game " + "".join(GAME_MARKS[int(np.sign(g))] for g in game))
     return lines

@@ -21,21 +21,18 @@ class RewardTrace:
 
     def __init__(self, n_members: int, height: int = 84 * ZOOM) -> None:
         self.members: list[np.ndarray] = []  # (n_members,) a step
+        self.means: list[float] = []  # r̂ of each step: the members' mean
         self.game: list[float] = []
         self.n_members, self.height = n_members, height
         self.width = STEPS_SHOWN * PX_PER_STEP
-        self._scale = 1e-6  # the largest |r̂| so far: the plot's half-height
+        self.scale = 1e-6  # the largest |r̂| of a member so far: the plot's half-height
 
     def add(self, member_rewards: np.ndarray, game_reward: float) -> None:
         member_rewards = np.asarray(member_rewards, dtype=np.float32).reshape(self.n_members)
         self.members.append(member_rewards)
+        self.means.append(float(member_rewards.mean()))
         self.game.append(float(game_reward))
-        self._scale = max(self._scale, float(np.abs(member_rewards).max()))
-
-    @property
-    def mean(self) -> np.ndarray:
-        """r̂ (the members' mean) of every step so far."""
-        return np.array([m.mean() for m in self.members], dtype=np.float32)
+        self.scale = max(self.scale, float(np.abs(member_rewards).max()))
 
     def draw(self) -> np.ndarray:
         """The plot of the last STEPS_SHOWN steps, uint8 (height, width, 3)."""
@@ -50,11 +47,11 @@ class RewardTrace:
             if g:
                 img[-GAME_STRIP:, i * PX_PER_STEP:(i + 1) * PX_PER_STEP] = (
                     GAME_UP if g > 0 else GAME_DOWN)
-        to_y = lambda v: np.clip(mid - v / self._scale * (mid - 4), 0, 2 * mid)  # noqa: E731
+        to_y = lambda v: np.clip(mid - v / self.scale * (mid - 4), 0, 2 * mid)  # noqa: E731
         for k in range(self.n_members):
             _polyline(img, x, to_y(shown[:, k]), MEMBER_COLOURS[k % len(MEMBER_COLOURS)], 1)
         if len(shown):
-            _polyline(img, x, to_y(shown.mean(axis=1)), MEAN_COLOUR, 2)
+            _polyline(img, x, to_y(np.array(self.means[-STEPS_SHOWN:])), MEAN_COLOUR, 2)
         return img
 
 
