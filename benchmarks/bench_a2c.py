@@ -5,7 +5,7 @@ Measures, for one Atari game (default Pong) with 16 envs and the paper's A2C set
 
   (a) raw env: random actions through our `envs.make_vec_env` (ale-py's C++ vector env with
       DeepMind preprocessing and the score rows blanked);
-  (b) ours: `a2c.train.train_a2c` on the game's own (sign-clipped) reward;
+  (b) ours: `launch.loop.run_agent` on the game's own (sign-clipped) reward;
   (c) SB3: `stable_baselines3.A2C("CnnPolicy")` with the defaults SB3 ships (n_steps 5,
       RMSprop alpha 0.99 eps 1e-5, lr 7e-4, NatureCNN), on the same ale-py vector env wrapped
       as an SB3 `VecEnv` (`AleSB3VecEnv` below) with the same ale-py settings as ours.
@@ -43,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from a2c.a2c import A2CConfig  # noqa: E402
 from a2c.rollout import Rollout  # noqa: E402
-from a2c.train import A2CRunConfig, train_a2c  # noqa: E402
+from a2c.config import A2CRunConfig  # noqa: E402
+from launch.loop import run_agent  # noqa: E402
 from envs import make_vec_env  # noqa: E402
 from envs.atari import game_from_env_id, make_ale_vector_env  # noqa: E402
 
@@ -118,7 +119,7 @@ def _train_ours(env_id: str, num_envs: int, steps: int, torch_threads: int, env_
                           ckpt_dir=os.path.join(workdir, "policy"), torch_threads=torch_threads,
                           env_threads=env_threads)
     start = time.perf_counter()
-    reached = train_a2c(config, log_dir=os.path.join(workdir, "logs"), make_observers=lambda n: [timer])
+    reached = run_agent(config, log_dir=os.path.join(workdir, "logs"), make_observers=lambda n: [timer])
     call = time.perf_counter() - start
     return Rate(timer.steps_per_sec(), reached / call, reached)
 

@@ -7,17 +7,14 @@ import sys
 from functools import partial
 from typing import Any, Callable
 
-from a2c.entry_points import run_a2c
 from launch.configs import MILLION, a2c_config, interface_config, trainer_config, trainer_environ
+from launch.loop import Channels, PreferenceLoop, run_agent, run_labelling
 from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run
 from launch.session import Session
 from launch.summary import RunReport
-from launch.supervisor import (Channels, Progress, Supervisor, a2c_status, percent,
-                               preference_status)
-from pref_interface.process import run_pref_interface
+from launch.supervisor import Progress, Supervisor, a2c_status, percent
 from pref_interface.store import stored_labels
 from reward_predictor import entry_points as predictor
-from reward_predictor.pace import PredictorPace
 
 
 def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = None) -> int:
@@ -33,12 +30,12 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
         report.agent_stats = a2c_stats
     config = a2c_config(run)
     config.learn, config.total_timesteps = False, 2 ** 62  # runs until the labels are in
-    sup.start("pref_interface", run_pref_interface,
+    sup.start("pref_interface", run_labelling,
               interface_config(run, session.page_updates, n_labels),
               seg_queue=ch.segments, pref_queue=None, stop_event=ch.stop, stats=istats,
               store_path=str(run.dir / PREFS_FILE), log_dir=str(run.dir / "tb" / "labels"),
               answers=ch.answers)
-    sup.start("a2c", run_a2c, config, log_dir=str(run.dir / "tb" / "gather"), stats=a2c_stats,
+    sup.start("a2c", run_agent, config, log_dir=str(run.dir / "tb" / "gather"), stats=a2c_stats,
               make_observers=ch.a2c_observers(istats), stop_event=ch.stop)
     ch.start_episode_viewer(sup)
     print(f"gathering {n_labels} labels from the untrained policy", file=sys.stderr)
@@ -117,7 +114,7 @@ def train_policy_with_preferences(run: Run, ctx, session: Session, report: RunRe
         return code
     loop = PreferenceLoop(run, ctx, session, prefs_path, predictor_path)
     report.agent_stats = loop.agent_stats
-    loop.sup.start("a2c", run_a2c, a2c_config(run), log_dir=str(run.dir / "tb"),
+    loop.sup.start("a2c", run_agent, a2c_config(run), log_dir=str(run.dir / "tb"),
                    stats=loop.agent_stats, make_reward_fn=loop.reward_fn,
                    make_observers=loop.observers, stop_event=loop.ch.stop, make_pace=loop.pace)
     loop.ch.start_episode_viewer(loop.sup)
@@ -161,53 +158,6 @@ def prepare_predictor(run: Run, ctx, session: Session, report: RunReport | None 
     return 0, prefs_path, predictor_path
 
 
-class PreferenceLoop:
-    """The processes beside the agent: the predictor's trainer and the preference interface,
-    started; and what the agent needs from them, as calls made in the agent's own process:
-    `reward_fn()` (r̂), `observers(n_envs)` (the clip cutter) and `pace()`. The agent is run.py's
-    A2C process or, through launch/preference_env.py, any library's training loop."""
-
-    def __init__(self, run: Run, ctx, session: Session, prefs_path: str,
-                 predictor_path: str | None) -> None:
-        from a2c.config import A2CStats
-        from pref_interface.labelling import InterfaceStats
-        from reward_predictor.config import TrainerStats
-        from reward_predictor.pace import labels_per_member
-        from reward_predictor.shared import SharedWeights
-
-        s = run.settings
-        tconfig = trainer_config(run, load_from=predictor_path)
-        tconfig.initial_prefs_path = prefs_path
-        self.sup = sup = Supervisor(ctx)
-        self.ch = ch = Channels.for_run(ctx, session, sup.stop_event, SharedWeights(ctx))
-        self.agent_stats, self.trainer_stats = A2CStats(ctx), TrainerStats.create(ctx)
-        self.interface_stats = InterfaceStats.create(ctx, self.trainer_stats.labels_received)
-        sup.start("reward_predictor", predictor.run_trainer, tconfig,
-                  environ=trainer_environ(tconfig), pref_queue=ch.preferences,
-                  shared_weights=ch.reward_weights, stop_event=ch.stop, stats=self.trainer_stats,
-                  log_dir=str(run.dir / "tb" / "reward_predictor"))
-        sup.start("pref_interface", run_pref_interface, interface_config(run, session.page_updates),
-                  seg_queue=ch.segments, pref_queue=ch.preferences, stop_event=ch.stop,
-                  stats=self.interface_stats, store_path=prefs_path,
-                  log_dir=str(run.dir / "tb" / "labels"), answers=ch.answers,
-                  val_accuracy=self.trainer_stats.val_accuracy,
-                  make_predictor=partial(predictor.preference_predictor, ch.reward_weights,
-                                         tconfig),
-                  agent_steps=self.agent_stats.timesteps)
-        self.reward_fn = partial(predictor.predicted_reward, ch.reward_weights, tconfig)
-        self.observers = ch.a2c_observers(self.interface_stats)
-        self.pace = partial(PredictorPace, ch.reward_weights,
-                            labels_per_member(s.min_predictor_labels_per_step,
-                                              s.predictor_pace_unit, s.ensemble_size))
-
-    def status(self, steps: bool = True) -> str:
-        """The status line; "" while a person labels (the counters are in the prompt)."""
-        if self.ch.answers is not None and self.sup.procs["pref_interface"].is_alive():
-            return ""
-        return preference_status(self.agent_stats, self.interface_stats, self.trainer_stats,
-                                 steps)
-
-
 def train_policy_with_original_rewards(run: Run, ctx, session: Session, report: RunReport
                                        ) -> int:
     return a2c_alone(run, ctx, session, report)
@@ -221,7 +171,7 @@ def a2c_alone(run: Run, ctx, session: Session, report: RunReport,
     sup = Supervisor(ctx)
     ch = Channels.for_run(ctx, session, sup.stop_event)
     stats = report.agent_stats = A2CStats(ctx)
-    sup.start("a2c", run_a2c, a2c_config(run), log_dir=str(run.dir / "tb"), stats=stats,
+    sup.start("a2c", run_agent, a2c_config(run), log_dir=str(run.dir / "tb"), stats=stats,
               make_reward_fn=make_reward_fn, make_observers=ch.a2c_observers(),
               stop_event=sup.stop_event)
     ch.start_episode_viewer(sup)

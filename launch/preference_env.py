@@ -7,7 +7,7 @@
 It runs what `run.py train_policy_with_preferences` runs, with the caller's training loop in the
 place of our A2C process: the same gathering and pretraining phases first (our untrained policy
 acts, as in run.py), then the predictor's trainer and the preference interface as processes
-(launch/phases.py's PreferenceLoop), the same run directory, label store, checkpoints,
+(launch/loop.py's PreferenceLoop), the same run directory, label store, checkpoints,
 TensorBoard logs and settings. Settings are run.py's flags as keywords (`n_initial_prefs=200`,
 `batchnorm=False`, `resume="runs/x"`); an environment's own settings apply as in run.py.
 
@@ -35,7 +35,8 @@ from a2c.config import A2CConfig  # noqa: E402
 from a2c.rollout import Rollout, close_observers  # noqa: E402
 from envs.vec_env import EpisodeTracker  # noqa: E402
 from launch.cli import UsageError, build_parser, parse_args  # noqa: E402
-from launch.phases import PreferenceLoop, prepare_predictor  # noqa: E402
+from launch.loop import PreferenceLoop  # noqa: E402
+from launch.phases import prepare_predictor  # noqa: E402
 from launch.rundir import PREFS_FILE  # noqa: E402
 from launch.session import open_labelling_page, start_run  # noqa: E402
 from launch.stopping import (EXIT_INTERRUPTED, interrupted_status,  # noqa: E402

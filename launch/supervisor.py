@@ -63,7 +63,7 @@ class Supervisor:
     def start(self, name: str, target: Callable, *args, environ: dict[str, str] | None = None,
               **kwargs) -> None:
         """Start `target(*args, **kwargs)` in a child named `name`. `target` is a function of a
-        torch-free module (a part's `entry_points`), which imports what it needs when called, in
+        torch-free module (`launch/loop.py`'s bodies, a part's `entry_points`), which imports what it needs when called, in
         the child: this process never imports torch. `environ`: more environment variables for
         the child (e.g. those its C library reads as it starts)."""
         proc = self.ctx.Process(target=_child,
@@ -176,59 +176,6 @@ def _progress_bar(progress: Progress):
                 unit_scale=progress.unit_scale, dynamic_ncols=sized, ncols=None if sized else 80,
                 nrows=None if sized else 24,
                 smoothing=0.1)
-
-
-class Channels:
-    """Everything the processes share, named in one place.
-
-    segments: A2C -> preference interface; small, A2C drops clips when it is full.
-    preferences: preference interface -> predictor trainer; unbounded, never dropped.
-    reward_weights: predictor trainer -> A2C; shared-memory weights with a version number.
-    answers: main process's terminal key reader -> human labeller (pref_interface.keys); one
-        queue for the whole run (None when nobody labels by hand).
-    page_updates (the session's, passed in the interface's config): the human labeller's
-        WebPlayer -> the labelling page's server in the main process (--clip_player web); one
-        queue for the whole run.
-    episodes: A2C -> episode viewer (--render_episodes); maxsize 1, A2C drops episodes when full.
-    stop: set by the supervisor to end every process cleanly.
-    """
-
-    def __init__(self, ctx, stop, reward_weights=None, answers=None, episodes: bool = False):
-        from pref_interface.episodes import EPISODE_QUEUE_MAXSIZE
-        from pref_interface.process import SEGMENT_QUEUE_MAXSIZE
-
-        self.segments = ctx.Queue(maxsize=SEGMENT_QUEUE_MAXSIZE)
-        self.preferences = ctx.Queue()
-        self.reward_weights = reward_weights
-        self.answers = answers
-        self.episodes = ctx.Queue(maxsize=EPISODE_QUEUE_MAXSIZE) if episodes else None
-        self.stop = stop
-
-    @classmethod
-    def for_run(cls, ctx, session, stop, reward_weights=None) -> "Channels":
-        """The channels of one phase; the person's (answers, episodes) follow `session`."""
-        return cls(ctx, stop, reward_weights, session.answers, session.show_episodes)
-
-    def a2c_observers(self, interface_stats=None):
-        """A2C's rollout observers (clip cutter, episode recorder) as one picklable factory."""
-        from functools import partial
-
-        from pref_interface.episodes import chain_observers, make_episode_observers
-        from pref_interface.process import make_clip_observers
-
-        factories = []
-        if interface_stats is not None:
-            factories.append(partial(make_clip_observers, self.segments,
-                                     interface_stats.segments_dropped))
-        if self.episodes is not None:
-            factories.append(partial(make_episode_observers, self.episodes))
-        return partial(chain_observers, factories) if factories else None
-
-    def start_episode_viewer(self, sup: "Supervisor") -> None:
-        if self.episodes is not None:
-            from pref_interface.episodes import run_episode_viewer
-
-            sup.start("episode_viewer", run_episode_viewer, self.episodes, self.stop)
 
 
 def percent(value: float) -> str:

@@ -1,7 +1,9 @@
-"""The preference-interface process: segments in, labels out (stored first, then sent on).
+"""The labelling steps of the loop: clips in, labels out (stored first, then sent on).
 
-    A2C --ClipObserver--> seg_queue --> run_pref_interface --> PreferenceStore
-                                                            \\-> pref_queue --> reward-predictor trainer
+    A2C --ClipObserver--> seg_queue --> Labelling --> PreferenceStore
+                                                  \\-> pref_queue --> reward-predictor trainer
+
+`launch/loop.py:labelling_loop` runs the steps in order; this module holds what each one does.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from pref_interface.config import InterfaceConfig
-from pref_interface.labelling import InterfaceStats, LabelEditor, LabellingStopped, increment
+from pref_interface.labelling import InterfaceStats, LabelEditor, increment
 from pref_interface.pairs import SegmentBuffer
 from pref_interface.segment import Preference
 from pref_interface.sender import QueueSender
@@ -20,10 +22,10 @@ from pref_interface.store import PreferenceStore
 from pref_interface.schedule import FRAMESKIP, LabelSchedule
 from pref_interface.selection import make_pair_scorer
 from pref_interface.teachers import Labeller, make_teacher
-from runtime.scalars import ScalarWriter
+from runtime.scalars import Telemetry
 
 SEGMENT_QUEUE_MAXSIZE = 4  # A2C drops segments rather than wait for the interface
-IDLE_SLEEP_S = 0.02
+LOG_EVERY_S = 5.0  # how often labelling writes its TensorBoard scalars
 GATHER_BATCH = 16  # pairs drawn at a time while no trainer paces the labelling
 # A person's first pair is held back this long at most until a second pair is drawn, so that the
 # page has the next pair ready from the first answer on.
@@ -58,21 +60,17 @@ def make_labeller(config: InterfaceConfig, answers: Any | None = None, stop_even
                          keep_typed_ahead=config.keep_typed_ahead, labels=labels)
 
 
-def run_pref_interface(config: InterfaceConfig, *, seg_queue: Any, pref_queue: Any | None,
-                       stop_event: Any, stats: InterfaceStats, store_path: str,
-                       labeller: Labeller | None = None,
-                       log_dir: str | None = None, answers: Any | None = None,
-                       val_accuracy: Any | None = None, make_predictor: Any | None = None,
-                       agent_steps: Any | None = None) -> None:
-    """Body of the preference-interface process.
-
-    Until `stop_event` is set: take the segments A2C sent, pick pairs never shown before, label
-    them, commit each label to the store at `store_path`, then put it on `pref_queue` (never
-    dropped). Synthetic labels are made as fast as the trainer takes them (`max_in_flight`).
-    Returns when `stop_event` is set, on Ctrl-C, once the store holds `stop_after_labels`, or
-    when the labeller raises LabellingStopped.
+class Labelling:
+    """The labelling side of the loop as its steps: clips in from the agent (`take_clips`), pairs
+    never shown before drawn from them (`draw_pairs`: pair selection), each answered by the
+    labeller (`label`), then committed to the label store and sent to the predictor's trainer
+    (`commit`). Synthetic labels are made as fast as the trainer takes them (`max_in_flight`);
+    a person gets one pair at a time, with the next one drawn ahead.
 
     Args:
+        seg_queue: clips from the agent's clip source.
+        pref_queue: labels to the trainer (never dropped); None while gathering (store only).
+        store_path: the label store (SQLite); every label is committed there before it is sent.
         labeller: overrides the one the config chooses (scripted teachers, tests).
         log_dir: where to write TensorBoard scalars (labels so far, labels/s, clips dropped).
         answers, val_accuracy: for a human labeller (see `make_labeller`).
@@ -81,77 +79,111 @@ def run_pref_interface(config: InterfaceConfig, *, seg_queue: Any, pref_queue: A
             `PreferencePredictor`.
         agent_steps: A2C's shared step counter (for a label schedule and the TensorBoard x-axis).
     """
-    has_trainer = pref_queue is not None  # None: gathering, the labels only go to the store
-    pair_seq, val_seq = np.random.SeedSequence(config.seed).spawn(2)
-    pair_rng = np.random.default_rng(pair_seq)
-    buffer = SegmentBuffer(config.max_segs, config.val_fraction, seed=val_seq,
-                           max_pairs_per_clip=config.max_pairs_per_clip)
-    store = PreferenceStore(store_path)
-    n_stored = stats.labels_stored.value = len(store)
-    labeller = labeller if labeller is not None else make_labeller(
-        config, answers, stop_event, stats, val_accuracy, n_stored, LabelEditor(store, pref_queue),
-        has_trainer=has_trainer)
-    tb = _LabelLog(log_dir, stats, n_stored, agent_steps)
-    predictor = make_predictor() if make_predictor and config.selection != "random" else None
-    score = make_pair_scorer(config.selection, predictor)
-    schedule = None if config.label_schedule == "none" else LabelSchedule(
-        config.label_schedule, config.max_labels, config.total_frames,
-        n_initial=min(config.initial_labels, config.max_labels),
-        anneal_every=config.anneal_every_frames)
-    done = False  # reached stop_after_labels: the reader of pref_queue is expected to drain it
-    pending: list = []  # pairs drawn and not yet labelled (a person's next one: see below)
-    n_asked, first_drawn = 0, 0.0  # a person's pairs asked so far; when the first was drawn
-    try:
-        while not stop_event.is_set():
-            if config.stop_after_labels is not None and n_stored >= config.stop_after_labels:
-                done = True
-                return
-            _drain_segments(seg_queue, buffer, stats)
-            tb.maybe_log(n_stored)
-            person = labeller.source == "human"
-            wanted = _labels_wanted(config, stats, schedule, n_stored, agent_steps, person,
-                                    has_trainer=has_trainer) - len(pending)
-            if wanted > 0:
-                pending += buffer.sample_new_pairs(wanted, pair_rng, score, config.oversample)
-            if person and len(pending) == 1 and wanted > 0 and n_asked == 0:
-                first_drawn = first_drawn or time.monotonic()  # wait a moment for a next pair
-                hold_first = time.monotonic() - first_drawn < FIRST_PAIR_HOLD_S
-            else:
-                hold_first = False
-            if not pending or hold_first:
-                time.sleep(IDLE_SLEEP_S)
-                continue
-            pairs, pending = (pending[:1], pending[1:]) if person else (pending, [])
-            n_asked += len(pairs)
-            for left_id, left, right_id, right in pairs:
-                if pending:
-                    labeller.upcoming(pending[0][1], pending[0][3])
-                mu = labeller.label(left, right)
-                if mu is None:  # incomparable: not stored (§2.2.2)
-                    continue
-                pref = Preference(left, right, mu, labeller.source,
-                                  is_validation=buffer.is_validation(left_id))
-                label_id = store.add(pref)  # committed before anyone hears of it
-                n_stored = stats.labels_stored.value = n_stored + 1
-                if has_trainer:  # the clips travel packed: the trainer holds them so
-                    pref_queue.put(Preference(buffer.packed(left_id), buffer.packed(right_id),
-                                              mu, pref.source, pref.is_validation, label_id))
-                increment(stats.labels_total)
-                labeller.stored(label_id)
-                if person:  # a person may have deleted labels meanwhile
-                    n_stored = stats.labels_stored.value = len(store)
-    except LabellingStopped:
-        done = True  # the trainer (if any) keeps running and drains pref_queue
-    except KeyboardInterrupt:
-        pass  # every label made so far is already committed
-    finally:
-        store.close()
-        tb.close()
-        labeller.close()
-        if not done and has_trainer and hasattr(pref_queue, "cancel_join_thread"):
+
+    def __init__(self, config: InterfaceConfig, *, seg_queue: Any, pref_queue: Any | None,
+                 stop_event: Any, stats: InterfaceStats, store_path: str,
+                 labeller: Labeller | None = None, log_dir: str | None = None,
+                 answers: Any | None = None, val_accuracy: Any | None = None,
+                 make_predictor: Any | None = None, agent_steps: Any | None = None) -> None:
+        self.config, self.stats, self.agent_steps = config, stats, agent_steps
+        self.seg_queue, self.pref_queue = seg_queue, pref_queue
+        self.has_trainer = pref_queue is not None
+        pair_seq, val_seq = np.random.SeedSequence(config.seed).spawn(2)
+        self.pair_rng = np.random.default_rng(pair_seq)
+        self.buffer = SegmentBuffer(config.max_segs, config.val_fraction, seed=val_seq,
+                                    max_pairs_per_clip=config.max_pairs_per_clip)
+        self.store = PreferenceStore(store_path)
+        self.n_stored = stats.labels_stored.value = len(self.store)
+        self.labeller = labeller if labeller is not None else make_labeller(
+            config, answers, stop_event, stats, val_accuracy, self.n_stored,
+            LabelEditor(self.store, pref_queue), has_trainer=self.has_trainer)
+        self.person = self.labeller.source == "human"
+        self.telemetry = Telemetry(log_dir, every_s=LOG_EVERY_S)
+        self.n_at_dump = self.n_stored
+        predictor = make_predictor() if make_predictor and config.selection != "random" else None
+        self.score = make_pair_scorer(config.selection, predictor)
+        self.schedule = None if config.label_schedule == "none" else LabelSchedule(
+            config.label_schedule, config.max_labels, config.total_frames,
+            n_initial=min(config.initial_labels, config.max_labels),
+            anneal_every=config.anneal_every_frames)
+        self.pending: list = []  # pairs drawn and not yet labelled (a person's next one)
+        self.n_asked, self.first_drawn = 0, 0.0  # a person's pairs asked; when the first came
+        # Reached stop_after_labels or the person stopped: the trainer drains pref_queue.
+        self.done = False
+
+    def take_clips(self) -> None:
+        """Every clip the agent has sent into the pool pairs are drawn from."""
+        _drain_segments(self.seg_queue, self.buffer, self.stats)
+        target = self.config.stop_after_labels
+        self.done = self.done or (target is not None and self.n_stored >= target)
+
+    def record(self) -> None:
+        """Labels so far and per second, clips received and dropped, written every few seconds
+        at the agent's steps when it shares its counter, else at the label count."""
+        t = self.telemetry
+        if not t.due():
+            return
+        t.record("labels/total", self.n_stored)
+        t.record("labels/per_sec", (self.n_stored - self.n_at_dump) / t.since_dump())
+        t.record("segments/received", self.stats.segments_received.value)
+        t.record("segments/dropped", self.stats.segments_dropped.value)
+        t.dump(self.agent_steps.value if self.agent_steps is not None else self.n_stored)
+        self.n_at_dump = self.n_stored
+
+    def draw_pairs(self) -> list:
+        """The pairs to label now (pair selection, within the label schedule's budget): all that
+        are drawn for a teacher; one for a person, the next drawn ahead. Empty: nothing to do
+        yet (a person's first pair waits a moment for a second)."""
+        wanted = _labels_wanted(self.config, self.stats, self.schedule, self.n_stored,
+                                self.agent_steps, self.person,
+                                has_trainer=self.has_trainer) - len(self.pending)
+        if wanted > 0:
+            self.pending += self.buffer.sample_new_pairs(wanted, self.pair_rng, self.score,
+                                                         self.config.oversample)
+        if self.person and len(self.pending) == 1 and wanted > 0 and self.n_asked == 0:
+            self.first_drawn = self.first_drawn or time.monotonic()
+            if time.monotonic() - self.first_drawn < FIRST_PAIR_HOLD_S:
+                return []
+        pairs, self.pending = ((self.pending[:1], self.pending[1:]) if self.person
+                               else (self.pending, []))
+        self.n_asked += len(pairs)
+        return pairs
+
+    def label(self, pair: tuple) -> Preference | None:
+        """The labeller's answer as a label; None for an incomparable pair (§2.2.2: not
+        stored). Raises LabellingStopped when the labeller stops."""
+        left_id, left, _, right = pair
+        if self.pending:
+            self.labeller.upcoming(self.pending[0][1], self.pending[0][3])
+        mu = self.labeller.label(left, right)
+        if mu is None:
+            return None
+        return Preference(left, right, mu, self.labeller.source,
+                          is_validation=self.buffer.is_validation(left_id))
+
+    def commit(self, pair: tuple, pref: Preference) -> None:
+        """Into the store first, then to the trainer (its clips packed, as the trainer holds
+        them): a label is never sent that is not committed."""
+        label_id = self.store.add(pref)
+        self.n_stored = self.stats.labels_stored.value = self.n_stored + 1
+        if self.has_trainer:
+            left_id, _, right_id, _ = pair
+            self.pref_queue.put(Preference(self.buffer.packed(left_id),
+                                           self.buffer.packed(right_id), pref.mu, pref.source,
+                                           pref.is_validation, label_id))
+        increment(self.stats.labels_total)
+        self.labeller.stored(label_id)
+        if self.person:  # a person may have deleted labels meanwhile
+            self.n_stored = self.stats.labels_stored.value = len(self.store)
+
+    def close(self) -> None:
+        self.store.close()
+        self.telemetry.close()
+        self.labeller.close()
+        if not self.done and self.has_trainer and hasattr(self.pref_queue, "cancel_join_thread"):
             # Shutting down: the trainer may have stopped reading, and a label still buffered in
             # the queue would hold up this process's exit. Every label is in the store anyway.
-            pref_queue.cancel_join_thread()
+            self.pref_queue.cancel_join_thread()
 
 
 def _labels_wanted(config: InterfaceConfig, stats: InterfaceStats, schedule: LabelSchedule | None,
@@ -166,35 +198,6 @@ def _labels_wanted(config: InterfaceConfig, stats: InterfaceStats, schedule: Lab
     if schedule is not None and agent_steps is not None:
         wanted = min(wanted, schedule.labels_due(agent_steps.value * FRAMESKIP) - n_stored)
     return max(0, min(wanted, 2 if human else wanted))
-
-
-class _LabelLog:
-    """TensorBoard scalars of the labelling side, written every few seconds."""
-
-    def __init__(self, log_dir: str | None, stats: InterfaceStats, n_stored: int,
-                 agent_steps: Any | None = None, every_s: float = 5.0) -> None:
-
-        self.writer = ScalarWriter(log_dir) if log_dir else None
-        self.stats, self.every_s = stats, every_s
-        self.t_last, self.n_last = time.monotonic(), n_stored
-        self.agent_steps = agent_steps
-
-    def maybe_log(self, n_stored: int) -> None:
-        now = time.monotonic()
-        if self.writer is None or now - self.t_last < self.every_s:
-            return
-        # x-axis: agent steps when A2C shares its counter, else the label count
-        step = self.agent_steps.value if self.agent_steps is not None else n_stored
-        self.writer.add_scalar("labels/total", n_stored, step)
-        self.writer.add_scalar("labels/per_sec", (n_stored - self.n_last) / (now - self.t_last),
-                               step)
-        self.writer.add_scalar("segments/received", self.stats.segments_received.value, step)
-        self.writer.add_scalar("segments/dropped", self.stats.segments_dropped.value, step)
-        self.t_last, self.n_last = now, n_stored
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
 
 
 def _drain_segments(seg_queue: Any, buffer: SegmentBuffer, stats: InterfaceStats) -> None:

@@ -1,17 +1,10 @@
 """The reward predictor as the supervising process hands it to a child: real functions it can
 import and pickle without importing torch (which is imported when they are called, in the
-child). The predictor's trainer and pretraining are process bodies; r̂ for the agent and P[left >
+child). Pretraining is a process body (the trainer's is launch/loop.py's); r̂ for the agent and P[left >
 right] for query selection are built in the process that uses them, from the shared weights."""
 from __future__ import annotations
 
 from typing import Any
-
-
-def run_trainer(config: Any, **channels: Any) -> None:
-    """The trainer process's body: `reward_predictor.process.run_trainer`."""
-    from reward_predictor.process import run_trainer as body
-
-    body(config, **channels)
 
 
 def run_pretraining(config: Any, **channels: Any) -> None:

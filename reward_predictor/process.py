@@ -1,4 +1,8 @@
-"""The reward-predictor trainer process: labels in from a queue, weights out to shared memory."""
+"""The predictor trainer's steps in the loop: labels in from a queue, weights out to shared
+memory; and pretraining on the first labels.
+
+`launch/loop.py:predictor_loop` runs the trainer's steps in order; this module holds what each
+step does."""
 from __future__ import annotations
 
 import logging
@@ -11,7 +15,7 @@ import torch
 
 from runtime.precision import use_bf16
 from runtime.process_setup import reuse_freed_memory
-from runtime.scalars import ScalarWriter
+from runtime.scalars import Telemetry
 from pref_interface.segment import LabelEdit, Preference
 from reward_predictor.config import TrainerConfig, TrainerStats
 from reward_predictor.ensemble import RewardPredictorEnsemble
@@ -21,7 +25,6 @@ from reward_predictor.trainer import RewardPredictorTrainer
 
 log = logging.getLogger(__name__)
 
-IDLE_SLEEP_S = 0.05  # wait between queue polls while there is nothing to train on
 REST_POLL_S = 0.005  # while resting (duty < 1), how often the trainer checks whether A2C waits
 PRETRAIN_VALIDATE_EVERY_EPOCHS = 5  # pretraining's validation (and adaptive L2) cadence
 
@@ -37,72 +40,101 @@ def build_ensemble(config: TrainerConfig, device: str = "cpu") -> RewardPredicto
     return ensemble.to(device)  # before any optimiser state exists, so that follows the weights
 
 
-def run_trainer(config: TrainerConfig, *, pref_queue: Any, shared_weights: SharedWeights,
-                stop_event: Any, stats: Any, log_dir: str) -> None:
-    """Body of the trainer process; returns when `stop_event` is set (or on KeyboardInterrupt),
-    after a final publish and checkpoint.
+class PredictorTraining:
+    """The predictor's trainer as the loop's steps: labels in from the labelling side
+    (`take_labels`), one training step of the ensemble on the label buffer (`train_step`; App. A:
+    it keeps training on the buffer), the weights published to the agent's r̂ (`publish_if_due`),
+    a validation pass that also adapts L2 (`validate_if_due`), a checkpoint (`checkpoint_if_due`).
 
-    Every label on `pref_queue` is kept (the queue is drained, never dropped from). While at least
-    one training label is held the ensemble trains continuously (App. A: the predictor keeps
-    training on the label buffer); weights are published to `shared_weights` every few steps.
+    Every label on `pref_queue` is kept (the queue is drained, never dropped from).
     """
 
-    trainer = _set_up(config, config.torch_threads, config.initial_prefs_path)
-    ensemble = trainer.ensemble
-    shared_weights.publish(ensemble)
-    writer = ScalarWriter(log_dir, purge_step=trainer.steps or None)  # from a checkpoint: resumed
-    start_step, threads = trainer.steps, config.torch_threads
-    last_publish_step, last_publish_t = trainer.steps, time.monotonic()
-    last_ckpt_step = trainer.steps
-    rate_step, rate_t = trainer.steps, time.monotonic()
-    metrics: dict = {}
-    try:
-        while not stop_event.is_set():
-            for item in _drain(pref_queue):
-                if isinstance(item, LabelEdit):  # a person changed a label already sent
-                    trainer.edit(item)
-                    continue
-                trainer.add(item)
-                with stats.labels_received.get_lock():
-                    stats.labels_received.value += 1
-            if trainer.n_train == 0:
-                time.sleep(IDLE_SLEEP_S)
+    def __init__(self, config: TrainerConfig, *, pref_queue: Any, shared_weights: SharedWeights,
+                 stop_event: Any, stats: Any, log_dir: str) -> None:
+        self.config, self.pref_queue, self.stats = config, pref_queue, stats
+        self.shared_weights, self.stop_event = shared_weights, stop_event
+        self.trainer = _set_up(config, config.torch_threads, config.initial_prefs_path)
+        shared_weights.publish(self.trainer.ensemble)
+        # From a checkpoint: resumed, and its step starts a new session in TensorBoard.
+        self.telemetry = Telemetry(log_dir, purge_step=self.trainer.steps or None)
+        self.start_step = self.last_publish_step = self.last_ckpt_step = self.trainer.steps
+        self.steps_at_dump = self.trainer.steps
+        self.last_publish_t = time.monotonic()
+        self.threads = config.torch_threads
+        self.step_seconds = 0.0  # how long the last step took
+
+    @property
+    def has_labels(self) -> bool:
+        """At least one training label is held (nothing to train on before)."""
+        return self.trainer.n_train > 0
+
+    def take_labels(self) -> None:
+        """Every label (and every change a person made to one) the labelling side has sent."""
+        for item in _drain(self.pref_queue):
+            if isinstance(item, LabelEdit):
+                self.trainer.edit(item)
                 continue
-            wanted = config.torch_threads
-            if shared_weights.consumer_waiting and config.threads_while_agent_idle:
-                wanted = config.threads_while_agent_idle  # A2C is idle: take its threads
-            if wanted != threads:
-                torch.set_num_threads(wanted)
-                threads = wanted
-            t_step = time.monotonic()
-            metrics = trainer.train_steps(1)
-            step = trainer.steps
-            shared_weights.labels_trained = (step - start_step) * config.batch_size
-            now = time.monotonic()
-            if config.duty < 1.0:  # leave the agent its share of the cores
-                _rest((now - t_step) * (1.0 - config.duty) / config.duty, stop_event,
-                      shared_weights)
-            if (step - last_publish_step >= config.publish_every_steps
-                    or now - last_publish_t >= config.publish_every_s):
-                shared_weights.publish(ensemble)
-                last_publish_step, last_publish_t = step, now
-            if step % config.validate_every_steps == 0:
-                val = _validate(trainer, stats, config.val_max_pairs)
-                steps_per_sec = (step - rate_step) / max(now - rate_t, 1e-9)
-                rate_step, rate_t = step, now
-                _log_progress(trainer, metrics, val, steps_per_sec, stats, writer)
-            if config.ckpt_path and config.ckpt_interval > 0 and \
-                    step - last_ckpt_step >= config.ckpt_interval:
-                trainer.save(config.ckpt_path)
-                last_ckpt_step = step
-    except KeyboardInterrupt:
-        log.info("reward predictor trainer interrupted at step %d", trainer.steps)
-    finally:
-        shared_weights.publish(ensemble)
-        if config.ckpt_path and trainer.steps > 0:
-            trainer.save(config.ckpt_path)
-        writer.close()
-        shared_weights.release()
+            self.trainer.add(item)
+            with self.stats.labels_received.get_lock():
+                self.stats.labels_received.value += 1
+
+    def train_step(self) -> None:
+        """One step of every member on a batch of labels; while A2C waits for the predictor,
+        its threads too. Then a rest, so the agent keeps its share of the cores (`duty`)."""
+        config = self.config
+        wanted = config.torch_threads
+        if self.shared_weights.consumer_waiting and config.threads_while_agent_idle:
+            wanted = config.threads_while_agent_idle
+        if wanted != self.threads:
+            torch.set_num_threads(wanted)
+            self.threads = wanted
+        t_step = time.monotonic()
+        metrics = self.trainer.train_steps(1)
+        self.shared_weights.labels_trained = (self.trainer.steps - self.start_step) * \
+            config.batch_size
+        self.step_seconds = time.monotonic() - t_step
+        self.telemetry.record("reward_predictor/train_loss", metrics["loss"])
+        if not np.isnan(metrics["accuracy"]):
+            self.telemetry.record("reward_predictor/train_accuracy", metrics["accuracy"])
+        if config.duty < 1.0:
+            _rest(self.step_seconds * (1.0 - config.duty) / config.duty, self.stop_event,
+                  self.shared_weights)
+
+    def publish_if_due(self) -> None:
+        now = time.monotonic()
+        if (self.trainer.steps - self.last_publish_step >= self.config.publish_every_steps
+                or now - self.last_publish_t >= self.config.publish_every_s):
+            self.shared_weights.publish(self.trainer.ensemble)
+            self.last_publish_step, self.last_publish_t = self.trainer.steps, now
+
+    def validate_if_due(self) -> None:
+        """Every `validate_every_steps`: validation, L2 adapted to it, and the figures written."""
+        step = self.trainer.steps
+        if step % self.config.validate_every_steps:
+            return
+        t = self.telemetry
+        t.record("reward_predictor/steps_per_sec",
+                 (step - self.steps_at_dump) / max(t.since_dump(), 1e-9))
+        self.steps_at_dump = step
+        _validate(self.trainer, self.stats, self.config.val_max_pairs, t)
+        t.dump(step)
+
+    def checkpoint_if_due(self) -> None:
+        config = self.config
+        if config.ckpt_path and config.ckpt_interval > 0 and \
+                self.trainer.steps - self.last_ckpt_step >= config.ckpt_interval:
+            self.trainer.save(config.ckpt_path)
+            self.last_ckpt_step = self.trainer.steps
+
+    def close(self) -> None:
+        """The last weights published and saved."""
+        try:
+            self.shared_weights.publish(self.trainer.ensemble)
+            if self.config.ckpt_path and self.trainer.steps > 0:
+                self.trainer.save(self.config.ckpt_path)
+        finally:
+            self.telemetry.close(self.trainer.steps)
+            self.shared_weights.release()
 
 
 def _set_up(config: TrainerConfig, threads: int, prefs_path: str | None) -> RewardPredictorTrainer:
@@ -144,20 +176,23 @@ def run_pretraining(config: TrainerConfig, *, stop_event: Any, stats: TrainerSta
     trainer = _set_up(config, config.threads_while_agent_idle or config.torch_threads,
                       config.initial_prefs_path)
     stats.labels_received.value = trainer.n_labels
-    writer = ScalarWriter(log_dir)
+    telemetry = Telemetry(log_dir)
 
     def progress(epoch: int, metrics: dict) -> None:
         stats.epoch.value = epoch
         if epoch % PRETRAIN_VALIDATE_EVERY_EPOCHS == 0 or epoch == config.pretrain_epochs:
-            val = _validate(trainer, stats, config.val_max_pairs)
-            _log_progress(trainer, metrics, val, 0.0, stats, writer)
+            telemetry.record("reward_predictor/train_loss", metrics["loss"])
+            if not np.isnan(metrics["accuracy"]):
+                telemetry.record("reward_predictor/train_accuracy", metrics["accuracy"])
+            _validate(trainer, stats, config.val_max_pairs, telemetry)
+            telemetry.dump(trainer.steps)
 
     try:
         trainer.pretrain(config.pretrain_epochs, progress, should_stop=stop_event.is_set)
     finally:
         if config.ckpt_path:
             trainer.save(config.ckpt_path)
-        writer.close()
+        telemetry.close()
 
 
 def _rest(seconds: float, stop_event: Any, shared_weights: SharedWeights) -> None:
@@ -178,34 +213,21 @@ def _drain(pref_queue: Any) -> list[Preference | LabelEdit]:
             return prefs
 
 
-def _validate(trainer: RewardPredictorTrainer, stats: Any, val_max_pairs: int) -> dict | None:
-    """A validation pass, then each member's L2 adapted to its validation loss (App. A; a no-op
-    without adaptive L2); None while there are no validation labels."""
+def _validate(trainer: RewardPredictorTrainer, stats: Any, val_max_pairs: int,
+              telemetry: Telemetry) -> None:
+    """A validation pass (none while there are no validation labels), then each member's L2
+    adapted to its validation loss (App. A; a no-op without adaptive L2); the figures recorded."""
+    t = telemetry
+    t.record("labels/received", stats.labels_received.value)
+    t.record("reward_predictor/clips_held_mb", trainer.clips.nbytes / 2**20)
     if trainer.n_val == 0:
-        return None
+        return
     val = trainer.validate(val_max_pairs)
-    val["l2"] = trainer.adapt_regularisation(val)
+    t.record("reward_predictor/val_loss", val["val_loss"])
     if not np.isnan(val["val_accuracy"]):
         stats.val_accuracy.value = val["val_accuracy"]
-    return val
-
-
-def _log_progress(trainer: RewardPredictorTrainer, metrics: dict, val: dict | None,
-                  steps_per_sec: float, stats: Any, writer: Any) -> None:
-    step = trainer.steps
-    writer.add_scalar("reward_predictor/train_loss", metrics["loss"], step)
-    if not np.isnan(metrics["accuracy"]):
-        writer.add_scalar("reward_predictor/train_accuracy", metrics["accuracy"], step)
-    writer.add_scalar("reward_predictor/steps_per_sec", steps_per_sec, step)
-    writer.add_scalar("labels/received", stats.labels_received.value, step)
-    writer.add_scalar("reward_predictor/clips_held_mb", trainer.clips.nbytes / 2**20, step)
-    if val is not None:
-        writer.add_scalar("reward_predictor/val_loss", val["val_loss"], step)
-        if not np.isnan(val["val_accuracy"]):
-            writer.add_scalar("reward_predictor/val_accuracy", val["val_accuracy"], step)
-        for m, l2 in enumerate(val["l2"]):
-            writer.add_scalar(f"reward_predictor/l2_member{m}", l2, step)
-        if not np.isnan(val["true_return_correlation"]):
-            writer.add_scalar("reward_predictor/true_return_correlation",
-                              val["true_return_correlation"], step)
-    writer.flush()
+        t.record("reward_predictor/val_accuracy", val["val_accuracy"])
+    for m, l2 in enumerate(trainer.adapt_regularisation(val)):
+        t.record(f"reward_predictor/l2_member{m}", l2)
+    if not np.isnan(val["true_return_correlation"]):
+        t.record("reward_predictor/true_return_correlation", val["true_return_correlation"])

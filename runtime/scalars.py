@@ -40,3 +40,49 @@ class ScalarWriter:
 
     def close(self) -> None:
         self._events.close()
+
+
+class Telemetry:
+    """A process's scalars, recorded beside the algorithm and written together, as
+    stable-baselines3's logger does: `record(tag, value)` wherever a figure arises (the last value
+    counts), `record_each` for events that are each a point (an episode's return), and
+    `dump(step)` writes what was recorded since the last dump at that step. `due()` says whether
+    `every_s` seconds have passed since the last dump."""
+
+    def __init__(self, log_dir: str | os.PathLike | None, purge_step: int | None = None,
+                 every_s: float = 1.0) -> None:
+        self.writer = ScalarWriter(log_dir, purge_step) if log_dir is not None else None
+        self.every_s = every_s
+        self.last_dump = time.monotonic()
+        self._last: dict[str, float] = {}
+        self._each: list[tuple[str, float]] = []
+
+    def record(self, tag: str, value: float) -> None:
+        self._last[tag] = float(value)
+
+    def record_each(self, tag: str, value: float) -> None:
+        self._each.append((tag, float(value)))
+
+    def since_dump(self) -> float:
+        """Seconds since the last dump (or since this was made)."""
+        return time.monotonic() - self.last_dump
+
+    def due(self) -> bool:
+        return self.since_dump() >= self.every_s
+
+    def dump(self, step: int) -> None:
+        if self.writer is not None:
+            for tag, value in [*self._each, *self._last.items()]:
+                self.writer.add_scalar(tag, value, step)
+            self.writer.flush()
+        self._last.clear()
+        self._each.clear()
+        self.last_dump = time.monotonic()
+
+    def close(self, step: int | None = None) -> None:
+        """Write what was recorded since the last dump at `step` (dropped without one), then
+        close the file."""
+        if step is not None and (self._last or self._each):
+            self.dump(step)
+        if self.writer is not None:
+            self.writer.close()

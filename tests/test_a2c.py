@@ -11,8 +11,9 @@ from a2c.checkpoint import (CheckpointError, load_policy, load_policy_weights, s
                             save_policy_weights)
 from a2c.policies import make_policy
 from a2c.rollout import sample_actions
-from a2c.train import A2CRunConfig, train_a2c
+from a2c.config import A2CRunConfig
 from envs.moving_dot import MovingDotVecEnv
+from launch.loop import run_agent
 
 
 def test_discounted_returns_bootstrap_and_stop_at_episode_end():
@@ -149,7 +150,7 @@ def test_a2c_on_original_rewards_approaches_the_scripted_policy_on_moving_dot(tm
     config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=100_000,
                           a2c=A2CConfig(ent_coef=0.02), seed=0, ckpt_dir=str(tmp_path / "p"),
                           torch_threads=1)
-    train_a2c(config, log_dir=str(tmp_path / "tb"))
+    run_agent(config, log_dir=str(tmp_path / "tb"))
     policy = make_policy("moving_dot", 5)
     policy.load_state_dict(load_policy(tmp_path / "p")["policy"])
     learned, scripted = evaluate(policy), scripted_return()
@@ -181,7 +182,7 @@ def test_a_given_reward_function_replaces_the_env_reward_and_is_summed_per_episo
 def test_a2c_trains_a_policy_on_the_gpu_and_its_checkpoint_loads_on_the_cpu(tmp_path):
     config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=4_000, seed=0,
                           ckpt_dir=str(tmp_path / "p"), torch_threads=1, device="cuda")
-    assert train_a2c(config, log_dir=str(tmp_path / "tb")) == 4_000
+    assert run_agent(config, log_dir=str(tmp_path / "tb")) == 4_000
     state = load_policy(tmp_path / "p")
     policy = make_policy("moving_dot", 5)
     policy.load_state_dict(state["policy"])  # a CPU policy from a GPU run's checkpoint
@@ -190,7 +191,7 @@ def test_a2c_trains_a_policy_on_the_gpu_and_its_checkpoint_loads_on_the_cpu(tmp_
     resumed = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=8_000, seed=0,
                            ckpt_dir=str(tmp_path / "p"), load_ckpt_dir=str(tmp_path / "p"),
                            torch_threads=1, device="cuda")
-    assert train_a2c(resumed, log_dir=str(tmp_path / "tb")) == 8_000  # optimiser state onto the GPU
+    assert run_agent(resumed, log_dir=str(tmp_path / "tb")) == 8_000  # optimiser state onto the GPU
 
 
 def test_a_resumed_run_takes_over_the_curves_from_its_checkpoint(tmp_path):
@@ -204,7 +205,7 @@ def test_a_resumed_run_takes_over_the_curves_from_its_checkpoint(tmp_path):
     tb, ckpt = str(tmp_path / "tb"), str(tmp_path / "p")
     first = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=4_000, seed=0, ckpt_dir=ckpt,
                          torch_threads=1)
-    assert train_a2c(first, log_dir=tb) == 4_000
+    assert run_agent(first, log_dir=tb) == 4_000
     lost = ScalarWriter(tb)  # what the killed run logged past its checkpoint
     for step in range(4_000, 12_001, 400):
         lost.add_scalar("charts/episodic_return", -99.0, step)
@@ -212,7 +213,7 @@ def test_a_resumed_run_takes_over_the_curves_from_its_checkpoint(tmp_path):
     time.sleep(1.0)  # event files are read in name order, which starts with the second opened
     resumed = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=8_000, seed=0,
                            ckpt_dir=ckpt, load_ckpt_dir=ckpt, torch_threads=1)
-    assert train_a2c(resumed, log_dir=tb) == 8_000
+    assert run_agent(resumed, log_dir=tb) == 8_000
     returns = scalars(Path(tb), "charts/episodic_return")
     assert len(returns) > 0 and (returns[:, 2] != -99.0).all()
     assert (np.diff(returns[:, 1]) >= 0).all()  # one pass along the step axis

@@ -147,7 +147,8 @@ def test_the_supervising_process_wires_a_preference_run_without_importing_torch(
 import multiprocessing as mp, sys
 from launch import cli, configs
 from launch.session import Session
-from launch.supervisor import Channels, Supervisor
+from launch.loop import Channels
+from launch.supervisor import Supervisor
 run = cli.parse_args(["train_policy_with_preferences", "PongNoFrameskip-v4",
     "--synthetic_prefs", "--dropout", "0.5", "--batchnorm", "--log_dir", {str(tmp_path / 'r')!r}])
 ctx = mp.get_context("spawn")

@@ -18,7 +18,8 @@ from pref_interface.cutter import SegmentCutter
 from pref_interface.pairs import SegmentBuffer, select_pairs
 from pref_interface.labelling import InterfaceStats, increment
 from pref_interface.config import InterfaceConfig
-from pref_interface.process import SEGMENT_QUEUE_MAXSIZE, run_pref_interface
+from launch.loop import run_labelling
+from pref_interface.process import SEGMENT_QUEUE_MAXSIZE
 from pref_interface.segment import Preference, Segment
 from pref_interface.sender import QueueSender
 from pref_interface.store import PreferenceStore
@@ -282,7 +283,7 @@ def test_no_preference_is_dropped_when_the_trainer_is_slow(tmp_path):
     config = InterfaceConfig(max_segs=8, max_in_flight=3, stop_after_labels=25, seed=0,
                              synthetic=True, max_pairs_per_clip=None)
     store_path = str(tmp_path / "prefs.sqlite")
-    proc = ctx.Process(target=run_pref_interface, args=(config,), kwargs=dict(
+    proc = ctx.Process(target=run_labelling, args=(config,), kwargs=dict(
         seg_queue=seg_queue, pref_queue=pref_queue, stop_event=stop_event, stats=stats,
         store_path=store_path))
     proc.start()
@@ -320,12 +321,12 @@ def test_gathering_initial_labels_stops_at_the_requested_number(tmp_path):
     path = str(tmp_path / "prefs.sqlite")
     channels = dict(seg_queue=seg_queue, pref_queue=None, stop_event=stop_event, stats=stats,
                     store_path=path)
-    run_pref_interface(config, **channels)  # no trainer reads labels
+    run_labelling(config, **channels)  # no trainer reads labels
     with PreferenceStore(path) as store:
         assert len(store) == 12 and stats.labels_total.value == 12
         validation = [p.is_validation for p in store.latest(12)]
         assert 0 < sum(validation) < 12
-    run_pref_interface(config, **channels)  # resuming: already done
+    run_labelling(config, **channels)  # resuming: already done
     assert stats.labels_total.value == 12 and not stop_event.is_set()
 
 
@@ -345,7 +346,7 @@ def test_incomparable_pairs_are_not_stored_and_stop_event_ends_the_loop(tmp_path
     for v in range(4):
         seg_queue.put(tiny_segment(v))
     labeller, path = Undecided(), str(tmp_path / "prefs.sqlite")
-    worker = threading.Thread(target=run_pref_interface, args=(
+    worker = threading.Thread(target=run_labelling, args=(
         InterfaceConfig(seed=0, val_fraction=0.0, synthetic=True, max_pairs_per_clip=None),),
         kwargs=dict(seg_queue=seg_queue, pref_queue=None, stop_event=stop_event, stats=stats,
                     store_path=path, labeller=labeller))
@@ -371,8 +372,8 @@ def test_the_interface_process_labels_and_logs_without_importing_torch(tmp_path)
 import multiprocessing as mp, queue, sys, threading
 from pref_interface.labelling import InterfaceStats
 from pref_interface.config import InterfaceConfig
-from pref_interface.process import run_pref_interface
-run_pref_interface(InterfaceConfig(synthetic=True, stop_after_labels=0), seg_queue=queue.Queue(),
+from launch.loop import run_labelling
+run_labelling(InterfaceConfig(synthetic=True, stop_after_labels=0), seg_queue=queue.Queue(),
                    pref_queue=queue.Queue(), stop_event=threading.Event(),
                    stats=InterfaceStats.create(mp.get_context("spawn")),
                    store_path={str(tmp_path / "p.sqlite")!r}, log_dir={str(tmp_path / "tb")!r})
@@ -386,7 +387,7 @@ print("torch" in sys.modules)
 
 def test_human_labelling_is_refused_without_a_terminal_to_read_answers_from(tmp_path):
     with pytest.raises(ValueError, match="answers queue"):
-        run_pref_interface(InterfaceConfig(synthetic=False), seg_queue=queue.Queue(),
+        run_labelling(InterfaceConfig(synthetic=False), seg_queue=queue.Queue(),
                            pref_queue=None, stop_event=threading.Event(),
                            stats=InterfaceStats.create(mp.get_context("spawn")),
                            store_path=str(tmp_path / "p.sqlite"))
@@ -399,7 +400,7 @@ def _interface_that_shows_its_stacks(config: InterfaceConfig, **channels) -> Non
     inherits that."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    run_pref_interface(config, **channels)
+    run_labelling(config, **channels)
 
 
 @pytest.mark.parametrize("how", ["stop_event", "ctrl_c"])

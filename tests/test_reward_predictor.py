@@ -14,11 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from launch.loop import run_predictor_trainer
 from pref_interface.segment import Preference, Segment
 from reward_predictor import (AtariRewardNet, CheckpointError, MovingDotRewardNet,
                               RewardPredictorEnsemble, RewardPredictorTrainer, RunningNormaliser,
                               SharedWeights, TrainerConfig, TrainerStats, bootstrap_counts,
-                              build_ensemble, make_reward_net, preference_loss, run_trainer)
+                              build_ensemble, make_reward_net, preference_loss)
 from reward_predictor.ensemble import segment_returns, take_batchnorm_statistics
 from reward_predictor.nets import FirstConv, NormActDrop, dropout_half
 from reward_predictor.pace import PredictorPace, labels_per_member
@@ -673,7 +674,7 @@ def test_no_preference_is_dropped_and_the_trainer_checkpoints_on_interrupt(tmp_p
     prefs: queue.Queue = queue.Queue()
     for i in range(40):
         prefs.put(moving_dot_pref(rng, is_validation=(i % 4 == 0)))
-    run_trainer(config, pref_queue=prefs, shared_weights=shared,
+    run_predictor_trainer(config, pref_queue=prefs, shared_weights=shared,
                 stop_event=_InterruptAfter(stats, 40), stats=stats, log_dir=str(tmp_path / "tb"))
     assert stats.labels_received.value == 40 and prefs.empty()
     assert 0.0 <= stats.val_accuracy.value <= 1.0
@@ -689,7 +690,7 @@ def test_trainer_process_stops_on_its_event(tmp_path):
     shared = SharedWeights(ctx)
     stats = TrainerStats.create(ctx)
     stop = threading.Event()
-    worker = threading.Thread(target=run_trainer, args=(config,), kwargs=dict(
+    worker = threading.Thread(target=run_predictor_trainer, args=(config,), kwargs=dict(
         pref_queue=queue.Queue(), shared_weights=shared, stop_event=stop, stats=stats,
         log_dir=str(tmp_path)))
     worker.start()
@@ -740,7 +741,7 @@ def test_a2c_waits_for_the_trainer_and_the_trainer_stops_resting_for_it(tmp_path
     prefs: queue.Queue = queue.Queue()
     for _ in range(20):
         prefs.put(moving_dot_pref(rng, is_validation=False))
-    worker = threading.Thread(target=run_trainer, args=(config,), kwargs=dict(
+    worker = threading.Thread(target=run_predictor_trainer, args=(config,), kwargs=dict(
         pref_queue=prefs, shared_weights=shared, stop_event=stop, stats=stats,
         log_dir=str(tmp_path)))
     worker.start()

@@ -1,0 +1,231 @@
+"""The paper's loop: open this module first (Christiano et al. 2017, Fig. 1 and §2.2).
+
+    agent (A2C) ──clips──▶ labelling ──labels──▶ predictor trainer
+        ▲   │ segments        │ label store           │ preferences
+        │   └─ clip source    ▼ (prefs.sqlite)         │
+        └────────── r̂ and its pace ◀── reward_weights ─┘
+
+Three processes run at once, each one of the loops below, and are joined by named channels
+(`Channels`). The roles, and where each one lives:
+
+- clip source: `pref_interface.process.ClipObserver`, in the agent's process; it cuts 25-step
+  clips from every rollout and sends them on `segments` (dropped rather than waited for).
+- pair selection: `pref_interface.pairs.SegmentBuffer` with `pref_interface.selection` (random or
+  by the ensemble's disagreement, §2.2.4), run by `Labelling.draw_pairs`.
+- labeller: a person or a scripted teacher (`pref_interface.teachers`), `Labelling.label`.
+- label store: `pref_interface.store.PreferenceStore` (SQLite); `Labelling.commit` stores every
+  label before it goes on `preferences` to the trainer (never dropped).
+- predictor trainer: `reward_predictor.process.PredictorTraining`, an ensemble trained
+  continuously on the newest labels (§2.2.3, App. A), its weights published to `reward_weights`.
+- reward for the agent: `reward_predictor.reward_fn.PredictedReward`, r̂ read from
+  `reward_weights` in the agent's process, normalised (§2.2.1).
+- pace: `reward_predictor.pace.PredictorPace`, which holds the agent back while the predictor has
+  trained on too few labels per agent step (App. A.2).
+
+Before the loop, a run gathers its first labels (the agent's loop without learning beside the
+labelling loop without a trainer) and pretrains the predictor on them
+(`reward_predictor.process.run_pretraining`): `launch/phases.py`.
+
+This module never imports torch: the process bodies import the parts in the child.
+"""
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Any
+
+from launch.configs import interface_config, trainer_config, trainer_environ
+from launch.rundir import Run
+from launch.session import Session
+from launch.supervisor import Supervisor, preference_status
+from reward_predictor import entry_points as predictor
+from reward_predictor.pace import PredictorPace, labels_per_member
+
+IDLE_SLEEP_S = 0.02  # how long labelling sleeps when there is no pair to label yet
+WAIT_FOR_LABELS_S = 0.05  # how long the trainer sleeps while it holds no training label
+
+
+def agent_loop(agent: Any, stop_event: Any | None = None) -> int:
+    """Fig. 1, left: the policy acts, learns from r̂ and is checkpointed, until it has taken its
+    steps or is stopped; the last checkpoint is written on the way out. Returns the steps."""
+    try:
+        while not agent.finished and not (stop_event is not None and stop_event.is_set()):
+            agent.wait_for_predictor(stop_event)
+            rollout = agent.act()  # the clip source sees it
+            agent.learn(rollout)
+            agent.record(rollout)
+            agent.checkpoint_if_due()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        agent.close()
+    return agent.timesteps
+
+
+def labelling_loop(labelling: Any, stop_event: Any) -> None:
+    """Fig. 1, middle: pairs of clips are drawn, answered and committed, until stopped, until
+    the run's label target is stored, or until the person stops labelling."""
+    from pref_interface.labelling import LabellingStopped
+
+    try:
+        while not stop_event.is_set():
+            labelling.take_clips()
+            labelling.record()
+            if labelling.done:
+                return
+            pairs = labelling.draw_pairs()
+            if not pairs:
+                time.sleep(IDLE_SLEEP_S)
+            for pair in pairs:
+                pref = labelling.label(pair)
+                if pref is not None:  # incomparable pairs are not stored (§2.2.2)
+                    labelling.commit(pair, pref)
+    except LabellingStopped:
+        labelling.done = True  # the trainer, if any, goes on with the labels it has
+    except KeyboardInterrupt:
+        pass  # every label made so far is committed
+    finally:
+        labelling.close()
+
+
+def predictor_loop(training: Any, stop_event: Any) -> None:
+    """Fig. 1, right: the predictor keeps fitting the labels it holds, publishing its weights to
+    the agent's r̂, until stopped; the last weights are published and saved on the way out."""
+    try:
+        while not stop_event.is_set():
+            training.take_labels()
+            if not training.has_labels:
+                time.sleep(WAIT_FOR_LABELS_S)
+                continue
+            training.train_step()
+            training.publish_if_due()
+            training.validate_if_due()
+            training.checkpoint_if_due()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        training.close()
+
+
+# The process bodies: each builds its part's steps in the child (torch is imported there) and
+# runs its loop. The channels are passed by name.
+
+def run_agent(config: Any, *, stop_event: Any = None, **channels: Any) -> int:
+    """The agent's process (`a2c.train.A2CAgent`); returns the agent steps reached."""
+    from a2c.train import A2CAgent
+
+    return agent_loop(A2CAgent(config, **channels), stop_event)
+
+
+def run_labelling(config: Any, *, labeller: Any = None, **channels: Any) -> None:
+    """The labelling process (`pref_interface.process.Labelling`)."""
+    from pref_interface.process import Labelling
+
+    labelling_loop(Labelling(config, labeller=labeller, **channels), channels["stop_event"])
+
+
+def run_predictor_trainer(config: Any, **channels: Any) -> None:
+    """The predictor trainer's process (`reward_predictor.process.PredictorTraining`)."""
+    from reward_predictor.process import PredictorTraining
+
+    predictor_loop(PredictorTraining(config, **channels), channels["stop_event"])
+
+
+class Channels:
+    """Everything the processes share, named in one place.
+
+    segments: the agent's clip source -> labelling; small, the agent drops clips when it is full.
+    preferences: labelling -> predictor trainer; unbounded, never dropped.
+    reward_weights: predictor trainer -> the agent's r̂ and pace; shared-memory weights with a
+        version number.
+    answers: main process's terminal key reader -> human labeller (pref_interface.keys); one
+        queue for the whole run (None when nobody labels by hand).
+    page_updates (the session's, passed in the interface's config): the human labeller's
+        WebPlayer -> the labelling page's server in the main process (--clip_player web); one
+        queue for the whole run.
+    episodes: the agent -> episode viewer (--render_episodes); maxsize 1, dropped when full.
+    stop: set once to end every process cleanly (launch/stopping.py).
+    """
+
+    def __init__(self, ctx, stop, reward_weights=None, answers=None, episodes: bool = False):
+        from pref_interface.episodes import EPISODE_QUEUE_MAXSIZE
+        from pref_interface.process import SEGMENT_QUEUE_MAXSIZE
+
+        self.segments = ctx.Queue(maxsize=SEGMENT_QUEUE_MAXSIZE)
+        self.preferences = ctx.Queue()
+        self.reward_weights = reward_weights
+        self.answers = answers
+        self.episodes = ctx.Queue(maxsize=EPISODE_QUEUE_MAXSIZE) if episodes else None
+        self.stop = stop
+
+    @classmethod
+    def for_run(cls, ctx, session, stop, reward_weights=None) -> "Channels":
+        """The channels of one phase; the person's (answers, episodes) follow `session`."""
+        return cls(ctx, stop, reward_weights, session.answers, session.show_episodes)
+
+    def a2c_observers(self, interface_stats=None):
+        """The agent's rollout observers (clip source, episode recorder) as one picklable
+        factory."""
+        from pref_interface.episodes import chain_observers, make_episode_observers
+        from pref_interface.process import make_clip_observers
+
+        factories = []
+        if interface_stats is not None:
+            factories.append(partial(make_clip_observers, self.segments,
+                                     interface_stats.segments_dropped))
+        if self.episodes is not None:
+            factories.append(partial(make_episode_observers, self.episodes))
+        return partial(chain_observers, factories) if factories else None
+
+    def start_episode_viewer(self, sup) -> None:
+        if self.episodes is not None:
+            from pref_interface.episodes import run_episode_viewer
+
+            sup.start("episode_viewer", run_episode_viewer, self.episodes, self.stop)
+
+
+class PreferenceLoop:
+    """The loop's roles beside the agent, started: the predictor trainer's and the labelling
+    processes, and the agent's three roles as factories called in the agent's own process:
+    `reward_fn()` (the reward for the agent, r̂), `observers(n_envs)` (the clip source) and
+    `pace()`. The agent is run.py's A2C process (`run_agent`) or, through
+    launch/preference_env.py, any library's training loop."""
+
+    def __init__(self, run: Run, ctx, session: Session, prefs_path: str,
+                 predictor_path: str | None) -> None:
+        from a2c.config import A2CStats
+        from pref_interface.labelling import InterfaceStats
+        from reward_predictor.config import TrainerStats
+        from reward_predictor.shared import SharedWeights
+
+        s = run.settings
+        tconfig = trainer_config(run, load_from=predictor_path)
+        tconfig.initial_prefs_path = prefs_path
+        self.sup = sup = Supervisor(ctx)
+        self.ch = ch = Channels.for_run(ctx, session, sup.stop_event, SharedWeights(ctx))
+        self.agent_stats, self.trainer_stats = A2CStats(ctx), TrainerStats.create(ctx)
+        self.interface_stats = InterfaceStats.create(ctx, self.trainer_stats.labels_received)
+        sup.start("reward_predictor", run_predictor_trainer, tconfig,
+                  environ=trainer_environ(tconfig), pref_queue=ch.preferences,
+                  shared_weights=ch.reward_weights, stop_event=ch.stop, stats=self.trainer_stats,
+                  log_dir=str(run.dir / "tb" / "reward_predictor"))
+        sup.start("pref_interface", run_labelling, interface_config(run, session.page_updates),
+                  seg_queue=ch.segments, pref_queue=ch.preferences, stop_event=ch.stop,
+                  stats=self.interface_stats, store_path=prefs_path,
+                  log_dir=str(run.dir / "tb" / "labels"), answers=ch.answers,
+                  val_accuracy=self.trainer_stats.val_accuracy,
+                  make_predictor=partial(predictor.preference_predictor, ch.reward_weights,
+                                         tconfig),
+                  agent_steps=self.agent_stats.timesteps)
+        self.reward_fn = partial(predictor.predicted_reward, ch.reward_weights, tconfig)
+        self.observers = ch.a2c_observers(self.interface_stats)
+        self.pace = partial(PredictorPace, ch.reward_weights,
+                            labels_per_member(s.min_predictor_labels_per_step,
+                                              s.predictor_pace_unit, s.ensemble_size))
+
+    def status(self, steps: bool = True) -> str:
+        """The status line; "" while a person labels (the counters are in the prompt)."""
+        if self.ch.answers is not None and self.sup.procs["pref_interface"].is_alive():
+            return ""
+        return preference_status(self.agent_stats, self.interface_stats, self.trainer_stats,
+                                 steps)
