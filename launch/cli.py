@@ -143,6 +143,9 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
         make_teacher(s.teacher)
     except ValueError as e:
         raise UsageError(f"--teacher: {e}") from None
+    if s.teacher == "alongside" and not s.env_id.startswith("Enduro"):
+        raise UsageError("--teacher alongside reads Enduro's frames; this run is "
+                         f"{s.env_id}")
     if s.n_initial_epochs < 0 or not 0.0 <= s.dropout < 1.0:
         raise UsageError("--n_initial_epochs must not be negative and --dropout is in [0, 1)")
     if run_dir is None:

@@ -104,8 +104,9 @@ class Settings:
         "pairs, so that synthetic labels made faster than clips arrive wait for new clips (0: no "
         "limit)")
     teacher: str = setting(
-        InterfaceConfig.teacher, "prefs", "synthetic labeller: oracle, boltzmann:beta=B, "
-        "mistake:eps=E, skip:threshold=X, equal:threshold=X or myopic:gamma=G (B-Pref teachers)")
+        InterfaceConfig.teacher, "prefs", "synthetic labeller: oracle, alongside, "
+        "boltzmann:beta=B, mistake:eps=E, skip:threshold=X, equal:threshold=X or myopic:gamma=G "
+        "(B-Pref teachers)")
     episode_end_penalty: float | None = setting(
         None, "prefs", "synthetic labels: subtracted from a clip's true return per episode end "
         "in it (App. A); default: 1 for Atari games except Pong, else 0")

@@ -184,9 +184,16 @@ class MyopicTeacher(OracleTeacher):
                 teacher_return(right, self.episode_end_penalty, self.gamma))
 
 
-# kind -> (class, its one parameter and that parameter's default); "oracle" has none.
+def _alongside_teacher(episode_end_penalty: float = 0.0) -> OracleTeacher:
+    """Enduro's "keep alongside other cars" teacher, imported late: its module imports this one."""
+    from pref_interface.alongside import AlongsideTeacher
+    return AlongsideTeacher(episode_end_penalty)
+
+
+# kind -> (class, its one parameter and that parameter's default); "oracle", "alongside": none.
 TEACHERS: dict[str, tuple[Callable[..., OracleTeacher], str | None, float | None]] = {
     "oracle": (OracleTeacher, None, None),
+    "alongside": (_alongside_teacher, None, None),
     "boltzmann": (BoltzmannTeacher, "beta", 1.0),
     "mistake": (MistakeTeacher, "eps", 0.1),
     "skip": (SkipTeacher, "threshold", 0.0),
@@ -194,7 +201,7 @@ TEACHERS: dict[str, tuple[Callable[..., OracleTeacher], str | None, float | None
     "myopic": (MyopicTeacher, "gamma", 0.9),
 }
 TEACHER_SPECS = ("oracle, boltzmann:beta=1.0, mistake:eps=0.1, skip:threshold=0, equal:threshold=0.5, "
-                 "myopic:gamma=0.9")
+                 "myopic:gamma=0.9, alongside (Enduro)")
 
 
 def make_teacher(spec: str, rng: np.random.Generator | int | None = None,
@@ -208,8 +215,8 @@ def make_teacher(spec: str, rng: np.random.Generator | int | None = None,
     cls, name, default = TEACHERS[kind]
     if name is None:
         if params:
-            raise ValueError(f"teacher 'oracle' takes no parameters, got {spec!r}; valid: {TEACHER_SPECS}")
-        return OracleTeacher(episode_end_penalty)
+            raise ValueError(f"teacher {kind!r} takes no parameters, got {spec!r}; valid: {TEACHER_SPECS}")
+        return cls(episode_end_penalty)
     value = default
     if params:
         key, eq, text = params.partition("=")

@@ -1,0 +1,133 @@
+"""A behaviour the score does not reward: Enduro's "keep alongside other cars" (§3.2, Fig. 4).
+
+Clips hold only the agent's 84x84 grey frames (Enduro's bottom panel blanked from row 62 by
+envs/atari.py), so the cars are found in the frames. What those frames show, checked in the
+day, snow, dusk, night and fog phases (six 3,000-step episodes of random and of mostly
+accelerating play, about 200 frames looked at by eye, the player's rows also in full-size ALE
+frames):
+- the player's car is at the bottom: its top row is 54-57 and its bottom row 58-61 (full-size
+  rows 144-154 at rest, up to 8 higher when fast), about 9 columns wide, and its body is grey 192
+  exactly in every phase; other cars' blurred edges hit 192 only in stray pixels;
+- the ground is one grey (40/41 day, 236 snow, 47 dusk, 0 night, 74 fog); columns 0-4 are the
+  Atari's left border;
+- in the player's rows a road edge is 1-3 pixels wide per row, with one-row kinks 4-5 wide on
+  curves; another car is 4-9 wide, over several rows by day, and in one row at night and in fog,
+  where only its two taillights show, a gap of 1-2 pixels apart.
+"Level with another car": another car is drawn in at least one of the player's rows, at any
+distance to the side (the road there is only about seven car widths wide, so it is beside the
+player), but not touching the player's car (then it is a collision, not driving alongside).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pref_interface.segment import STACK, Segment
+from pref_interface.teachers import OracleTeacher, _prefer
+
+SEARCH_ROWS = slice(50, 62)  # the player's car, in any of its rows, and the ground around it
+PLAYER_GREY = 192  # the player's car body, in every phase
+FIRST_COL = 5  # columns 0-4: the Atari's left border
+CAR_WIDTH = 9  # the player's car, in columns
+BODY_ROWS = 4  # ... and its body (grey 192 by day) in rows
+NEAR_GREY = 16  # the player's body in the snow is this close to 192
+MIN_DIFF = 24  # a pixel this far from the ground grey is part of something drawn
+MAX_GAP = 2  # gaps this narrow inside a run are closed (night: a car's two taillights)
+MIN_CAR_WIDTH = 4  # a car in two rows is this wide; a road edge is 1-3 wide
+MIN_LONE_WIDTH = 6  # ... in one row (night: its taillights); a road edge's kink is 4-5 wide
+
+
+def find_player(frame: np.ndarray) -> tuple[int, int, int] | None:
+    """(first row, last row + 1, centre column) of the player's car; None when no grey-192 pixel
+    is near the bottom (not an Enduro frame). The car is the car-wide window with the most 192s
+    (another car's blurred edge hits 192 in a few stray pixels; the player's body in the snow in
+    as few as two, so equal counts go to the lower window, the player being the lowest car). Its
+    body is the up to BODY_ROWS rows around its lowest 192 with greys near 192 in its columns (in
+    the snow most of it is 193-210), and one more row either side takes in the blurred edges."""
+    region = frame[SEARCH_ROWS, FIRST_COL:].astype(np.int16)
+    ys, xs = np.nonzero(region == PLAYER_GREY)
+    if not len(xs):
+        return None
+    per_col = np.bincount(xs, weights=1.0 + ys / 1000, minlength=region.shape[1])
+    best = int(np.argmax(np.convolve(per_col, np.ones(CAR_WIDTH), mode="same")))
+    mine = np.abs(xs - best) <= CAR_WIDTH // 2
+    centre = int(np.median(xs[mine]))
+    cols = slice(max(centre - CAR_WIDTH // 2, 0), centre + CAR_WIDTH // 2 + 1)
+    body = set(np.flatnonzero((np.abs(region[:, cols] - PLAYER_GREY) <= NEAR_GREY).any(axis=1)))
+    top = bottom = int(ys[mine].max())
+    while top - 1 in body and bottom - top < BODY_ROWS - 1:
+        top -= 1
+    while bottom + 1 in body and bottom - top < BODY_ROWS - 1:
+        bottom += 1
+    first, stop = SEARCH_ROWS.start + max(top - 1, 0), SEARCH_ROWS.start + bottom + 2
+    return first, min(stop, SEARCH_ROWS.stop), FIRST_COL + centre
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """[start, end) of each run of True in a 1-D mask, runs closer than MAX_GAP + 1 joined."""
+    cols = np.flatnonzero(mask)
+    if not len(cols):
+        return []
+    breaks = np.flatnonzero(np.diff(cols) > MAX_GAP + 1)
+    starts = np.concatenate([[cols[0]], cols[breaks + 1]])
+    ends = np.concatenate([cols[breaks], [cols[-1]]]) + 1
+    return list(zip(starts.tolist(), ends.tolist()))
+
+
+def other_cars(frame: np.ndarray) -> np.ndarray:
+    """bool (84, 84): where other cars are drawn in the player's rows. Per row, runs of pixels far
+    from the ground grey that do not reach into the player's own columns (a road edge or a car
+    touching the player joins its run and is dropped with it); a car's run is MIN_LONE_WIDTH wide,
+    or MIN_CAR_WIDTH wide in two adjacent rows at the same columns."""
+    assert frame.shape == (84, 84) and frame.dtype == np.uint8, (frame.shape, frame.dtype)
+    wide = np.zeros(frame.shape, dtype=bool)
+    lone = np.zeros(frame.shape, dtype=bool)
+    player = find_player(frame)
+    if player is None:
+        return wide
+    top, stop, centre = player
+    ground = np.bincount(frame[SEARCH_ROWS, FIRST_COL:].ravel()).argmax()
+    half = CAR_WIDTH // 2
+    for r in range(top, stop):
+        drawn = np.abs(frame[r].astype(np.int16) - ground) > MIN_DIFF
+        drawn[:FIRST_COL] = False
+        for start, end in _runs(drawn):
+            mine = start <= centre + half and end > centre - half
+            if end - start >= MIN_CAR_WIDTH and not mine:
+                wide[r, start:end] = True
+                lone[r, start:end] = end - start >= MIN_LONE_WIDTH
+    stacked = np.zeros(frame.shape, dtype=bool)
+    stacked[1:] |= wide[1:] & wide[:-1]
+    stacked[:-1] |= wide[:-1] & wide[1:]
+    return lone | stacked
+
+
+def is_alongside(frame: np.ndarray) -> bool:
+    """Whether another car is level with the player's car in one 84x84 grey Enduro frame."""
+    return bool(other_cars(frame).any())
+
+
+def alongside_steps(frames: np.ndarray) -> np.ndarray:
+    """bool (T,): `is_alongside` for each frame of uint8 (T, 84, 84)."""
+    return np.array([is_alongside(f) for f in frames], dtype=bool)
+
+
+def alongside_share(frames: np.ndarray) -> float:
+    """The share of frames in which the player is level with another car (a policy's measure)."""
+    return float(alongside_steps(frames).mean()) if len(frames) else 0.0
+
+
+def clip_alongside(seg: Segment) -> int:
+    """How many of a clip's steps end level with a car: each step's newest frame is judged."""
+    return int(alongside_steps(seg.frames[STACK - 1:]).sum())
+
+
+class AlongsideTeacher(OracleTeacher):
+    """Synthetic labels for "keep alongside other cars" (Enduro only): prefers the clip with more
+    steps level with another car, 0.5 on equal counts. The true reward and episode ends are
+    ignored: only what the frames show counts."""
+
+    def returns(self, left: Segment, right: Segment) -> tuple[float, float]:
+        return float(clip_alongside(left)), float(clip_alongside(right))
+
+    def label(self, left: Segment, right: Segment) -> float:
+        return _prefer(*self.returns(left, right))

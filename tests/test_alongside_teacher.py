@@ -1,0 +1,146 @@
+"""Enduro's "keep alongside other cars" teacher (issue 34): the frame detector on hand-made frames
+and on the emulator's, the teacher's labels, and `--teacher alongside`."""
+import numpy as np
+import pytest
+
+from pref_interface.alongside import (AlongsideTeacher, alongside_share, clip_alongside,
+                                      find_player, is_alongside)
+from pref_interface.segment import STACK, Segment
+from pref_interface.teachers import Labeller, make_teacher
+
+DAY, NIGHT, SNOW = 40, 0, 236  # the ground's grey in the 84x84 frames
+
+
+def enduro_frame(ground: int = DAY, player: int = 40, top: int = 57,
+                 cars: tuple[tuple[int, int, int, int, int], ...] = ()) -> np.ndarray:
+    """A hand-made 84x84 frame: the player's 9-wide car (a fringe row, three rows of grey 192, a
+    wheel row) with its top row at `top`, and other cars as (col, top, rows, width, grey) blocks."""
+    f = np.full((84, 84), ground, np.uint8)
+    f[:, :4] = 0  # the Atari's left border
+    f[62:] = 0  # the blanked panel
+    f[top, player - 4:player + 5] = 120
+    f[top + 1:top + 4, player - 4:player + 5] = 192
+    f[top + 4, player - 4:player + 5] = 130
+    for col, car_top, rows, width, grey in cars:
+        f[car_top:car_top + rows, col:col + width] = grey
+    return f
+
+
+def with_road(f: np.ndarray, grey: int = 110) -> np.ndarray:
+    """The two road edges, 2 pixels wide, running diagonally down to the panel."""
+    for r in range(30, 62):
+        f[r, 42 - (r - 28):44 - (r - 28)] = grey
+        f[r, 48 + (r - 28):50 + (r - 28)] = grey
+    return f
+
+
+def test_the_player_is_found_by_its_grey_192_body_and_other_cars_192s_do_not_move_it():
+    assert find_player(enduro_frame(player=40)) == (57, 62, 40)
+    assert find_player(enduro_frame(player=25, top=54)) == (54, 59, 25)  # raised when fast
+    stray = enduro_frame(player=40)
+    stray[59, 70] = stray[60, 71] = 192  # another car's blurred edge
+    assert find_player(stray) == (57, 62, 40)
+    snow = enduro_frame(SNOW)
+    snow[58:62, 36:45] = 200  # in the snow the player's body is 193-210 ...
+    snow[60:62, 40] = 192  # ... with as few as two pixels of 192
+    snow[54:56, 12:18], snow[54:56, 16] = 130, 192  # and a car ahead has as many
+    assert find_player(snow) == (57, 62, 40)
+    blank = np.zeros((84, 84), np.uint8)
+    assert find_player(blank) is None and not is_alongside(blank)
+
+
+@pytest.mark.parametrize("cars, level", [
+    ((), False),
+    (((15, 57, 5, 8, 100),), True),  # beside it, on the left
+    (((62, 58, 4, 8, 100),), True),  # on the right
+    (((20, 45, 5, 8, 100),), False),  # ahead
+    (((20, 51, 5, 8, 100),), False),  # just ahead: its last row above the player's first
+    (((20, 53, 5, 8, 100),), True),  # half a car ahead: rows 53-57 share row 57
+    (((20, 60, 2, 8, 100),), True),  # mostly below the panel, two rows still showing
+    (((45, 57, 5, 8, 100),), False),  # touching the player: a collision, not alongside
+    (((48, 57, 5, 8, 100),), True),  # three columns away
+    (((20, 59, 1, 4, 100),), False),  # one row 4 wide: a road edge's kink on a curve
+    (((20, 58, 2, 4, 100),), True),  # 4 wide in two rows: a small car
+])
+def test_day_frames_level_exactly_when_another_car_shares_the_players_rows(cars, level):
+    assert is_alongside(enduro_frame(cars=cars)) is level
+    assert is_alongside(with_road(enduro_frame(cars=cars))) is level  # road edges change nothing
+
+
+def test_night_taillights_snow_and_a_raised_player():
+    lights = ((20, 58, 1, 2, 115), (24, 58, 1, 2, 115))  # one row, two dots, a gap of two
+    assert is_alongside(enduro_frame(NIGHT, cars=lights))
+    high_lights = ((20, 52, 1, 2, 115), (24, 52, 1, 2, 115))
+    assert not is_alongside(enduro_frame(NIGHT, cars=high_lights))
+    far_lights = ((20, 58, 1, 2, 115), (27, 58, 1, 2, 115))  # a gap of five: two dots, no car
+    assert not is_alongside(enduro_frame(NIGHT, cars=far_lights))
+    assert is_alongside(enduro_frame(SNOW, cars=((20, 58, 3, 5, 200),)))
+    assert not is_alongside(enduro_frame(SNOW, cars=((20, 58, 3, 5, 225),)))  # too faint to tell
+    ahead = ((20, 51, 4, 8, 100),)  # rows 51-54
+    assert is_alongside(enduro_frame(top=54, cars=ahead)) and not is_alongside(enduro_frame(cars=ahead))
+
+
+def clip(level: list[bool], rewards: float = 0.0) -> Segment:
+    """A clip whose step t ends on a frame with a car beside the player iff level[t]; the stack's
+    first three frames (before step 0) all have one."""
+    beside, alone = enduro_frame(cars=((15, 57, 5, 8, 100),)), enduro_frame()
+    frames = np.stack([beside] * (STACK - 1) + [beside if x else alone for x in level])
+    return Segment(frames, np.zeros(len(level), np.int64), np.full(len(level), rewards, np.float32))
+
+
+def test_the_teacher_prefers_the_clip_with_more_level_steps_whatever_the_reward():
+    more = clip([True] * 10 + [False] * 15)
+    fewer = clip([False] * 19 + [True] * 6, rewards=5.0)
+    same = clip([True] * 5 + [False] * 10 + [True] * 5 + [False] * 5)
+    assert clip_alongside(more) == 10 and clip_alongside(fewer) == 6
+    assert clip_alongside(clip([False] * 25)) == 0  # the three frames before step 0 do not count
+    teacher = AlongsideTeacher()
+    assert teacher.label(more, fewer) == 1.0 and teacher.label(fewer, more) == 0.0
+    assert teacher.label(more, same) == 0.5 and teacher.label(same, more) == 0.5
+    assert teacher.source == "synthetic" and isinstance(teacher, Labeller)
+
+
+def test_alongside_share_is_the_share_of_level_frames():
+    beside, alone = enduro_frame(cars=((62, 57, 5, 8, 100),)), enduro_frame()
+    assert alongside_share(np.stack([beside, beside, alone, beside])) == 0.75
+    assert alongside_share(np.stack([alone] * 3)) == 0.0
+    assert alongside_share(np.zeros((0, 84, 84), np.uint8)) == 0.0
+
+
+def test_teacher_alongside_is_a_command_line_choice(tmp_path):
+    from launch import cli
+
+    teacher = make_teacher("alongside", rng=0, episode_end_penalty=1.0)
+    assert type(teacher) is AlongsideTeacher
+    with pytest.raises(ValueError) as e:
+        make_teacher("alongside:eps=0.1")
+    assert "\n" not in str(e.value) and "'alongside' takes no parameters" in str(e.value)
+    argv = ["train_policy_with_preferences", "EnduroNoFrameskip-v4", "--synthetic_prefs",
+            "--log_dir", str(tmp_path / "never")]
+    assert cli.parse_args([*argv, "--teacher", "alongside"]).settings.teacher == "alongside"
+    with pytest.raises(cli.UsageError):
+        cli.parse_args([*argv, "--teacher", "alongside:x=1"])
+    with pytest.raises(cli.UsageError, match="reads Enduro's frames"):
+        cli.parse_args([argv[0], "PongNoFrameskip-v4", *argv[2:], "--teacher", "alongside"])
+
+
+def test_on_the_emulators_frames_the_player_is_found_in_every_frame_and_follows_the_steering():
+    """400 steps of Enduro (about 1 s): accelerate, steer left, right, left, accelerate. The
+    detector finds the player's car in every frame, in the rows it can be in, and its column
+    moves the way the car is steered; some frames but not most have a car level with it."""
+    from envs import make_vec_env
+
+    fire, rightfire, leftfire = 1, 7, 8  # Enduro's minimal action set
+    plan = [fire] * 100 + [leftfire] * 40 + [rightfire] * 80 + [leftfire] * 40 + [fire] * 140
+    env = make_vec_env("EnduroNoFrameskip-v4", 1, seed=3)
+    try:
+        env.reset()
+        frames = np.stack([env.step(np.array([a])).obs[0, -1].copy() for a in plan])
+    finally:
+        env.close()
+    players = [find_player(f) for f in frames]
+    assert all(p is not None for p in players)
+    tops, stops, cols = np.array(players).T
+    assert tops.min() >= 54 and stops.max() <= 62 and 4 <= (stops - tops).min() <= (stops - tops).max() <= 6
+    assert cols[139] < cols[99] - 5 and cols[219] > cols[139] + 5 and cols[259] < cols[219] - 5
+    assert 0.0 < alongside_share(frames) < 0.5
