@@ -167,3 +167,21 @@ def test_a_preference_run_resumes_without_gathering_or_pretraining_again(tmp_pat
     assert labels(d) > n_labels  # the same store goes on growing
     assert torch.load(d / "reward_predictor" / "reward_predictor.pt",
                       weights_only=True)["steps"] > predictor_steps
+
+
+def test_a_run_directory_written_by_earlier_code_resumes(tmp_path):
+    """tests/fixtures/run_29d3a96: a MovingDot preference run (4,000 steps, 21 labels) written by
+    commit 29d3a96, before the loop moved to launch/loop.py; today's code takes it over."""
+    import shutil
+
+    d = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "run_29d3a96", d)
+    predictor = d / "reward_predictor" / "reward_predictor.pt"
+    n_labels, predictor_steps = labels(d), torch.load(predictor, weights_only=True)["steps"]
+    r = run("--resume", str(d), "--million_timesteps", "0.008")
+    assert r.returncode == 0, r.stderr
+    assert "gathering" not in r.stderr and "pretraining" not in r.stderr
+    newest = sorted((d / "policy").glob("policy-*.pt"))[-1]
+    assert torch.load(newest, weights_only=True)["timesteps"] == 8000
+    assert labels(d) > n_labels
+    assert torch.load(predictor, weights_only=True)["steps"] > predictor_steps
