@@ -56,8 +56,8 @@ class Browser:
             label_id = self.ids[self.pos]
             pref = self.store.get(label_id)
             self.shown_mu = pref.mu
-            playback = Playback(self.player, clip_frames(pref.left.frames),
-                                clip_frames(pref.right.frames))
+            playback = Playback(self.player, clip_frames(pref.left.frames()),
+                                clip_frames(pref.right.frames()))
             while True:
                 token = playback.next_token(self.keys, lambda: self.status(label_id, pref))
                 key = token if token in (ENTER, EOF) else token.strip()

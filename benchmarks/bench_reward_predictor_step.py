@@ -25,17 +25,17 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from runtime.process_setup import reuse_freed_memory, trainer_malloc_environ  # noqa: E402
-from pref_interface.segment import Preference, Segment  # noqa: E402
-from reward_predictor.ensemble import NORMALISER_SEGMENTS, RewardPredictorEnsemble  # noqa: E402
+from pref_interface.clip import Preference, Clip  # noqa: E402
+from reward_predictor.ensemble import NORMALISER_CLIPS, RewardPredictorEnsemble  # noqa: E402
 from reward_predictor.nets import FRAME, AtariRewardNet  # noqa: E402
 
 
 def make_batch(rng: np.random.Generator, pairs: int, t: int) -> list[Preference]:
-    def seg() -> Segment:
+    def clip() -> Clip:
         # Atari-like frames: mostly dark with some structure, not pure noise.
         frames = (rng.random((t + 3, 84, 84)) < 0.1).astype(np.uint8) * 200
-        return Segment(frames, rng.integers(0, 6, t), np.zeros(t, np.float32))
-    return [Preference(seg(), seg(), float(rng.choice([0.0, 1.0]))) for _ in range(pairs)]
+        return Clip.pack(frames, rng.integers(0, 6, t), np.zeros(t, np.float32))
+    return [Preference(clip(), clip(), float(rng.choice([0.0, 1.0]))) for _ in range(pairs)]
 
 
 MALLOC_MODES = ("tunables", "keep", "default")
@@ -114,8 +114,8 @@ def phase_times(threads: int, steps: int, pairs: int, t: int, bf16: bool) -> dic
     totals: dict[int, float] = defaultdict(float)
     active: set[int] = set()
     phases = [  # (name, owner, attribute, parent phase or None)
-        ("forward (training batch)", ensemble, "segment_returns", None),
-        ("segments to a uint8 batch", ensemble, "segments_to_batch", 0),
+        ("forward (training batch)", ensemble, "clip_returns", None),
+        ("clips to a uint8 batch", ensemble, "clips_to_batch", 0),
         ("4-frame stacks gathered (NHWC, uint8)", nets, "nhwc_frames", 0),
         ("first conv (input to bf16/fp32 in chunks)", nets.FirstConv, "forward", 0),
         ("batch norm + leaky ReLU + dropout", nets.NormActDrop, "forward", 0),
@@ -164,13 +164,13 @@ def phase_times(threads: int, steps: int, pairs: int, t: int, bf16: bool) -> dic
 def conv_floor(threads: int, steps: int, pairs: int, t: int, bf16: bool) -> float:
     """Print and return the ms a member step spends in the paper net's convolutions alone: each
     layer's forward and backward on the batch (no input gradient for the first) and the forward
-    of the eval-mode pass over NORMALISER_SEGMENTS segments. The rest of a step is elementwise
+    of the eval-mode pass over NORMALISER_CLIPS clips. The rest of a step is elementwise
     work, conversions and bookkeeping."""
     import torch.nn.functional as F
 
     torch.set_num_threads(threads)
     dtype = torch.bfloat16 if bf16 else torch.float32
-    frames, eval_frames = 2 * pairs * t, NORMALISER_SEGMENTS * t
+    frames, eval_frames = 2 * pairs * t, NORMALISER_CLIPS * t
     net = AtariRewardNet(dropout=0.5, batchnorm=True)
     size, total = FRAME, 0.0
     for i, conv in enumerate(net.convs):
@@ -209,8 +209,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="timed steps per thread count")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch thread counts")
-    parser.add_argument("--pairs", type=int, default=16, help="segment pairs per batch")
-    parser.add_argument("--length", type=int, default=25, help="steps per segment")
+    parser.add_argument("--pairs", type=int, default=16, help="clip pairs per batch")
+    parser.add_argument("--length", type=int, default=25, help="steps per clip")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--malloc", choices=MALLOC_MODES, default="tunables",
                         help="memory set-up: a run's trainer's (glibc tunables), that of "

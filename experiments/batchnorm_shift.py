@@ -30,7 +30,7 @@ def shift(run_dir: Path, n_clips: int, seed: int = 0, save: str | None = None) -
     from launch.configs import trainer_config
     from launch.rundir import PREDICTOR_FILE
     from launch.cli import saved_run
-    from reward_predictor.ensemble import segment_returns, take_batchnorm_statistics
+    from reward_predictor.ensemble import clip_returns, take_batchnorm_statistics
     from reward_predictor.process import build_ensemble, load_prefs
     from reward_predictor.trainer import RewardPredictorTrainer
 
@@ -57,7 +57,7 @@ def shift(run_dir: Path, n_clips: int, seed: int = 0, save: str | None = None) -
         for net, norm in zip(ensemble.members, ensemble.normalisers):
             net.eval()
             with torch.no_grad():
-                raw = segment_returns(net, clips)[1].float()
+                raw = clip_returns(net, clips)[1].float()
             norm.reset()
             norm.update(raw)
         trainer.save(save)

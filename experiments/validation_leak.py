@@ -4,7 +4,7 @@
     python -m experiments.validation_leak RUN_DIR
 
 A validation label whose clips the predictor also trains on measures memory, not generalisation.
-Labels made since clips are split on arrival (pref_interface.pairs.SegmentBuffer) share none;
+Labels made since clips are split on arrival (pref_interface.pairs.ClipBuffer) share none;
 stores made before that split labels at random and leak.
 """
 from __future__ import annotations
@@ -18,11 +18,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pref_interface.segment import Preference, Segment  # noqa: E402
+from pref_interface.clip import Preference, Clip  # noqa: E402
 
 
-def _key(seg: Segment) -> str:
-    return hashlib.blake2b(seg.frames.tobytes() + seg.actions.tobytes(), digest_size=16).hexdigest()
+def _key(clip: Clip) -> str:
+    return clip.key.hex()
 
 
 def leak(prefs: Sequence[Preference]) -> tuple[int, int, int]:

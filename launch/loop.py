@@ -1,7 +1,7 @@
 """The paper's loop: open this module first (Christiano et al. 2017, Fig. 1 and §2.2).
 
     agent (A2C) ──clips──▶ labelling ──labels──▶ predictor trainer
-        ▲   │ segments        │ label store           │ preferences
+        ▲   │ clips        │ label store           │ preferences
         │   └─ clip source    ▼ (prefs.sqlite)         │
         └────────── r̂ and its pace ◀── reward_weights ─┘
 
@@ -9,8 +9,8 @@ Three processes run at once, each one of the loops below, and are joined by name
 (`Channels`). The roles, and where each one lives:
 
 - clip source: `pref_interface.process.ClipObserver`, in the agent's process; it cuts 25-step
-  clips from every rollout and sends them on `segments` (dropped rather than waited for).
-- pair selection: `pref_interface.pairs.SegmentBuffer` with `pref_interface.selection` (random or
+  clips from every rollout and sends them on `clips` (dropped rather than waited for).
+- pair selection: `pref_interface.pairs.ClipBuffer` with `pref_interface.selection` (random or
   by the ensemble's disagreement, §2.2.4), run by `Labelling.draw_pairs`.
 - labeller: a person or a scripted teacher (`pref_interface.teachers`), `Labelling.label`.
 - label store: `pref_interface.store.PreferenceStore` (SQLite); `Labelling.commit` stores every
@@ -79,7 +79,7 @@ def labelling_loop(labelling: Any, stop_event: Any) -> None:
             for pair in pairs:
                 pref = labelling.label(pair)
                 if pref is not None:  # incomparable pairs are not stored (§2.2.2)
-                    labelling.commit(pair, pref)
+                    labelling.commit(pref)
     except LabellingStopped:
         labelling.done = True  # the trainer, if any, goes on with the labels it has
     except KeyboardInterrupt:
@@ -134,7 +134,7 @@ def run_predictor_trainer(config: Any, **channels: Any) -> None:
 class Channels:
     """Everything the processes share, named in one place.
 
-    segments: the agent's clip source -> labelling; small, the agent drops clips when it is full.
+    clips: the agent's clip source -> labelling; small, the agent drops clips when it is full.
     preferences: labelling -> predictor trainer; unbounded, never dropped.
     reward_weights: predictor trainer -> the agent's r̂ and pace; shared-memory weights with a
         version number.
@@ -149,9 +149,9 @@ class Channels:
 
     def __init__(self, ctx, stop, reward_weights=None, answers=None, episodes: bool = False):
         from pref_interface.episodes import EPISODE_QUEUE_MAXSIZE
-        from pref_interface.process import SEGMENT_QUEUE_MAXSIZE
+        from pref_interface.process import CLIP_QUEUE_MAXSIZE
 
-        self.segments = ctx.Queue(maxsize=SEGMENT_QUEUE_MAXSIZE)
+        self.clips = ctx.Queue(maxsize=CLIP_QUEUE_MAXSIZE)
         self.preferences = ctx.Queue()
         self.reward_weights = reward_weights
         self.answers = answers
@@ -171,8 +171,8 @@ class Channels:
 
         factories = []
         if interface_stats is not None:
-            factories.append(partial(make_clip_observers, self.segments,
-                                     interface_stats.segments_dropped))
+            factories.append(partial(make_clip_observers, self.clips,
+                                     interface_stats.clips_dropped))
         if self.episodes is not None:
             factories.append(partial(make_episode_observers, self.episodes))
         return partial(chain_observers, factories) if factories else None
@@ -210,7 +210,7 @@ class PreferenceLoop:
                   shared_weights=ch.reward_weights, stop_event=ch.stop, stats=self.trainer_stats,
                   log_dir=str(run.dir / "tb" / "reward_predictor"))
         sup.start("pref_interface", run_labelling, interface_config(run, session.page_updates),
-                  seg_queue=ch.segments, pref_queue=ch.preferences, stop_event=ch.stop,
+                  clip_queue=ch.clips, pref_queue=ch.preferences, stop_event=ch.stop,
                   stats=self.interface_stats, store_path=prefs_path,
                   log_dir=str(run.dir / "tb" / "labels"), answers=ch.answers,
                   val_accuracy=self.trainer_stats.val_accuracy,

@@ -32,7 +32,7 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
     config.learn, config.total_timesteps = False, 2 ** 62  # runs until the labels are in
     sup.start("pref_interface", run_labelling,
               interface_config(run, session.page_updates, n_labels),
-              seg_queue=ch.segments, pref_queue=None, stop_event=ch.stop, stats=istats,
+              clip_queue=ch.clips, pref_queue=None, stop_event=ch.stop, stats=istats,
               store_path=str(run.dir / PREFS_FILE), log_dir=str(run.dir / "tb" / "labels"),
               answers=ch.answers)
     sup.start("a2c", run_agent, config, log_dir=str(run.dir / "tb" / "gather"), stats=a2c_stats,

@@ -63,9 +63,10 @@ class Supervisor:
     def start(self, name: str, target: Callable, *args, environ: dict[str, str] | None = None,
               **kwargs) -> None:
         """Start `target(*args, **kwargs)` in a child named `name`. `target` is a function of a
-        torch-free module (`launch/loop.py`'s bodies, a part's `entry_points`), which imports what it needs when called, in
-        the child: this process never imports torch. `environ`: more environment variables for
-        the child (e.g. those its C library reads as it starts)."""
+        torch-free module (`launch/loop.py`'s bodies, a part's `entry_points`), which imports
+        what it needs when called, in the child: this process never imports torch. `environ`:
+        more environment variables for the child (e.g. those its C library reads as it
+        starts)."""
         proc = self.ctx.Process(target=_child,
                                 args=(functools.partial(target, *args, **kwargs), self.errors,
                                       self.stop_event),
@@ -201,8 +202,8 @@ def preference_status(a2c_stats, interface_stats=None, trainer_stats=None,
     line = a2c_status(a2c_stats, steps)
     if interface_stats is not None:
         line += f" | labels {interface_stats.labels_stored.value}"
-        if interface_stats.segments_dropped.value:
-            line += f" ({interface_stats.segments_dropped.value} clips dropped)"
+        if interface_stats.clips_dropped.value:
+            line += f" ({interface_stats.clips_dropped.value} clips dropped)"
     if trainer_stats is not None:
         line += f" | val acc {percent(trainer_stats.val_accuracy.value)}"
     return line

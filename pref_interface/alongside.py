@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pref_interface.segment import STACK, Segment
-from pref_interface.teachers import OracleTeacher, _prefer
+from pref_interface.clip import STACK, Clip
 
 SEARCH_ROWS = slice(50, 62)  # the player's car, in any of its rows, and the ground around it
 PLAYER_GREY = 192  # the player's car body, in every phase
@@ -116,18 +115,6 @@ def alongside_share(frames: np.ndarray) -> float:
     return float(alongside_steps(frames).mean()) if len(frames) else 0.0
 
 
-def clip_alongside(seg: Segment) -> int:
+def clip_alongside(clip: Clip) -> int:
     """How many of a clip's steps end level with a car: each step's newest frame is judged."""
-    return int(alongside_steps(seg.frames[STACK - 1:]).sum())
-
-
-class AlongsideTeacher(OracleTeacher):
-    """Synthetic labels for "keep alongside other cars" (Enduro only): prefers the clip with more
-    steps level with another car, 0.5 on equal counts. The true reward and episode ends are
-    ignored: only what the frames show counts."""
-
-    def returns(self, left: Segment, right: Segment) -> tuple[float, float]:
-        return float(clip_alongside(left)), float(clip_alongside(right))
-
-    def label(self, left: Segment, right: Segment) -> float:
-        return _prefer(*self.returns(left, right))
+    return int(alongside_steps(clip.frames()[STACK - 1:]).sum())

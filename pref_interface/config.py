@@ -14,9 +14,9 @@ class InterfaceConfig:
     """Settings of the preference-interface process."""
 
     max_segs: int = 1000
-    """Most recent segments kept to draw pairs from."""
+    """Most recent clips kept to draw pairs from."""
     max_pairs_per_clip: int | None = 2
-    """Each clip is offered in at most this many pairs (SegmentBuffer); labelling waits for new
+    """Each clip is offered in at most this many pairs (ClipBuffer); labelling waits for new
     clips when every clip has had its share. None: no limit."""
     synthetic: bool = False
     """Label with the true-reward oracle (§3.1); False means a person labels (pref_interface.human)."""
@@ -29,7 +29,7 @@ class InterfaceConfig:
     """Human labelling: let keys typed before a pair appeared answer it (answers piped in from a
     file). False drops them, so a double key press never labels a pair nobody has seen."""
     val_fraction: float = 1 / math.e
-    """Probability that a new clip goes to the validation split (SegmentBuffer); pairs are drawn
+    """Probability that a new clip goes to the validation split (ClipBuffer); pairs are drawn
     within a split, so about this share of labels is validation and none shares a clip with a
     training label. App. A holds out 1/e of the data as validation for the adaptive L2
     (validation loss kept at 1.1-1.5x training loss); the split is stored with each label and

@@ -5,27 +5,27 @@ import warnings
 
 import numpy as np
 
-from pref_interface.segment import FRAME_SHAPE, SEGMENT_LENGTH, STACK, Segment
+from pref_interface.clip import FRAME_SHAPE, CLIP_LENGTH, STACK, Clip
 
 
-class SegmentCutter:
-    """Builds one segment at a time from the A2C rollouts, rotating over the environments.
+class ClipCutter:
+    """Builds one clip at a time from the A2C rollouts, rotating over the environments.
 
     The clip under construction belongs to one env; when it is complete the next clip starts in
     the next env (i, i+1 mod N, ...), so every worker contributes while the rate stays at one
-    segment per `segment_length` steps of the vector env, i.e. one per N x `segment_length`
+    clip per `clip_length` steps of the vector env, i.e. one per N x `clip_length`
     agent steps (400 with the paper's 16 workers). Clips cut in turn come from different workers
     and lie N clip lengths apart in each worker's play. Each step copies only the new frame of that
     one env (consecutive 4-frame stacks share three frames). A clip may span an episode end (its
     `dones` say where), so the synthetic teacher can penalise it (App. A).
 
-    Attributes `n_emitted` and `n_discarded` count segments made and abandoned.
+    Attributes `n_emitted` and `n_discarded` count clips made and abandoned.
     """
 
-    def __init__(self, n_envs: int, segment_length: int = SEGMENT_LENGTH) -> None:
-        assert n_envs >= 1 and segment_length >= 1
+    def __init__(self, n_envs: int, clip_length: int = CLIP_LENGTH) -> None:
+        assert n_envs >= 1 and clip_length >= 1
         self.n_envs = n_envs
-        self.segment_length = segment_length
+        self.clip_length = clip_length
         self.n_emitted = 0
         self.n_discarded = 0
         self._env = 0  # the env the current clip comes from
@@ -33,14 +33,14 @@ class SegmentCutter:
         self._new_buffers()
 
     def _new_buffers(self) -> None:
-        self._frames = np.empty((self.segment_length + STACK - 1, *FRAME_SHAPE), np.uint8)
-        self._actions = np.empty(self.segment_length, np.int64)
-        self._rewards = np.empty(self.segment_length, np.float32)
-        self._dones = np.zeros(self.segment_length, bool)
+        self._frames = np.empty((self.clip_length + STACK - 1, *FRAME_SHAPE), np.uint8)
+        self._actions = np.empty(self.clip_length, np.int64)
+        self._rewards = np.empty(self.clip_length, np.float32)
+        self._dones = np.zeros(self.clip_length, bool)
 
     def observe(self, obs: np.ndarray, actions: np.ndarray, true_rewards: np.ndarray,
-                dones: np.ndarray) -> list[Segment]:
-        """Take one rollout of `T` steps of `N` envs; returns the segments completed in it.
+                dones: np.ndarray) -> list[Clip]:
+        """Take one rollout of `T` steps of `N` envs; returns the clips completed in it.
 
         Args:
             obs: uint8 (T + 1, N, 4, 84, 84); `obs[t]` is what `actions[t]` was taken on and
@@ -58,7 +58,7 @@ class SegmentCutter:
         assert len(obs) == n_steps + 1 and np.shape(actions) == np.shape(true_rewards) == np.shape(dones) == (
             n_steps, self.n_envs), (obs.shape, np.shape(actions), np.shape(true_rewards), np.shape(dones))
 
-        done_segments = []
+        done_clips = []
         for t in range(n_steps):
             i, n = self._env, self._n
             if n == 0:
@@ -73,7 +73,7 @@ class SegmentCutter:
                 # The stacks stopped overlapping without a reset in `dones` (e.g. an env whose
                 # autoreset returns the reset observation one step late): the clip would be
                 # garbage, so restart it from this observation.
-                warnings.warn("SegmentCutter: consecutive observations do not share frames; "
+                warnings.warn("ClipCutter: consecutive observations do not share frames; "
                               "check that `dones` marks every reset", RuntimeWarning, stacklevel=2)
                 self.n_discarded += 1
                 n = 0
@@ -83,11 +83,11 @@ class SegmentCutter:
             # Episode ends are kept so a synthetic teacher can penalise them (App. A).
             self._dones[n] = dones[t, i]
             self._n = n + 1
-            if self._n < self.segment_length:
+            if self._n < self.clip_length:
                 continue
-            done_segments.append(Segment(self._frames, self._actions, self._rewards, self._dones))
+            done_clips.append(Clip.pack(self._frames, self._actions, self._rewards, self._dones))
             self._new_buffers()
             self.n_emitted += 1
             self._n = 0
             self._env = (i + 1) % self.n_envs
-        return done_segments
+        return done_clips

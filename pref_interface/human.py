@@ -19,7 +19,7 @@ from pref_interface.keys import (ANSWER_KEYS, ENTER, EOF, REPLAY_KEY, PairAnswer
                                  answer_of)
 from pref_interface.player import FPS, ClipPlayer, Playback, clip_frames, make_player
 from pref_interface.labelling import InterfaceStats, LabelEditor, LabellingStopped
-from pref_interface.segment import LabelEdit, Segment
+from pref_interface.clip import LabelEdit, Clip
 from pref_interface.teachers import Labeller
 
 KEYS_HELP = "L left better, R right better, E equal, Enter incomparable, P replay, ^D stop"
@@ -69,14 +69,14 @@ class HumanLabeller(Labeller):
         self.target, self.has_trainer, self.fps = target, has_trainer, fps
         self.keep_typed_ahead = keep_typed_ahead
         self.labels = labels
-        self._upcoming: tuple[Segment, Segment] | None = None
+        self._upcoming: tuple[Clip, Clip] | None = None
         self.n_pairs = 0
         self.last = ""
         self.stopped_by_person = False
 
     # ---- the Labeller protocol ----------------------------------------------------------------
 
-    def label(self, left: Segment, right: Segment) -> float | None:
+    def label(self, left: Clip, right: Clip) -> float | None:
         """Play the pair until the person answers; mu, or None (incomparable, or the run is
         stopping). Raises LabellingStopped on Ctrl-D / end of input."""
         self._make_player()
@@ -86,7 +86,7 @@ class HumanLabeller(Labeller):
         upcoming, self._upcoming = self._upcoming, None
         return self._ask(left, right, upcoming=upcoming)
 
-    def upcoming(self, left: Segment, right: Segment) -> None:
+    def upcoming(self, left: Clip, right: Clip) -> None:
         """The pair that comes after the one about to be asked: a player that can (the page)
         loads it ahead, so it shows the moment the person answers."""
         self._upcoming = left, right
@@ -100,17 +100,17 @@ class HumanLabeller(Labeller):
         """The interface stored the last answer as label `label_id`: refresh the page's list."""
         self._show_history()
 
-    def _ask(self, left: Segment, right: Segment, again: int | None = None,
-             upcoming: tuple[Segment, Segment] | None = None) -> float | None:
+    def _ask(self, left: Clip, right: Clip, again: int | None = None,
+             upcoming: tuple[Clip, Clip] | None = None) -> float | None:
         """Play a pair until it is answered; `again`: the stored label being answered anew;
         `upcoming`: the pair asked next (see `upcoming`)."""
-        frames = clip_frames(left.frames), clip_frames(right.frames)
+        frames = clip_frames(left.frames()), clip_frames(right.frames())
         preload = getattr(self.player, "preload", None) if upcoming else None
 
         def play() -> Playback:
             playback = Playback(self.player, *frames, self.fps)
             if preload is not None:
-                preload(*(clip_frames(seg.frames) for seg in upcoming))
+                preload(*(clip_frames(clip.frames()) for clip in upcoming))
             return playback
 
         playback = play()

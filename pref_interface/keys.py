@@ -13,7 +13,7 @@ one line without its newline when stdin is a pipe or file. `EOF` (Ctrl-D, or the
 is the last token: after it the reader stops and the terminal is restored.
 
 The labelling page (`pref_interface.web`) puts tokens of its own on the same queue: `PairAnswer`
-(an answer tied to the pair it was shown with), `ReopenLabel` and `segment.LabelEdit`.
+(an answer tied to the pair it was shown with), `ReopenLabel` and `clip.LabelEdit`.
 """
 from __future__ import annotations
 

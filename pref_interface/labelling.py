@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pref_interface.segment import LabelEdit, Preference
+from pref_interface.clip import LabelEdit, Preference
 from pref_interface.store import PreferenceStore
 
 
@@ -16,8 +16,8 @@ class InterfaceStats:
     labels_total: Any  # labels made and stored by the interface in this run
     labels_stored: Any  # labels in the store now, earlier phases' and runs' too (as the summary)
     labels_received: Any  # labels taken off pref_queue, incremented by the trainer
-    segments_received: Any  # segments the interface took off seg_queue
-    segments_dropped: Any  # segments A2C dropped because seg_queue was full
+    clips_received: Any  # clips the interface took off clip_queue
+    clips_dropped: Any  # clips A2C dropped because clip_queue was full
 
     @classmethod
     def create(cls, ctx: Any, labels_received: Any | None = None) -> "InterfaceStats":

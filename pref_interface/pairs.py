@@ -1,4 +1,4 @@
-"""Which clips to compare: a buffer of recent segments and the choice of pairs to show."""
+"""Which clips to compare: a buffer of recent clips and the choice of pairs to show."""
 from __future__ import annotations
 
 import math
@@ -8,12 +8,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from pref_interface.packed import PackedSegment
-from pref_interface.segment import Segment
+from pref_interface.clip import Clip
 
 OVERSAMPLE = 10  # App. A: disagreement draws 10x more candidate pairs than it shows
 
-Candidate = tuple[int, Segment, int, Segment]  # (id_a, seg_a, id_b, seg_b)
+Candidate = tuple[int, Clip, int, Clip]  # (id_a, clip_a, id_b, clip_b)
 # Scores candidate pairs, higher = more worth asking about (e.g. the ensemble's disagreement).
 PairScorer = Callable[[Sequence[Candidate]], np.ndarray]
 
@@ -37,17 +36,14 @@ def select_pairs(candidates: Sequence[Candidate], k: int, rng: np.random.Generat
     return [candidates[j] for j in chosen]
 
 
-class SegmentBuffer:
-    """The most recent `max_segs` segments, each with an increasing id, and the pairs of them
-    already offered for labelling (never offered twice). Segments are held packed and unpacked
-    when drawn into candidate pairs.
+class ClipBuffer:
+    """The most recent `max_segs` clips, each with an increasing id, and the pairs of them
+    already offered for labelling (never offered twice). Clips are held packed, as they came.
 
-    Each segment is put in the validation split with probability `val_fraction` when it arrives,
+    Each clip is put in the validation split with probability `val_fraction` when it arrives,
     and pairs are only drawn within a split. A label's split is then that of its clips, so no
-    validation label shares a clip with a training label: with the split drawn per label instead,
-    a clip in several labels (about 2 on average in a Pong run) leaked 3 in 4 validation labels
-    into training, validation accuracy read 0.9+ while fresh clips were ordered at chance, and
-    adaptive L2, fed by the leaky validation loss, did not hold the predictor back.
+    validation label shares a clip with a training label (a split drawn per label leaked
+    validation into training: docs/experiments.md).
     """
 
     def __init__(self, max_segs: int = 1000, val_fraction: float = 0.0,
@@ -61,47 +57,44 @@ class SegmentBuffer:
         # labelling wait for new clips (docs/experiments.md, "MovingDot's initial labels").
         self.max_pairs_per_clip = max_pairs_per_clip
         self._split_rng = np.random.default_rng(seed)
-        self._segs: OrderedDict[int, PackedSegment] = OrderedDict()
+        self._clips: OrderedDict[int, Clip] = OrderedDict()
         self._is_val: dict[int, bool] = {}
         self._next_id = 0
-        # Pairs offered, (smaller id, larger id), among training [0] / validation [1] segments.
+        # Pairs offered, (smaller id, larger id), among training [0] / validation [1] clips.
         self._offered: tuple[set[tuple[int, int]], ...] = (set(), set())
         self._pairs_offered = [0, 0]  # how many of each were ever offered, evicted ones included
         self._partners: dict[int, set[int]] = {}  # id -> ids it was offered with, for eviction
 
-    def add(self, seg: Segment) -> int:
-        """Keep a segment, evicting the oldest beyond `max_segs`; returns its id."""
-        seg_id = self._next_id
+    def add(self, clip: Clip) -> int:
+        """Keep a clip, evicting the oldest beyond `max_segs`; returns its id."""
+        clip_id = self._next_id
         self._next_id += 1
-        self._segs[seg_id] = PackedSegment.pack(seg)
-        self._is_val[seg_id] = bool(self.val_fraction and self._split_rng.random() < self.val_fraction)
-        while len(self._segs) > self.max_segs:
-            old, _ = self._segs.popitem(last=False)
+        self._clips[clip_id] = clip
+        self._is_val[clip_id] = bool(self.val_fraction
+                                     and self._split_rng.random() < self.val_fraction)
+        while len(self._clips) > self.max_segs:
+            old, _ = self._clips.popitem(last=False)
             split = self._is_val.pop(old)
             for other in self._partners.pop(old, ()):
                 self._offered[split].discard((min(old, other), max(old, other)))
                 self._partners[other].discard(old)
-        return seg_id
+        return clip_id
 
-    def packed(self, seg_id: int) -> PackedSegment:
-        """A segment as the buffer holds it (what a label carries to the trainer)."""
-        return self._segs[seg_id]
-
-    def is_validation(self, seg_id: int) -> bool:
-        """Whether a segment (and so every label on it) belongs to the validation split."""
-        return self._is_val[seg_id]
+    def is_validation(self, clip_id: int) -> bool:
+        """Whether a clip (and so every label on it) belongs to the validation split."""
+        return self._is_val[clip_id]
 
     def __len__(self) -> int:
-        return len(self._segs)
+        return len(self._clips)
 
     @property
     def n_unoffered_pairs(self) -> int:
         return sum(self._n_unoffered(split) for split in (False, True))
 
-    def _has_room(self, seg_id: int, extra: int = 0) -> bool:
+    def _has_room(self, clip_id: int, extra: int = 0) -> bool:
         """Whether a clip may be offered in one more pair (`extra` pairs already chosen for it)."""
         cap = self.max_pairs_per_clip
-        return cap is None or len(self._partners.get(seg_id, ())) + extra < cap
+        return cap is None or len(self._partners.get(clip_id, ())) + extra < cap
 
     def _ids(self, split: bool) -> np.ndarray:
         """The ids of one split that may still be offered."""
@@ -117,10 +110,10 @@ class SegmentBuffer:
 
     def sample_new_pairs(self, k: int, rng: np.random.Generator, score: PairScorer | None = None,
                          oversample: int = OVERSAMPLE) -> list[Candidate]:
-        """Up to `k` pairs of distinct segments never offered before, marked as offered now.
+        """Up to `k` pairs of distinct clips never offered before, marked as offered now.
 
         With `score`, `oversample * k` candidates are drawn and the best `k` kept (§2.2.4 / App.
-        A: 10x more candidates than queries); without it, `k` random pairs. Which segment is left
+        A: 10x more candidates than queries); without it, `k` random pairs. Which clip is left
         is random, so neither side is favoured. Fewer than `k` when the buffer runs out of pairs.
         """
         if oversample < 1:
@@ -131,8 +124,7 @@ class SegmentBuffer:
             if wanted > 0:
                 drawn = self._draw_unoffered(wanted if score is None else wanted * oversample,
                                              rng, split)
-                segs = {i: self._segs[i].unpack() for pair in drawn for i in pair}
-                candidates = [(a, segs[a], b, segs[b]) for a, b in drawn]
+                candidates = [(a, self._clips[a], b, self._clips[b]) for a, b in drawn]
                 chosen += select_pairs(candidates, wanted, rng, score)
         for a, _, b, _ in chosen:
             self._offered[self._is_val[a]].add((min(a, b), max(a, b)))

@@ -1,7 +1,7 @@
 """Clip players: two clips looping side by side, in a window or in the terminal itself.
 
 App. A.2: a clip is 25 agent steps shown in 1.7 s, i.e. about 15 frames per second. Each clip
-shows the newest frame of every observation stack (`Segment.frames[3:]`), with a bar under it
+shows the newest frame of every observation stack (`Clip.frames()[3:]`), with a bar under it
 that fills as playback goes through the clip.
 
 - `WindowPlayer`: a matplotlib (TkAgg) window, zoom x4; the prompt stays in the terminal.
@@ -88,9 +88,9 @@ def make_player(kind: str, title: str = "Which clip is better?",
     raise ValueError(f"unknown player {kind!r}")
 
 
-def clip_frames(segment_frames: np.ndarray, stack: int = 4) -> np.ndarray:
-    """The frames to play for a segment: the newest frame of each observation stack."""
-    return segment_frames[stack - 1:]
+def clip_frames(clip_frames: np.ndarray, stack: int = 4) -> np.ndarray:
+    """The frames to play for a clip: the newest frame of each observation stack."""
+    return clip_frames[stack - 1:]
 
 
 # ---------------------------------------------------------------------------- playing a pair

@@ -1,6 +1,6 @@
 """The labelling steps of the loop: clips in, labels out (stored first, then sent on).
 
-    A2C --ClipObserver--> seg_queue --> Labelling --> PreferenceStore
+    A2C --ClipObserver--> clip_queue --> Labelling --> PreferenceStore
                                                   \\-> pref_queue --> reward-predictor trainer
 
 `launch/loop.py:labelling_loop` runs the steps in order; this module holds what each one does.
@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import queue
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from pref_interface.config import InterfaceConfig
 from pref_interface.labelling import InterfaceStats, LabelEditor, increment
-from pref_interface.pairs import SegmentBuffer
-from pref_interface.segment import Preference
+from pref_interface.pairs import ClipBuffer
+from pref_interface.clip import Preference
 from pref_interface.sender import QueueSender
 from pref_interface.store import PreferenceStore
 from pref_interface.schedule import FRAMESKIP, LabelSchedule
@@ -24,7 +25,7 @@ from pref_interface.selection import make_pair_scorer
 from pref_interface.teachers import Labeller, make_teacher
 from runtime.scalars import Telemetry
 
-SEGMENT_QUEUE_MAXSIZE = 4  # A2C drops segments rather than wait for the interface
+CLIP_QUEUE_MAXSIZE = 4  # A2C drops clips rather than wait for the interface
 LOG_EVERY_S = 5.0  # how often labelling writes its TensorBoard scalars
 GATHER_BATCH = 16  # pairs drawn at a time while no trainer paces the labelling
 # A person's first pair is held back this long at most until a second pair is drawn, so that the
@@ -68,7 +69,7 @@ class Labelling:
     a person gets one pair at a time, with the next one drawn ahead.
 
     Args:
-        seg_queue: clips from the agent's clip source.
+        clip_queue: clips from the agent's clip source.
         pref_queue: labels to the trainer (never dropped); None while gathering (store only).
         store_path: the label store (SQLite); every label is committed there before it is sent.
         labeller: overrides the one the config chooses (scripted teachers, tests).
@@ -80,17 +81,17 @@ class Labelling:
         agent_steps: A2C's shared step counter (for a label schedule and the TensorBoard x-axis).
     """
 
-    def __init__(self, config: InterfaceConfig, *, seg_queue: Any, pref_queue: Any | None,
+    def __init__(self, config: InterfaceConfig, *, clip_queue: Any, pref_queue: Any | None,
                  stop_event: Any, stats: InterfaceStats, store_path: str,
                  labeller: Labeller | None = None, log_dir: str | None = None,
                  answers: Any | None = None, val_accuracy: Any | None = None,
                  make_predictor: Any | None = None, agent_steps: Any | None = None) -> None:
         self.config, self.stats, self.agent_steps = config, stats, agent_steps
-        self.seg_queue, self.pref_queue = seg_queue, pref_queue
+        self.clip_queue, self.pref_queue = clip_queue, pref_queue
         self.has_trainer = pref_queue is not None
         pair_seq, val_seq = np.random.SeedSequence(config.seed).spawn(2)
         self.pair_rng = np.random.default_rng(pair_seq)
-        self.buffer = SegmentBuffer(config.max_segs, config.val_fraction, seed=val_seq,
+        self.buffer = ClipBuffer(config.max_segs, config.val_fraction, seed=val_seq,
                                     max_pairs_per_clip=config.max_pairs_per_clip)
         self.store = PreferenceStore(store_path)
         self.n_stored = stats.labels_stored.value = len(self.store)
@@ -113,7 +114,7 @@ class Labelling:
 
     def take_clips(self) -> None:
         """Every clip the agent has sent into the pool pairs are drawn from."""
-        _drain_segments(self.seg_queue, self.buffer, self.stats)
+        _drain_clips(self.clip_queue, self.buffer, self.stats)
         target = self.config.stop_after_labels
         self.done = self.done or (target is not None and self.n_stored >= target)
 
@@ -125,8 +126,8 @@ class Labelling:
             return
         t.record("labels/total", self.n_stored)
         t.record("labels/per_sec", (self.n_stored - self.n_at_dump) / t.since_dump())
-        t.record("segments/received", self.stats.segments_received.value)
-        t.record("segments/dropped", self.stats.segments_dropped.value)
+        t.record("segments/received", self.stats.clips_received.value)
+        t.record("segments/dropped", self.stats.clips_dropped.value)
         t.dump(self.agent_steps.value if self.agent_steps is not None else self.n_stored)
         self.n_at_dump = self.n_stored
 
@@ -161,16 +162,13 @@ class Labelling:
         return Preference(left, right, mu, self.labeller.source,
                           is_validation=self.buffer.is_validation(left_id))
 
-    def commit(self, pair: tuple, pref: Preference) -> None:
-        """Into the store first, then to the trainer (its clips packed, as the trainer holds
-        them): a label is never sent that is not committed."""
+    def commit(self, pref: Preference) -> None:
+        """Into the store first, then to the trainer: a label is never sent that is not
+        committed."""
         label_id = self.store.add(pref)
         self.n_stored = self.stats.labels_stored.value = self.n_stored + 1
         if self.has_trainer:
-            left_id, _, right_id, _ = pair
-            self.pref_queue.put(Preference(self.buffer.packed(left_id),
-                                           self.buffer.packed(right_id), pref.mu, pref.source,
-                                           pref.is_validation, label_id))
+            self.pref_queue.put(replace(pref, label_id=label_id))
         increment(self.stats.labels_total)
         self.labeller.stored(label_id)
         if self.person:  # a person may have deleted labels meanwhile
@@ -200,35 +198,35 @@ def _labels_wanted(config: InterfaceConfig, stats: InterfaceStats, schedule: Lab
     return max(0, min(wanted, 2 if human else wanted))
 
 
-def _drain_segments(seg_queue: Any, buffer: SegmentBuffer, stats: InterfaceStats) -> None:
+def _drain_clips(clip_queue: Any, buffer: ClipBuffer, stats: InterfaceStats) -> None:
     while True:
         try:
-            seg = seg_queue.get_nowait()
+            clip = clip_queue.get_nowait()
         except queue.Empty:
             return
-        buffer.add(seg)
-        increment(stats.segments_received)
+        buffer.add(clip)
+        increment(stats.clips_received)
 
 
 class ClipObserver:
     """A2C rollout observer: cuts clips from every rollout and sends them without blocking."""
 
-    def __init__(self, n_envs: int, seg_queue: Any, dropped_counter: Any | None = None) -> None:
-        from pref_interface.cutter import SegmentCutter
+    def __init__(self, n_envs: int, clip_queue: Any, dropped_counter: Any | None = None) -> None:
+        from pref_interface.cutter import ClipCutter
 
-        self.cutter = SegmentCutter(n_envs)
-        self.sender = QueueSender(seg_queue, dropped_counter)
+        self.cutter = ClipCutter(n_envs)
+        self.sender = QueueSender(clip_queue, dropped_counter)
 
     def __call__(self, rollout: Any) -> None:
-        for seg in self.cutter.observe(rollout.obs, rollout.actions, rollout.true_rewards,
+        for clip in self.cutter.observe(rollout.obs, rollout.actions, rollout.true_rewards,
                                        rollout.dones):
-            self.sender.send(seg)
+            self.sender.send(clip)
 
     def close(self) -> None:
         """A2C is exiting: let a clip the interface has started reading arrive whole."""
         self.sender.close()
 
 
-def make_clip_observers(seg_queue: Any, dropped_counter: Any, n_envs: int) -> list[ClipObserver]:
+def make_clip_observers(clip_queue: Any, dropped_counter: Any, n_envs: int) -> list[ClipObserver]:
     """The observers the A2C process attaches (use functools.partial for the first two args)."""
-    return [ClipObserver(n_envs, seg_queue, dropped_counter)]
+    return [ClipObserver(n_envs, clip_queue, dropped_counter)]

@@ -1,6 +1,6 @@
 """Query selection (§2.2.4): which of the candidate clip pairs are worth a label.
 
-`select_pairs` / `SegmentBuffer.sample_new_pairs` take a `score` for the candidates; this module
+`select_pairs` / `ClipBuffer.sample_new_pairs` take a `score` for the candidates; this module
 makes the one the paper uses. App. A: draw 10x more candidate pairs than are shown and show those
 with the highest variance of the predicted preference across the ensemble members. Uniformly random
 pairs (no score) stay the default.
@@ -12,13 +12,13 @@ from typing import Callable, Sequence
 import numpy as np
 
 from pref_interface.pairs import Candidate, PairScorer
-from pref_interface.segment import Segment
+from pref_interface.clip import Clip
 
 SELECTIONS = ("random", "disagreement")
 
 # P[left preferred] under each ensemble member: (left clips, right clips) -> (n_members, B),
 # e.g. `RewardPredictorEnsemble.predict_preference`.
-PreferencePredictor = Callable[[Sequence[Segment], Sequence[Segment]], np.ndarray]
+PreferencePredictor = Callable[[Sequence[Clip], Sequence[Clip]], np.ndarray]
 
 
 def disagreement_score(predict_preference: PreferencePredictor) -> PairScorer:

@@ -3,8 +3,8 @@
 Human labels are the expensive resource of the method, so none may be lost to a crash: the store
 runs SQLite in WAL mode with `synchronous=FULL` and commits each label in its own transaction, so a
 process killed at any instant (SIGKILL included) leaves a file that opens with every label whose
-`add()` had returned. Segments are kept as compressed `.npz` blobs, read back with
-`allow_pickle=False`; nothing in this module unpickles.
+`add()` had returned. Clips are kept as `.npz` blobs of their packed frames and per-step arrays,
+read back with `allow_pickle=False`; nothing in this module unpickles.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import Callable, Iterator, TypeVar
 
 import numpy as np
 
-from pref_interface.segment import FRAME_SHAPE, STACK, Preference, Segment
+from pref_interface.clip import FRAME_SHAPE, STACK, Preference, Clip
 
 SCHEMA_VERSION = 1  # PRAGMA user_version of stores written by this code
 EXPORT_FORMAT_VERSION = 1
@@ -33,9 +33,9 @@ CREATE TABLE labels (
     source        TEXT    NOT NULL CHECK (source IN ('synthetic', 'human')),
     is_validation INTEGER NOT NULL CHECK (is_validation IN (0, 1)),
     mu            REAL    NOT NULL CHECK (mu >= 0.0 AND mu <= 1.0),  -- P(left preferred)
-    left_steps    INTEGER NOT NULL,  -- segment lengths, so exports can be sized without decoding
+    left_steps    INTEGER NOT NULL,  -- clip lengths, so exports can be sized without decoding
     right_steps   INTEGER NOT NULL,
-    left_seg      BLOB    NOT NULL,  -- np.savez_compressed(frames, actions, true_rewards[, dones])
+    left_seg      BLOB    NOT NULL,  -- np.savez(frames_z, actions, true_rewards[, dones])
     right_seg     BLOB    NOT NULL
 );
 """
@@ -61,23 +61,27 @@ def _db_errors_as_store_errors(method: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
-def encode_segment(seg: Segment) -> bytes:
-    """Compress a segment into a self-describing `.npz` blob (`dones` only when the segment has
-    them, so blobs of segments without episode ends are as before)."""
+def encode_clip(clip: Clip) -> bytes:
+    """A clip as a self-describing `.npz` blob of its packed frames as they are (not packed
+    again) and its per-step arrays (`dones` only when the clip has them)."""
     buf = io.BytesIO()
-    arrays = {"frames": seg.frames, "actions": seg.actions, "true_rewards": seg.true_rewards}
-    if seg.dones is not None:
-        arrays["dones"] = seg.dones
-    np.savez_compressed(buf, **arrays)
+    arrays = {"frames_z": np.frombuffer(clip.frames_z, np.uint8), "actions": clip.actions,
+              "true_rewards": clip.true_rewards}
+    if clip.dones is not None:
+        arrays["dones"] = clip.dones
+    np.savez(buf, **arrays)
     return buf.getvalue()
 
 
-def decode_segment(blob: bytes) -> Segment:
-    """Inverse of `encode_segment`; never unpickles. Blobs written before segments had `dones`
-    decode with `dones=None`."""
+def decode_clip(blob: bytes) -> Clip:
+    """Inverse of `encode_clip`; never unpickles. Blobs of older stores hold the frames
+    themselves (`frames`, deflated by the archive; packed now), and those written before clips
+    had `dones` decode with `dones=None`."""
     with np.load(io.BytesIO(blob), allow_pickle=False) as z:
         dones = z["dones"] if "dones" in z.files else None
-        return Segment(z["frames"], z["actions"], z["true_rewards"], dones)
+        if "frames_z" not in z.files:
+            return Clip.pack(z["frames"], z["actions"], z["true_rewards"], dones)
+        return Clip(z["frames_z"].tobytes(), z["actions"], z["true_rewards"], dones)
 
 
 class PreferenceStore:
@@ -153,7 +157,7 @@ class PreferenceStore:
             "INSERT INTO labels (created, source, is_validation, mu, left_steps, right_steps,"
             " left_seg, right_seg) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (created, pref.source, int(pref.is_validation), float(pref.mu), len(pref.left),
-             len(pref.right), encode_segment(pref.left), encode_segment(pref.right)))
+             len(pref.right), encode_clip(pref.left), encode_clip(pref.right)))
         return int(cur.lastrowid)
 
     @_db_errors_as_store_errors
@@ -222,10 +226,10 @@ class PreferenceStore:
     def _to_pref(self, row: tuple) -> Preference:
         label_id, source, is_val, mu, left, right = row
         try:
-            return Preference(decode_segment(left), decode_segment(right), float(mu), source,
+            return Preference(decode_clip(left), decode_clip(right), float(mu), source,
                               bool(is_val), int(label_id))
         except (ValueError, OSError, KeyError, AssertionError, zipfile.BadZipFile) as e:
-            raise StoreError(f"preference store {self.path}: undecodable segment ({e})") from None
+            raise StoreError(f"preference store {self.path}: undecodable clip ({e})") from None
 
     # ---- sharing label sets -------------------------------------------------------------------
 
@@ -234,11 +238,11 @@ class PreferenceStore:
         """Write every label to a plain `.npz` (no pickled objects); returns the number written.
 
         Arrays: `mu` (N,), `is_validation` (N,), `source` (N,) str, `created` (N,), `ids` (N,),
-        `seg_steps` (N, 2) int, and the segments left0, right0, left1, ... concatenated:
+        `seg_steps` (N, 2) int, and the clips left0, right0, left1, ... concatenated:
         `frames` uint8 (sum(T + 3), 84, 84), `actions` int64 (sum T), `true_rewards` float32 (sum T),
-        `dones` bool (sum T) with `seg_has_dones` (N, 2) bool saying which segments have them
-        (older exports lack both: their segments import with `dones=None`).
-        Frames are streamed into the archive one segment at a time, so memory stays small.
+        `dones` bool (sum T) with `seg_has_dones` (N, 2) bool saying which clips have them
+        (older exports lack both: their clips import with `dones=None`).
+        Frames are streamed into the archive one clip at a time, so memory stays small.
         """
         partial = Path(f"{path}.partial")  # a failed export leaves no half-written file at `path`
         try:
@@ -280,14 +284,14 @@ class PreferenceStore:
                     left, right = self._db.execute(
                         "SELECT left_seg, right_seg FROM labels WHERE id = ?", (int(label_id),)).fetchone()
                     for side, blob in enumerate((left, right)):
-                        seg = decode_segment(blob)
-                        f.write(seg.frames.tobytes())
-                        actions[pos:pos + len(seg)] = seg.actions
-                        rewards[pos:pos + len(seg)] = seg.true_rewards
-                        if seg.dones is not None:
-                            dones[pos:pos + len(seg)] = seg.dones
+                        clip = decode_clip(blob)
+                        f.write(clip.frames().tobytes())
+                        actions[pos:pos + len(clip)] = clip.actions
+                        rewards[pos:pos + len(clip)] = clip.true_rewards
+                        if clip.dones is not None:
+                            dones[pos:pos + len(clip)] = clip.dones
                             has_dones[k, side] = True
-                        pos += len(seg)
+                        pos += len(clip)
             small["actions"], small["true_rewards"] = actions, rewards
             small["dones"], small["seg_has_dones"] = dones, has_dones
             for name, arr in small.items():
@@ -316,7 +320,7 @@ class PreferenceStore:
             if any(len(small[k]) != n for k in ("created", "source", "is_validation")):
                 raise ValueError("per-label arrays differ in length")
             if (steps.size and steps.min() < 1) or len(small["actions"]) != steps.sum():
-                raise ValueError("segment lengths do not match the actions")
+                raise ValueError("clip lengths do not match the actions")
             if has_dones:
                 if small["dones"].dtype != bool or len(small["dones"]) != steps.sum():
                     raise ValueError("dones must be booleans, one per step")
@@ -328,14 +332,16 @@ class PreferenceStore:
                 frame_bytes = FRAME_SHAPE[0] * FRAME_SHAPE[1]
                 pos = 0
                 for k in range(n):
-                    segs = []
+                    clips = []
                     for side, t in enumerate(steps[k]):
                         frames = np.frombuffer(_read_exact(f, (t + STACK - 1) * frame_bytes), np.uint8)
                         dones = small["dones"][pos:pos + t] if has_dones and seg_has_dones[k, side] else None
-                        segs.append(Segment(frames.reshape(-1, *FRAME_SHAPE), small["actions"][pos:pos + t],
+                        clips.append(Clip.pack(frames.reshape(-1, *FRAME_SHAPE),
+                                               small["actions"][pos:pos + t],
                                             small["true_rewards"][pos:pos + t], dones))
                         pos += t
-                    pref = Preference(segs[0], segs[1], float(small["mu"][k]), str(small["source"][k]),
+                    pref = Preference(clips[0], clips[1], float(small["mu"][k]),
+                                      str(small["source"][k]),
                                       bool(small["is_validation"][k]))
                     self._insert(pref, float(small["created"][k]))
         except StoreError:

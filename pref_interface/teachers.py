@@ -1,11 +1,12 @@
 """Who answers the queries: anything with `label(left, right) -> mu | None`.
 
 The synthetic oracle of §3.1 is here, with the scripted teachers of B-Pref (Lee et al. 2021):
-Boltzmann-rational, mistake, skip, equal and myopic, and `make_teacher` to pick one from a CLI
-string. The human terminal labeller implements the same `Labeller` protocol.
+Boltzmann-rational, mistake, skip, equal and myopic, Enduro's "keep alongside other cars" (§3.2),
+and `make_teacher` to pick one from a CLI string. The person as a labeller (`human.py`)
+implements the same `Labeller` protocol.
 
-Every synthetic teacher judges a clip by its true reward, minus `episode_end_penalty` for each
-episode end inside the clip (App. A: the agent is never told of episode ends, so the synthetic
+Every synthetic teacher but "alongside" judges a clip by its true reward, minus
+`episode_end_penalty` for each episode end inside the clip (App. A: the agent is never told of episode ends, so the synthetic
 oracle penalises them instead, except in Pong).
 """
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 
-from pref_interface.segment import Segment
+from pref_interface.alongside import clip_alongside
+from pref_interface.clip import Clip
 
 
 @runtime_checkable
@@ -30,9 +32,9 @@ class Labeller(Protocol):
 
     source: str
 
-    def label(self, left: Segment, right: Segment) -> float | None: ...
+    def label(self, left: Clip, right: Clip) -> float | None: ...
 
-    def upcoming(self, left: Segment, right: Segment) -> None:
+    def upcoming(self, left: Clip, right: Clip) -> None:
         """The pair that will be asked next (a person's page loads it ahead)."""
 
     def stored(self, label_id: int) -> None:
@@ -42,16 +44,16 @@ class Labeller(Protocol):
         """Labelling is over."""
 
 
-def teacher_return(seg: Segment, episode_end_penalty: float = 0.0, gamma: float = 1.0) -> float:
+def teacher_return(clip: Clip, episode_end_penalty: float = 0.0, gamma: float = 1.0) -> float:
     """What a synthetic teacher thinks a clip is worth: sum_t gamma^(T-1-t) (r_t - penalty * done_t).
 
     gamma < 1 is B-Pref's myopic teacher, which weighs the end of the clip most; the penalty is
     charged at the step the episode ended (App. A: episode ends replaced by a penalty).
     """
     assert episode_end_penalty >= 0.0, episode_end_penalty
-    rewards = seg.true_rewards.astype(np.float64)
-    if episode_end_penalty and seg.dones is not None:
-        rewards = rewards - episode_end_penalty * seg.dones
+    rewards = clip.true_rewards.astype(np.float64)
+    if episode_end_penalty and clip.dones is not None:
+        rewards = rewards - episode_end_penalty * clip.dones
     if gamma != 1.0:
         rewards = rewards * gamma ** np.arange(len(rewards) - 1, -1, -1, dtype=np.float64)
     return float(rewards.sum())
@@ -85,12 +87,12 @@ class OracleTeacher(Labeller):
             raise ValueError(f"episode_end_penalty is a cost and must be >= 0, got {episode_end_penalty}")
         self.episode_end_penalty = float(episode_end_penalty)
 
-    def returns(self, left: Segment, right: Segment) -> tuple[float, float]:
+    def returns(self, left: Clip, right: Clip) -> tuple[float, float]:
         """The two clips' returns as this teacher sees them."""
         return (teacher_return(left, self.episode_end_penalty),
                 teacher_return(right, self.episode_end_penalty))
 
-    def label(self, left: Segment, right: Segment) -> float | None:
+    def label(self, left: Clip, right: Clip) -> float | None:
         return _prefer(*self.returns(left, right))
 
 
@@ -107,7 +109,7 @@ class BoltzmannTeacher(OracleTeacher):
         self.beta = float(beta)
         self.rng = np.random.default_rng(rng)
 
-    def p_left(self, left: Segment, right: Segment) -> float:
+    def p_left(self, left: Clip, right: Clip) -> float:
         """The probability that this teacher answers "left"."""
         r_left, r_right = self.returns(left, right)
         if r_left == r_right:
@@ -115,7 +117,7 @@ class BoltzmannTeacher(OracleTeacher):
         x = self.beta * (r_left - r_right)  # +-inf when beta is inf
         return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
-    def label(self, left: Segment, right: Segment) -> float:
+    def label(self, left: Clip, right: Clip) -> float:
         return 1.0 if self.rng.random() < self.p_left(left, right) else 0.0
 
 
@@ -131,7 +133,7 @@ class MistakeTeacher(OracleTeacher):
         self.eps = float(eps)
         self.rng = np.random.default_rng(rng)
 
-    def label(self, left: Segment, right: Segment) -> float:
+    def label(self, left: Clip, right: Clip) -> float:
         mu = _prefer(*self.returns(left, right))
         return 1.0 - mu if self.rng.random() < self.eps else mu
 
@@ -145,7 +147,7 @@ class SkipTeacher(OracleTeacher):
         super().__init__(episode_end_penalty)
         self.threshold = float(threshold)
 
-    def label(self, left: Segment, right: Segment) -> float | None:
+    def label(self, left: Clip, right: Clip) -> float | None:
         r_left, r_right = self.returns(left, right)
         if r_left < self.threshold and r_right < self.threshold:
             return None
@@ -163,7 +165,7 @@ class EqualTeacher(OracleTeacher):
             raise ValueError(f"threshold must be >= 0, got {threshold}")
         self.threshold = float(threshold)
 
-    def label(self, left: Segment, right: Segment) -> float:
+    def label(self, left: Clip, right: Clip) -> float:
         r_left, r_right = self.returns(left, right)
         return 0.5 if abs(r_left - r_right) < self.threshold else _prefer(r_left, r_right)
 
@@ -179,21 +181,24 @@ class MyopicTeacher(OracleTeacher):
             raise ValueError(f"gamma must be in (0, 1], got {gamma}")
         self.gamma = float(gamma)
 
-    def returns(self, left: Segment, right: Segment) -> tuple[float, float]:
+    def returns(self, left: Clip, right: Clip) -> tuple[float, float]:
         return (teacher_return(left, self.episode_end_penalty, self.gamma),
                 teacher_return(right, self.episode_end_penalty, self.gamma))
 
 
-def _alongside_teacher(episode_end_penalty: float = 0.0) -> OracleTeacher:
-    """Enduro's "keep alongside other cars" teacher, imported late: its module imports this one."""
-    from pref_interface.alongside import AlongsideTeacher
-    return AlongsideTeacher(episode_end_penalty)
+class AlongsideTeacher(OracleTeacher):
+    """Synthetic labels for "keep alongside other cars" (§3.2, Enduro only): prefers the clip with
+    more steps level with another car (pref_interface/alongside.py), 0.5 on equal counts. The
+    true reward and episode ends are ignored: only what the frames show counts."""
+
+    def returns(self, left: Clip, right: Clip) -> tuple[float, float]:
+        return float(clip_alongside(left)), float(clip_alongside(right))
 
 
 # kind -> (class, its one parameter and that parameter's default); "oracle", "alongside": none.
 TEACHERS: dict[str, tuple[Callable[..., OracleTeacher], str | None, float | None]] = {
     "oracle": (OracleTeacher, None, None),
-    "alongside": (_alongside_teacher, None, None),
+    "alongside": (AlongsideTeacher, None, None),
     "boltzmann": (BoltzmannTeacher, "beta", 1.0),
     "mistake": (MistakeTeacher, "eps", 0.1),
     "skip": (SkipTeacher, "threshold", 0.0),

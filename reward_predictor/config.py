@@ -8,7 +8,7 @@ from typing import Any
 
 LEARNING_RATE = 2e-4  # the earlier reproduction's --reward_predictor_learning_rate
 MAX_PREFS = 3000  # App. A: "only the last 3,000 labels" are kept
-BATCH_SIZE = 16  # Ibarz et al. 2018: batches of 16 segment pairs
+BATCH_SIZE = 16  # Ibarz et al. 2018: batches of 16 clip pairs
 VAL_MAX_PAIRS = 256  # labels scored per validation pass (a random subset beyond this)
 REWARD_STD = 0.05  # App. A.2: predicted rewards rescaled to mean 0 and std 0.05 (Atari)
 LABEL_NOISE = 0.1  # Sec. 2.2.3: assume a 10% chance that the human answers uniformly at random
@@ -24,7 +24,7 @@ class TrainerConfig:
     batchnorm: bool = False  # batch norm on the conv layers (App. A.2)
     lr: float = LEARNING_RATE  # Adam learning rate
     max_prefs: int = MAX_PREFS  # labels kept, oldest dropped first (App. A: 3,000)
-    batch_size: int = BATCH_SIZE  # segment pairs per member per step
+    batch_size: int = BATCH_SIZE  # clip pairs per member per step
     ckpt_interval: int = 500  # train steps between checkpoints (0: only on exit)
     ckpt_path: str | None = None  # where checkpoints are written (None: never)
     load_ckpt_path: str | None = None  # checkpoint to start from (None: fresh weights)

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pref_interface.segment import STACK, Preference, Segment
+from pref_interface.clip import STACK, Preference, Clip
 from reward_predictor.config import LABEL_NOISE, LEARNING_RATE, REWARD_STD
 from reward_predictor.loss import preference_log_probs, preference_loss
 from reward_predictor.nets import AtariRewardNet
@@ -16,13 +16,13 @@ from reward_predictor.normaliser import RunningNormaliser
 from reward_predictor.stacked import StackedAtariNets, weights_version
 
 MAX_FRAMES_PER_FORWARD = 400  # chunk of evaluation passes: bounds their memory (2,000 frames: ~650 MB)
-# Segments of each training batch that a member's normaliser sees in eval mode (see train_step).
-NORMALISER_SEGMENTS = 8
-# Frames a normaliser remembers: 1e5 when it sees every frame of a default batch (32 segments of
+# Clips of each training batch that a member's normaliser sees in eval mode (see train_step).
+NORMALISER_CLIPS = 8
+# Frames a normaliser remembers: 1e5 when it sees every frame of a default batch (32 clips of
 # 25 steps, i.e. ~125 training steps); scaled down for the eval-mode subset to keep the same
 # memory in training steps, so the statistics follow the predictor as fast.
 NORMALISER_MEMORY = 1e5
-EVAL_NORMALISER_MEMORY = NORMALISER_MEMORY * NORMALISER_SEGMENTS / 32
+EVAL_NORMALISER_MEMORY = NORMALISER_MEMORY * NORMALISER_CLIPS / 32
 
 
 def bootstrap_counts(n_labels: int, n_members: int, rng: np.random.Generator) -> np.ndarray:
@@ -50,40 +50,40 @@ def _device_of(net: nn.Module) -> torch.device:
     return next(net.parameters()).device
 
 
-def segments_to_batch(segments: Sequence[Segment], device: torch.device | str = "cpu"
+def clips_to_batch(clips: Sequence[Clip], device: torch.device | str = "cpu"
                       ) -> list[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
-    """Group segments by length into network inputs on `device`.
+    """Group clips by length into network inputs on `device`.
 
-    Returns a list of (indices into `segments`, obs uint8 (N, T, 4, 84, 84), actions int64 (N, T)).
+    Returns a list of (indices into `clips`, obs uint8 (N, T, 4, 84, 84), actions int64 (N, T)).
     `obs` is a strided view of the stacked (N, T + 3, 84, 84) frames: the overlapping windows are
     never copied as uint8 (nor sent to a GPU twice); the net's float conversion is the only
     full-size copy.
     """
     by_length: dict[int, list[int]] = defaultdict(list)
-    for i, seg in enumerate(segments):
-        by_length[len(seg)].append(i)
+    for i, clip in enumerate(clips):
+        by_length[len(clip)].append(i)
     groups = []
     for idx in by_length.values():
-        frames = torch.from_numpy(np.stack([segments[i].frames for i in idx])).to(device)
+        frames = torch.from_numpy(np.stack([clips[i].frames() for i in idx])).to(device)
         obs = frames.unfold(1, STACK, 1).permute(0, 1, 4, 2, 3)  # (N, T, 4, 84, 84) view
-        actions = torch.from_numpy(np.stack([segments[i].actions for i in idx])).to(device)
+        actions = torch.from_numpy(np.stack([clips[i].actions for i in idx])).to(device)
         groups.append((np.asarray(idx), obs, actions))
     return groups
 
 
-def segment_returns(net: nn.Module, segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run `net` over every step of `segments` (one forward pass when all have the same length).
+def clip_returns(net: nn.Module, clips: Sequence[Clip]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run `net` over every step of `clips` (one forward pass when all have the same length).
 
-    Returns (summed raw reward of each segment (N,), raw reward of every step (sum of T,)), both
+    Returns (summed raw reward of each clip (N,), raw reward of every step (sum of T,)), both
     on the net's device.
     """
     device = _device_of(net)
-    groups = segments_to_batch(segments, device)
+    groups = clips_to_batch(clips, device)
     if len(groups) == 1:
         _, obs, actions = groups[0]
         raw = net(obs, actions)  # (N, T)
         return raw.sum(1), raw.reshape(-1)
-    returns = torch.zeros(len(segments), device=device)
+    returns = torch.zeros(len(clips), device=device)
     raws = []
     for idx, obs, actions in groups:
         raw = net(obs, actions)
@@ -93,22 +93,22 @@ def segment_returns(net: nn.Module, segments: Sequence[Segment]) -> tuple[torch.
 
 
 @torch.no_grad()
-def take_batchnorm_statistics(net: nn.Module, segments: Sequence[Segment]) -> torch.Tensor:
-    """Set `net`'s batch-norm running statistics to those of a dropout-free pass over `segments`
+def take_batchnorm_statistics(net: nn.Module, clips: Sequence[Clip]) -> torch.Tensor:
+    """Set `net`'s batch-norm running statistics to those of a dropout-free pass over `clips`
     (what the trainer does before the agent gets new weights, and what mends an older checkpoint).
 
     Returns that pass's raw reward for every step as the eval-mode net now gives it: one pass over
-    the segments serves both. A net without batch norm is only evaluated. `net`'s mode is kept.
+    the clips serves both. A net without batch norm is only evaluated. `net`'s mode is kept.
     """
     was_training = net.training
     net.eval()  # dropout off
     if _batchnorms(net):
-        groups = segments_to_batch(segments, _device_of(net))
+        groups = clips_to_batch(clips, _device_of(net))
         obs = torch.cat([o.reshape(-1, *o.shape[-3:]) for _, o, _ in groups])
         actions = torch.cat([a.reshape(-1) for _, _, a in groups])
         raw = net(obs, actions, take_statistics=True)
     else:
-        raw = segment_returns(net, segments)[1]
+        raw = clip_returns(net, clips)[1]
     net.train(was_training)
     return raw
 
@@ -195,7 +195,7 @@ class RewardPredictorEnsemble(nn.Module):
         Loss = preference cross-entropy on the members' raw summed rewards + l2 * sum of squared
         weights. The agent gets each member in eval mode (no dropout, batch norm by its running
         statistics), so after each step `_agent_view` makes that net match the new weights, on
-        NORMALISER_SEGMENTS of the batch's segments:
+        NORMALISER_CLIPS of the batch's clips:
         - batch norm's running statistics are replaced by those of a dropout-free pass with the new
           weights. The usual running average over past training batches lags the weights, and on
           Pong the eval-mode net is very sensitive to that lag (first-layer channels that see
@@ -213,10 +213,10 @@ class RewardPredictorEnsemble(nn.Module):
         for m, prefs in enumerate(batch_per_member):
             net, norm, opt = self.members[m], self.normalisers[m], self.optimizers[m]
             b = len(prefs)
-            segments = [p.left for p in prefs] + [p.right for p in prefs]
+            clips = [p.left for p in prefs] + [p.right for p in prefs]
             mu = torch.tensor([p.mu for p in prefs], dtype=torch.float32, device=self.device)
             with self._autocast():
-                returns, raw = segment_returns(net, segments)  # one pass over all 2B segments
+                returns, raw = clip_returns(net, clips)  # one pass over all 2B clips
             returns, raw = returns.float(), raw.float()
             loss, acc = preference_loss(returns[:b], returns[b:], mu, self.noise)
             total = loss
@@ -229,7 +229,7 @@ class RewardPredictorEnsemble(nn.Module):
             opt.zero_grad(set_to_none=True)
             total.backward()
             opt.step()
-            norm.update(self._agent_view(net, segments[:NORMALISER_SEGMENTS])
+            norm.update(self._agent_view(net, clips[:NORMALISER_CLIPS])
                         if self._eval_normalised[m] else raw.detach())
             losses.append(float(loss.detach()))
             accs.append(acc)
@@ -239,32 +239,32 @@ class RewardPredictorEnsemble(nn.Module):
                 "member_loss": losses, "member_accuracy": accs}
 
     @torch.no_grad()
-    def _agent_view(self, net: nn.Module, segments: Sequence[Segment]) -> torch.Tensor:
+    def _agent_view(self, net: nn.Module, clips: Sequence[Clip]) -> torch.Tensor:
         """Raw per-step predictions of `net` in eval mode, as the agent's reward function sees them,
-        once its batch-norm layers hold these segments' dropout-free statistics (see train_step)."""
+        once its batch-norm layers hold these clips' dropout-free statistics (see train_step)."""
         with self._autocast():
-            return take_batchnorm_statistics(net, segments).float()
+            return take_batchnorm_statistics(net, clips).float()
 
     @torch.no_grad()
-    def member_returns(self, segments: Sequence[Segment]) -> torch.Tensor:
-        """Raw summed reward of each segment under each member, eval mode: (n_members, N) on the
+    def member_returns(self, clips: Sequence[Clip]) -> torch.Tensor:
+        """Raw summed reward of each clip under each member, eval mode: (n_members, N) on the
         CPU. Computed as the agent's reward is: all members in one pass where they stack, in
         bf16 when the ensemble trains in it."""
         was_training = self.training
         self.eval()
         stacked = self._stacked_members()
-        out = torch.empty(self.n_members, len(segments))
-        longest = max((len(s) for s in segments), default=1)
+        out = torch.empty(self.n_members, len(clips))
+        longest = max((len(s) for s in clips), default=1)
         per_chunk = max(1, MAX_FRAMES_PER_FORWARD // max(1, longest))
         with self._autocast():
-            for start in range(0, len(segments), per_chunk):
-                chunk = segments[start:start + per_chunk]
+            for start in range(0, len(clips), per_chunk):
+                chunk = clips[start:start + per_chunk]
                 if stacked is None:
                     for m, net in enumerate(self.members):
-                        raw, _ = segment_returns(net, chunk)
+                        raw, _ = clip_returns(net, chunk)
                         out[m, start:start + len(chunk)] = raw.float().cpu()
                     continue
-                for idx, obs, _ in segments_to_batch(chunk, self.device):
+                for idx, obs, _ in clips_to_batch(chunk, self.device):
                     raw = stacked(obs).float().view(self.n_members, *obs.shape[:2])  # (M, N, T)
                     out[:, torch.from_numpy(start + idx)] = raw.sum(-1).cpu()
         self.train(was_training)
@@ -280,7 +280,7 @@ class RewardPredictorEnsemble(nn.Module):
         returns. Per-member figures are in `member_loss` and `member_accuracy`.
 
         `true_return_correlation` is the Pearson correlation between the members' mean raw return
-        and the true return of every segment (known for synthetic labels; NaN where either is
+        and the true return of every clip (known for synthetic labels; NaN where either is
         constant): a sanity check, not a training signal.
 
         With `weights` (B, n_members), e.g. bootstrap counts, `member_weighted_loss` is each
@@ -294,23 +294,23 @@ class RewardPredictorEnsemble(nn.Module):
                 out["member_weighted_loss"] = [nan] * self.n_members
             return out
         b = len(prefs)
-        segments = [p.left for p in prefs] + [p.right for p in prefs]
-        returns = self.member_returns(segments)  # (M, 2B) raw
+        clips = [p.left for p in prefs] + [p.right for p in prefs]
+        returns = self.member_returns(clips)  # (M, 2B) raw
         mu = torch.tensor([p.mu for p in prefs], dtype=torch.float32)
         losses, accs = [], []
         for m in range(self.n_members):
             loss, acc = preference_loss(returns[m, :b], returns[m, b:], mu, self.noise)
             losses.append(float(loss))
             accs.append(acc)
-        # A normaliser is affine, so a segment's normalised return is T * normalise(R / T).
-        lengths = torch.tensor([float(len(seg)) for seg in segments])
+        # A normaliser is affine, so a clip's normalised return is T * normalise(R / T).
+        lengths = torch.tensor([float(len(clip)) for clip in clips])
         normalised = torch.stack([norm((returns[m] / lengths).to(self.device)).cpu() * lengths
                                   for m, norm in enumerate(self.normalisers)]).mean(0)
         _, ensemble_acc = preference_loss(normalised[:b], normalised[b:], mu, self.noise)
         out = {"loss": float(np.mean(losses)), "accuracy": ensemble_acc,
                "member_loss": losses, "member_accuracy": accs,
                "true_return_correlation": _correlation(
-                   returns.mean(0).numpy(), np.array([seg.true_return for seg in segments]))}
+                   returns.mean(0).numpy(), np.array([clip.true_return for clip in clips]))}
         if weights is not None:
             weights = np.asarray(weights, dtype=np.float64)
             assert weights.shape == (b, self.n_members), (weights.shape, b, self.n_members)
@@ -325,13 +325,13 @@ class RewardPredictorEnsemble(nn.Module):
         return out
 
     @torch.no_grad()
-    def predict_preference(self, left_segs: Sequence[Segment], right_segs: Sequence[Segment]
+    def predict_preference(self, left_clips: Sequence[Clip], right_clips: Sequence[Clip]
                            ) -> np.ndarray:
         """P[left preferred] under each member's plain Bradley-Terry model: float32 (n_members, B).
         Its variance across members is the disagreement used to pick queries (Sec. 2.2.4)."""
-        assert len(left_segs) == len(right_segs), (len(left_segs), len(right_segs))
-        b = len(left_segs)
-        returns = self.member_returns(list(left_segs) + list(right_segs))
+        assert len(left_clips) == len(right_clips), (len(left_clips), len(right_clips))
+        b = len(left_clips)
+        returns = self.member_returns(list(left_clips) + list(right_clips))
         return torch.sigmoid(returns[:, :b] - returns[:, b:]).numpy().astype(np.float32)
 
 

@@ -1,4 +1,4 @@
-"""The preference model: Bradley-Terry on summed segment rewards, with random-response noise."""
+"""The preference model: Bradley-Terry on summed clip rewards, with random-response noise."""
 from __future__ import annotations
 
 import math
@@ -33,7 +33,7 @@ def preference_loss(ret_left: torch.Tensor, ret_right: torch.Tensor, mu: torch.T
                     noise: float = LABEL_NOISE) -> tuple[torch.Tensor, float]:
     """Cross-entropy of the labels under the noisy Bradley-Terry model (Sec. 2.2.3).
 
-    ret_left, ret_right: (B,) summed predicted rewards of each segment; mu: (B,) probability that
+    ret_left, ret_right: (B,) summed predicted rewards of each clip; mu: (B,) probability that
     left is preferred (1, 0 or 0.5 for a tie). Returns (mean loss, accuracy), where accuracy is the
     fraction of non-tie labels whose preferred side has the larger predicted return (NaN when every
     label is a tie).

@@ -2,7 +2,7 @@
 
 Both nets accept observations with any leading batch dimensions, uint8 (..., 4, 84, 84), and
 return float32 (...). A strided (non-contiguous) view is fine: the ensemble passes the
-overlapping 4-frame windows of a segment without materialising them as uint8 first.
+overlapping 4-frame windows of a clip without materialising them as uint8 first.
 """
 from __future__ import annotations
 

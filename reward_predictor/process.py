@@ -16,7 +16,7 @@ import torch
 from runtime.precision import use_bf16
 from runtime.process_setup import reuse_freed_memory
 from runtime.scalars import Telemetry
-from pref_interface.segment import LabelEdit, Preference
+from pref_interface.clip import LabelEdit, Preference
 from reward_predictor.config import TrainerConfig, TrainerStats
 from reward_predictor.ensemble import RewardPredictorEnsemble
 from reward_predictor.nets import make_reward_net

@@ -11,9 +11,9 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from pref_interface.packed import ClipPool
+from pref_interface.clip import Clip, LabelEdit, Preference
+from reward_predictor.clip_pool import ClipPool
 from reward_predictor.config import BATCH_SIZE, MAX_PREFS, VAL_MAX_PAIRS
-from pref_interface.segment import LabelEdit, Preference, Segment
 from reward_predictor.ensemble import RewardPredictorEnsemble, bootstrap_counts
 from reward_predictor.regularisation import INITIAL_ADAPTIVE_L2, adapt_l2
 
@@ -40,7 +40,7 @@ class _HeldLabel:
 class RewardPredictorTrainer:
     """Holds the latest `max_prefs` labels and trains the ensemble on them.
 
-    Clips are held packed, each once however many labels share it, and unpacked for the batch
+    Clips are held packed, each once however many labels share it, and expanded for the batch
     being trained on or scored. Validation labels (`Preference.is_validation`, App. A: 1/e of the
     data held out) are kept apart and never trained on. The label budget counts both kinds; the oldest label goes first. Each
     training label carries one bootstrap count per member, drawn when it arrives, and a member's
@@ -110,18 +110,20 @@ class RewardPredictorTrainer:
         return False
 
     def held_labels(self) -> list[Preference]:
-        """Every label held, oldest first, unpacked."""
-        return self._unpack(sorted([*self._train, *self._val], key=lambda label: label.seq))
+        """Every label held, oldest first (its clips packed, as held)."""
+        return [Preference(self.clips.get(x.left), self.clips.get(x.right), x.mu, x.source,
+                           x.is_validation)
+                for x in sorted([*self._train, *self._val], key=lambda label: label.seq)]
 
-    def _unpack(self, labels: Iterable[_HeldLabel]) -> list[Preference]:
-        """Labels as Preferences, each clip unpacked once however often it appears."""
-        segments: dict[bytes, Segment] = {}
+    def _expand(self, labels: Iterable[_HeldLabel]) -> list[Preference]:
+        """Labels as Preferences, each clip expanded once however often it appears."""
+        clips: dict[bytes, Clip] = {}
 
-        def segment(key: bytes) -> Segment:
-            if key not in segments:
-                segments[key] = self.clips.get(key)
-            return segments[key]
-        return [Preference(segment(x.left), segment(x.right), x.mu, x.source, x.is_validation)
+        def clip(key: bytes) -> Clip:
+            if key not in clips:
+                clips[key] = self.clips.get(key).expand()
+            return clips[key]
+        return [Preference(clip(x.left), clip(x.right), x.mu, x.source, x.is_validation)
                 for x in labels]
 
     @property
@@ -155,7 +157,7 @@ class RewardPredictorTrainer:
             # A member whose resample is still empty (few labels) trains on all of them.
             p = weights / total if total > 0 else None
             drawn += [self._train[i] for i in self.rng.choice(len(self._train), self.batch_size, p=p)]
-        prefs = self._unpack(drawn)  # one unpack per clip for all members' batches
+        prefs = self._expand(drawn)  # each clip expanded once for all members' batches
         return [prefs[m * self.batch_size:(m + 1) * self.batch_size]
                 for m in range(self.ensemble.n_members)]
 
@@ -195,10 +197,10 @@ class RewardPredictorTrainer:
         weights that sample by the member's bootstrap counts, i.e. it is the loss on the member's
         own resample, what the member is fit to (about 1/e of the training labels are out of its
         bag and would pull the plain figure towards the validation loss).
-        `true_return_correlation` is that of the validation segments (see `evaluate`)."""
-        val = self._unpack(self._val[i] for i in self._subset_indices(len(self._val), max_pairs))
+        `true_return_correlation` is that of the validation clips (see `evaluate`)."""
+        val = self._expand(self._val[i] for i in self._subset_indices(len(self._val), max_pairs))
         train_idx = self._subset_indices(len(self._train), max_pairs)
-        train = self._unpack(self._train[i] for i in train_idx)
+        train = self._expand(self._train[i] for i in train_idx)
         v = self.ensemble.evaluate(val)
         t = self.ensemble.evaluate(train, weights=self.bootstrap_counts()[train_idx])
         return {"val_loss": v["loss"], "val_accuracy": v["accuracy"],

@@ -62,7 +62,7 @@ def side_by_side(frame: np.ndarray, plot: np.ndarray) -> np.ndarray:
 
 
 def _polyline(img: np.ndarray, x: np.ndarray, y: np.ndarray, colour, thickness: int) -> None:
-    """Straight segments through the points (x, y), `thickness` pixels thick."""
+    """Straight clips through the points (x, y), `thickness` pixels thick."""
     if len(x) == 0:
         return
     if len(x) == 1:

@@ -1,7 +1,7 @@
 """Small builders shared by tests."""
 import numpy as np
 
-from pref_interface.segment import STACK, Segment
+from pref_interface.clip import STACK, Clip
 
 
 class NonBlockingOnly:
@@ -18,32 +18,32 @@ class NonBlockingOnly:
         return getattr(self._q, name)
 
 
-def segment_from_stacks(stacks: np.ndarray, actions, true_rewards, dones=None) -> Segment:
-    """A segment from consecutive uint8 (T, 4, 84, 84) observations."""
+def clip_from_stacks(stacks: np.ndarray, actions, true_rewards, dones=None) -> Clip:
+    """A clip from consecutive uint8 (T, 4, 84, 84) observations."""
     assert stacks.ndim == 4 and stacks.shape[1] == STACK, stacks.shape
     frames = np.concatenate([stacks[0, :-1], stacks[:, -1]], axis=0)
-    return Segment(np.ascontiguousarray(frames, dtype=np.uint8),
+    return Clip.pack(np.ascontiguousarray(frames, dtype=np.uint8),
                    np.asarray(actions, dtype=np.int64), np.asarray(true_rewards, dtype=np.float32),
                    None if dones is None else np.asarray(dones, dtype=bool))
 
 
 def random_clip(rng: np.random.Generator, steps: int = 25, n_actions: int = 5,
-                dot_density: float | None = None, dones: bool = False) -> Segment:
+                dot_density: float | None = None, dones: bool = False) -> Clip:
     """A clip of random frames (any grey level; with `dot_density`, black with that share of
     white pixels), random actions, normal true rewards and, if asked, random episode ends."""
     shape = (steps + STACK - 1, 84, 84)
     frames = (rng.integers(0, 256, size=shape, dtype=np.uint8) if dot_density is None
               else (rng.random(shape) < dot_density).astype(np.uint8) * 255)
-    return Segment(frames, rng.integers(0, n_actions, steps),
+    return Clip.pack(frames, rng.integers(0, n_actions, steps),
                    rng.normal(size=steps).astype(np.float32),
                    rng.random(steps) < 0.1 if dones else None)
 
 
-def dot_clip(x: int, steps: int = 25, value: int = 255, moving: bool = False) -> Segment:
+def dot_clip(x: int, steps: int = 25, value: int = 255, moving: bool = False) -> Clip:
     """A 4x4 dot of grey `value` on black at column `x`, or from `x` moving one pixel right a
     frame; no actions, no reward."""
     frames = np.zeros((steps + STACK - 1, 84, 84), np.uint8)
     for t in range(len(frames)):
         left = x + t if moving else x
         frames[t, 40:44, left:left + 4] = value
-    return Segment(frames, np.zeros(steps, np.int64), np.zeros(steps, np.float32))
+    return Clip.pack(frames, np.zeros(steps, np.int64), np.zeros(steps, np.float32))

@@ -1,12 +1,11 @@
-"""Enduro's "keep alongside other cars" teacher (issue 34): the frame detector on hand-made frames
+"""Enduro's "keep alongside other cars" teacher: the frame detector on hand-made frames
 and on the emulator's, the teacher's labels, and `--teacher alongside`."""
 import numpy as np
 import pytest
 
-from pref_interface.alongside import (AlongsideTeacher, alongside_share, clip_alongside,
-                                      find_player, is_alongside)
-from pref_interface.segment import STACK, Segment
-from pref_interface.teachers import Labeller, make_teacher
+from pref_interface.alongside import alongside_share, clip_alongside, find_player, is_alongside
+from pref_interface.clip import STACK, Clip
+from pref_interface.teachers import AlongsideTeacher, Labeller, make_teacher
 
 DAY, NIGHT, SNOW = 40, 0, 236  # the ground's grey in the 84x84 frames
 
@@ -80,12 +79,12 @@ def test_night_taillights_snow_and_a_raised_player():
     assert is_alongside(enduro_frame(top=54, cars=ahead)) and not is_alongside(enduro_frame(cars=ahead))
 
 
-def clip(level: list[bool], rewards: float = 0.0) -> Segment:
+def clip(level: list[bool], rewards: float = 0.0) -> Clip:
     """A clip whose step t ends on a frame with a car beside the player iff level[t]; the stack's
     first three frames (before step 0) all have one."""
     beside, alone = enduro_frame(cars=((15, 57, 5, 8, 100),)), enduro_frame()
     frames = np.stack([beside] * (STACK - 1) + [beside if x else alone for x in level])
-    return Segment(frames, np.zeros(len(level), np.int64), np.full(len(level), rewards, np.float32))
+    return Clip.pack(frames, np.zeros(len(level), np.int64), np.full(len(level), rewards, np.float32))
 
 
 def test_the_teacher_prefers_the_clip_with_more_level_steps_whatever_the_reward():

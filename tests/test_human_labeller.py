@@ -21,10 +21,10 @@ from pref_interface.player import (TerminalBlock, TerminalPlayer, grey_to_256, h
 from pref_interface.labelling import LabellingStopped
 from pref_interface.config import InterfaceConfig
 from pref_interface.process import make_labeller
-from pref_interface.segment import Segment
+from pref_interface.clip import Clip
 
 
-def clip(value: int, steps: int = 25) -> Segment:
+def clip(value: int, steps: int = 25) -> Clip:
     return dot_clip(0, steps, value, moving=True)
 
 
@@ -210,7 +210,7 @@ def test_the_terminal_player_redraws_in_place_within_80_columns(monkeypatch):
     monkeypatch.setenv("LINES", "60")
     out = io.StringIO()
     player = TerminalPlayer(out, truecolor=False)
-    player.load(clip(255).frames[3:], clip(100).frames[3:])
+    player.load(clip(255).frames()[3:], clip(100).frames()[3:])
     player.draw(0, ["pair 1", "keys", "> "])
     first = out.getvalue()
     player.draw(1, ["pair 1", "keys", "> "])

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pref_interface.segment import Preference, Segment
+from pref_interface.clip import Preference, Clip
 from pref_interface.store import PreferenceStore
 from tests.helpers import dot_clip
 
@@ -189,7 +189,7 @@ def test_render_episodes_works_when_training_on_the_original_rewards(tmp_path, x
     assert "episode viewer stopped" not in r.stderr and "no display" not in r.stderr
 
 
-def segment(x: int) -> Segment:
+def clip(x: int) -> Clip:
     return dot_clip(x)
 
 
@@ -197,7 +197,7 @@ def test_show_prefs_changes_and_deletes_labels(tmp_path):
     path = tmp_path / "prefs.sqlite"
     with PreferenceStore(path) as store:
         for k, mu in enumerate([1.0, 0.5, 0.0]):
-            store.add(Preference(segment(10 * k), segment(60), mu, "human"))
+            store.add(Preference(clip(10 * k), clip(60), mu, "human"))
     # Piped keys, one a line: change the first to "right better", move on, delete the second.
     r = subprocess.run([sys.executable, "show_prefs.py", str(tmp_path), "--clip_player",
                         "terminal"], cwd=ROOT, input="R\nn\nD\nD\nq\n", capture_output=True,

@@ -124,15 +124,15 @@ def test_missing_or_corrupt_store_and_checkpoint_are_one_line_errors(tmp_path):
 def test_show_prefs_exports_and_imports_a_label_set_as_plain_npz(tmp_path):
     import numpy as np
 
-    from pref_interface.segment import Preference, Segment
+    from pref_interface.clip import Preference, Clip
 
-    def seg(v):
-        return Segment(np.full((28, 84, 84), v, np.uint8), np.zeros(25, np.int64),
+    def clip(v):
+        return Clip.pack(np.full((28, 84, 84), v, np.uint8), np.zeros(25, np.int64),
                        np.full(25, v, np.float32))
 
     with PreferenceStore(tmp_path / "a.sqlite") as store:
         for v, mu in ((1, 1.0), (2, 0.0), (3, 0.5)):
-            store.add(Preference(seg(v), seg(v + 10), mu, "human"))
+            store.add(Preference(clip(v), clip(v + 10), mu, "human"))
     show = [sys.executable, "show_prefs.py"]
     r = subprocess.run([*show, str(tmp_path / "a.sqlite"), "--export", str(tmp_path / "x.npz")],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -144,7 +144,7 @@ def test_show_prefs_exports_and_imports_a_label_set_as_plain_npz(tmp_path):
     assert r.returncode == 0, r.stderr
     with PreferenceStore(tmp_path / "b.sqlite", create=False) as store:
         got = [store.get(i) for i in store.all_ids()]
-    assert [p.mu for p in got] == [1.0, 0.0, 0.5] and got[1].left.frames[0, 0, 0] == 2
+    assert [p.mu for p in got] == [1.0, 0.0, 0.5] and got[1].left.frames()[0, 0, 0] == 2
     r = subprocess.run([*show, str(tmp_path / "c.sqlite"), "--import", str(tmp_path / "no.npz")],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1

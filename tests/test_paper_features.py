@@ -12,13 +12,13 @@ import pytest
 import torch
 from torch import nn
 
-from pref_interface.cutter import SegmentCutter
-from pref_interface.pairs import OVERSAMPLE, SegmentBuffer, select_pairs
+from pref_interface.cutter import ClipCutter
+from pref_interface.pairs import OVERSAMPLE, ClipBuffer, select_pairs
 from pref_interface.schedule import LabelSchedule
-from pref_interface.segment import Preference, Segment
+from pref_interface.clip import Preference, Clip
 from pref_interface.selection import disagreement_score, make_pair_scorer
-from pref_interface.store import PreferenceStore, decode_segment, encode_segment
-from tests.helpers import segment_from_stacks
+from pref_interface.store import PreferenceStore, decode_clip, encode_clip
+from tests.helpers import clip_from_stacks
 from pref_interface.teachers import (BoltzmannTeacher, EqualTeacher, Labeller, MistakeTeacher,
                                      MyopicTeacher, OracleTeacher, SkipTeacher, make_teacher,
                                      teacher_return)
@@ -30,12 +30,12 @@ torch.set_num_threads(1)
 _FRAMES = {t: np.zeros((t + 3, 84, 84), np.uint8) for t in (1, 2, 3, 5, 25)}  # shared, read-only
 
 
-def clip(rewards, dones=None, value: int | None = None) -> Segment:
+def clip(rewards, dones=None, value: int | None = None) -> Clip:
     """A clip with the given per-step true rewards; `value` fills its frames (else shared zeros)."""
     rewards = np.asarray(rewards, np.float32)
     t = len(rewards)
     frames = _FRAMES[t] if value is None else np.full((t + 3, 84, 84), value, np.uint8)
-    return Segment(frames, np.zeros(t, np.int64), rewards,
+    return Clip.pack(frames, np.zeros(t, np.int64), rewards,
                    None if dones is None else np.asarray(dones, bool))
 
 
@@ -61,8 +61,8 @@ def known_variance(a: float, b: float) -> float:
 
 def test_selection_picks_the_highest_variance_pairs():
     rng = np.random.default_rng(0)
-    segs = [clip([float(i)]) for i in range(40)]
-    candidates = [(i, segs[i], j, segs[j]) for i, j in rng.integers(40, size=(60, 2)) if i != j]
+    clips = [clip([float(i)]) for i in range(40)]
+    candidates = [(i, clips[i], j, clips[j]) for i, j in rng.integers(40, size=(60, 2)) if i != j]
     score = disagreement_score(fake_predictor())
     assert np.allclose(score(candidates), [known_variance(i, j) for i, _, j, _ in candidates])
     chosen = select_pairs(candidates, 5, rng, score)
@@ -71,7 +71,7 @@ def test_selection_picks_the_highest_variance_pairs():
 
 
 def test_buffer_offers_the_most_disagreed_of_ten_times_more_candidates():
-    buf = SegmentBuffer(max_segs=100)
+    buf = ClipBuffer(max_segs=100)
     for i in range(100):
         buf.add(clip([float(i)]))
     calls: list[int] = []
@@ -100,7 +100,7 @@ def test_random_selection_does_not_depend_on_the_predictor():
     assert make_pair_scorer("random", boom) is None and make_pair_scorer("random") is None
     picks = []
     for _ in range(2):
-        buf = SegmentBuffer(max_segs=50)
+        buf = ClipBuffer(max_segs=50)
         for i in range(50):
             buf.add(clip([float(i)]))
         picks.append([(a, b) for a, _, b, _ in buf.sample_new_pairs(5, np.random.default_rng(3),
@@ -117,10 +117,10 @@ def test_disagreement_is_the_variance_of_the_ensembles_predicted_preferences():
     torch.manual_seed(0)
     ens = RewardPredictorEnsemble(MovingDotRewardNet, n_members=3)
     rng = np.random.default_rng(0)
-    segs = [Segment(rng.integers(0, 256, (5, 84, 84), dtype=np.uint8), rng.integers(0, 5, 2),
+    clips = [Clip.pack(rng.integers(0, 256, (5, 84, 84), dtype=np.uint8), rng.integers(0, 5, 2),
                     np.zeros(2, np.float32)) for _ in range(8)]
-    candidates = [(i, segs[i], i + 4, segs[i + 4]) for i in range(4)]
-    p = ens.predict_preference(segs[:4], segs[4:])
+    candidates = [(i, clips[i], i + 4, clips[i + 4]) for i in range(4)]
+    p = ens.predict_preference(clips[:4], clips[4:])
     assert p.shape == (3, 4)
     assert np.allclose(disagreement_score(ens.predict_preference)(candidates), p.var(0), atol=1e-7)
 
@@ -182,10 +182,10 @@ def test_l2_is_never_negative():
 
 
 def dot_prefs(rng: np.random.Generator, n: int, is_validation: bool) -> list[Preference]:
-    def seg():
-        return Segment(rng.integers(0, 256, (5, 84, 84), dtype=np.uint8), rng.integers(0, 5, 2),
+    def clip():
+        return Clip.pack(rng.integers(0, 256, (5, 84, 84), dtype=np.uint8), rng.integers(0, 5, 2),
                        rng.normal(size=2).astype(np.float32))
-    return [Preference(seg(), seg(), float(rng.choice([0.0, 1.0])), is_validation=is_validation)
+    return [Preference(clip(), clip(), float(rng.choice([0.0, 1.0])), is_validation=is_validation)
             for _ in range(n)]
 
 
@@ -350,16 +350,16 @@ def test_teacher_spec_parser_builds_each_teacher_and_rejects_junk():
         assert "\n" not in str(e.value) and "oracle, boltzmann" in str(e.value), junk
 
 
-# ---- episode ends in segments, the cutter and the store ----------------------------------------
+# ---- episode ends in clips, the cutter and the store ----------------------------------------
 
-def test_segments_carry_optional_episode_ends():
+def test_clips_carry_optional_episode_ends():
     stacks = np.zeros((3, 4, 84, 84), np.uint8)
-    seg = segment_from_stacks(stacks, np.zeros(3), np.zeros(3))
-    assert seg.dones is None and seg.n_episode_ends == 0
-    seg = segment_from_stacks(stacks, np.zeros(3), np.zeros(3), dones=[0, 0, 1])
-    assert seg.dones.dtype == bool and seg.n_episode_ends == 1
+    clip = clip_from_stacks(stacks, np.zeros(3), np.zeros(3))
+    assert clip.dones is None and clip.n_episode_ends == 0
+    clip = clip_from_stacks(stacks, np.zeros(3), np.zeros(3), dones=[0, 0, 1])
+    assert clip.dones.dtype == bool and clip.n_episode_ends == 1
     with pytest.raises(AssertionError):
-        Segment(seg.frames, seg.actions, seg.true_rewards, np.zeros(2, bool))
+        Clip.pack(clip.frames(), clip.actions, clip.true_rewards, np.zeros(2, bool))
 
 
 def test_cutter_marks_a_clip_that_ends_with_its_episode():
@@ -371,21 +371,21 @@ def test_cutter_marks_a_clip_that_ends_with_its_episode():
     obs = np.stack(stacks)[:, None]  # (7, 1, 4, 84, 84)
     dones = np.zeros((6, 1), bool)
     dones[2, 0] = True
-    segs = SegmentCutter(1, segment_length=3).observe(obs, np.zeros((6, 1), np.int64),
+    clips = ClipCutter(1, clip_length=3).observe(obs, np.zeros((6, 1), np.int64),
                                                       np.zeros((6, 1), np.float32), dones)
-    assert len(segs) == 2
-    assert segs[0].dones.tolist() == [False, False, True] and segs[1].dones.tolist() == [False] * 3
+    assert len(clips) == 2
+    assert clips[0].dones.tolist() == [False, False, True] and clips[1].dones.tolist() == [False] * 3
 
 
-def test_store_keeps_episode_ends_and_reads_older_segments(tmp_path):
+def test_store_keeps_episode_ends_and_reads_older_clips(tmp_path):
     with_ends = clip([1.0, 2.0], dones=[False, True], value=7)
     without = clip([3.0, 4.0], value=9)
-    assert decode_segment(encode_segment(with_ends)).dones.tolist() == [False, True]
-    assert decode_segment(encode_segment(without)).dones is None
-    buf = io.BytesIO()  # a blob written before segments had `dones`
-    np.savez_compressed(buf, frames=with_ends.frames, actions=with_ends.actions,
+    assert decode_clip(encode_clip(with_ends)).dones.tolist() == [False, True]
+    assert decode_clip(encode_clip(without)).dones is None
+    buf = io.BytesIO()  # a blob written before clips had `dones`
+    np.savez_compressed(buf, frames=with_ends.frames(), actions=with_ends.actions,
                         true_rewards=with_ends.true_rewards)
-    assert decode_segment(buf.getvalue()).dones is None
+    assert decode_clip(buf.getvalue()).dones is None
 
     with PreferenceStore(tmp_path / "a.db") as store:
         store.add(Preference(with_ends, without, 1.0))

@@ -14,20 +14,20 @@ import numpy as np
 import pytest
 
 from tests.helpers import NonBlockingOnly
-from pref_interface.cutter import SegmentCutter
-from pref_interface.pairs import SegmentBuffer, select_pairs
+from pref_interface.cutter import ClipCutter
+from pref_interface.pairs import ClipBuffer, select_pairs
 from pref_interface.labelling import InterfaceStats, increment
 from pref_interface.config import InterfaceConfig
 from launch.loop import run_labelling
-from pref_interface.process import SEGMENT_QUEUE_MAXSIZE
-from pref_interface.segment import Preference, Segment
+from pref_interface.process import CLIP_QUEUE_MAXSIZE
+from pref_interface.clip import Preference, Clip
 from pref_interface.sender import QueueSender
 from pref_interface.store import PreferenceStore
 from pref_interface.teachers import Labeller, OracleTeacher
 
 
-def tiny_segment(value: int, reward: float = 0.0, steps: int = 1) -> Segment:
-    return Segment(np.full((steps + 3, 84, 84), value % 256, np.uint8), np.zeros(steps, np.int64),
+def tiny_clip(value: int, reward: float = 0.0, steps: int = 1) -> Clip:
+    return Clip.pack(np.full((steps + 3, 84, 84), value % 256, np.uint8), np.zeros(steps, np.int64),
                    np.full(steps, reward, np.float32))
 
 
@@ -68,33 +68,33 @@ class FakeVecEnv:
             t += T
 
 
-def cut(env: FakeVecEnv, lengths, segment_length: int = 25) -> tuple[list[Segment], SegmentCutter]:
-    cutter = SegmentCutter(env.n_envs, segment_length)
-    segments = []
+def cut(env: FakeVecEnv, lengths, clip_length: int = 25) -> tuple[list[Clip], ClipCutter]:
+    cutter = ClipCutter(env.n_envs, clip_length)
+    clips = []
     for rollout in env.rollouts(lengths):
-        segments += cutter.observe(*rollout)
-    return segments, cutter
+        clips += cutter.observe(*rollout)
+    return clips, cutter
 
 
 def test_cutter_clips_are_exactly_what_the_agent_saw_from_every_env():
     env = FakeVecEnv(n_envs=4, n_steps=600, episode_len=(20, 90))
-    segments, cutter = cut(env, [5] * 200)
-    assert len(segments) == cutter.n_emitted > 10 and cutter.n_discarded == 0
+    clips, cutter = cut(env, [5] * 200)
+    assert len(clips) == cutter.n_emitted > 10 and cutter.n_discarded == 0
     envs_used, last_end, crossing = [], -1, 0
-    for seg in segments:
-        steps, envs = seg.actions // env.n_envs, seg.actions % env.n_envs
+    for clip in clips:
+        steps, envs = clip.actions // env.n_envs, clip.actions % env.n_envs
         i, start = int(envs[0]), int(steps[0])
-        assert len(seg) == 25 and (envs == i).all() and (steps == start + np.arange(25)).all()
-        assert np.array_equal(seg.true_rewards, env.rewards[steps, i])
-        assert np.array_equal(seg.dones, env.dones[steps, i])  # episode ends are marked
+        assert len(clip) == 25 and (envs == i).all() and (steps == start + np.arange(25)).all()
+        assert np.array_equal(clip.true_rewards, env.rewards[steps, i])
+        assert np.array_equal(clip.dones, env.dones[steps, i])  # episode ends are marked
         # The frames rebuild every stack the agent saw, but the 3 after an episode end, whose
         # older frames come from the episode before.
         stale = np.zeros(25, bool)
-        for k in np.flatnonzero(seg.dones[:-1]):
+        for k in np.flatnonzero(clip.dones[:-1]):
             stale[k + 1:k + 4] = True
-        assert np.array_equal(seg.stacks()[~stale], env.obs[steps[~stale], i])
-        assert np.array_equal(seg.stacks()[:, -1], env.obs[steps, i, -1])  # newest frames all right
-        crossing += int(seg.dones[:-1].any())
+        assert np.array_equal(clip.stacks()[~stale], env.obs[steps[~stale], i])
+        assert np.array_equal(clip.stacks()[:, -1], env.obs[steps, i, -1])  # newest frames all right
+        crossing += int(clip.dones[:-1].any())
         assert start > last_end  # one clip at a time
         last_end = int(steps[-1])
         envs_used.append(i)
@@ -102,8 +102,8 @@ def test_cutter_clips_are_exactly_what_the_agent_saw_from_every_env():
     assert crossing > 0  # clips that span an episode end are kept (App. A: they get a penalty)
 
     long_episodes = FakeVecEnv(n_envs=3, n_steps=300, episode_len=(1000, 1001))
-    segments, _ = cut(long_episodes, [5] * 60)
-    assert [int(s.actions[0] % 3) for s in segments] == [0, 1, 2] * 4  # env i, then i + 1, ...
+    clips, _ = cut(long_episodes, [5] * 60)
+    assert [int(s.actions[0] % 3) for s in clips] == [0, 1, 2] * 4  # env i, then i + 1, ...
 
 
 def test_cutter_does_not_assume_the_rollout_length():
@@ -115,13 +115,13 @@ def test_cutter_does_not_assume_the_rollout_length():
     assert n > 5
     for a, b, c in zip(by_fives[:n], uneven[:n], one_rollout[:n]):
         assert np.array_equal(a.actions, b.actions) and np.array_equal(a.actions, c.actions)
-        assert np.array_equal(a.frames, b.frames) and np.array_equal(a.frames, c.frames)
+        assert np.array_equal(a.frames(), b.frames()) and np.array_equal(a.frames(), c.frames())
 
 
 def test_cutter_keeps_a_clip_that_ends_with_its_episode():
     env = FakeVecEnv(n_envs=1, n_steps=250, episode_len=(25, 26))  # every episode exactly 25 steps
-    segments, cutter = cut(env, [5] * 50)
-    assert cutter.n_discarded == 0 and len(segments) == 10
+    clips, cutter = cut(env, [5] * 50)
+    assert cutter.n_discarded == 0 and len(clips) == 10
 
 
 def test_cutter_discards_a_clip_whose_stacks_stop_overlapping():
@@ -130,26 +130,26 @@ def test_cutter_discards_a_clip_whose_stacks_stop_overlapping():
     env = FakeVecEnv(n_envs=1, n_steps=100, episode_len=(30, 31))
     env.dones[:] = False  # hide the resets
     with pytest.warns(RuntimeWarning, match="do not share frames"):
-        segments, cutter = cut(env, [5] * 20)
+        clips, cutter = cut(env, [5] * 20)
     assert cutter.n_discarded >= 2
-    for seg in segments:
-        assert len(set(env.episode[seg.actions, 0])) == 1
+    for clip in clips:
+        assert len(set(env.episode[clip.actions, 0])) == 1
 
 
 # ---- choosing pairs ----------------------------------------------------------------------------
 
 def test_pairs_are_never_offered_twice():
     rng = np.random.default_rng(0)
-    buf = SegmentBuffer(max_segs=6)
+    buf = ClipBuffer(max_segs=6)
     for v in range(6):
-        buf.add(tiny_segment(v))
+        buf.add(tiny_clip(v))
     offered, lefts = [], set()
     while batch := buf.sample_new_pairs(4, rng):
         offered += [frozenset((a, b)) for a, _, b, _ in batch]
         lefts |= {a for a, _, _, _ in batch}
     assert len(offered) == len(set(offered)) == 15 and all(len(p) == 2 for p in offered)
     assert len(lefts) > 1  # which clip is shown left is random
-    new_id = buf.add(tiny_segment(6))  # evicts segment 0 and forgets its pairs
+    new_id = buf.add(tiny_clip(6))  # evicts clip 0 and forgets its pairs
     assert len(buf) == 6 and buf.n_unoffered_pairs == 5
     fresh = buf.sample_new_pairs(10, rng)
     assert len(fresh) == 5 and all(new_id in (a, b) and 0 not in (a, b) for a, _, b, _ in fresh)
@@ -159,9 +159,9 @@ def test_pairs_are_never_offered_twice():
 
 def test_pairs_stay_new_in_a_full_buffer():
     rng = np.random.default_rng(1)
-    seg, buf = tiny_segment(0), SegmentBuffer(max_segs=1000)
+    clip, buf = tiny_clip(0), ClipBuffer(max_segs=1000)
     for _ in range(1000):
-        buf.add(seg)
+        buf.add(clip)
     seen = set()
     for _ in range(300):
         for a, _, b, _ in buf.sample_new_pairs(10, rng):
@@ -175,12 +175,12 @@ def test_a_clip_is_offered_in_at_most_max_pairs_per_clip_pairs(val_fraction):
     """Labels made faster than clips arrive wait for new clips instead of reusing the few there
     are (MovingDot's 200 initial labels came from about 30 clips)."""
     rng = np.random.default_rng(3)
-    buf = SegmentBuffer(max_segs=1000, val_fraction=val_fraction, seed=4, max_pairs_per_clip=2)
-    seg = tiny_segment(0)
+    buf = ClipBuffer(max_segs=1000, val_fraction=val_fraction, seed=4, max_pairs_per_clip=2)
+    clip = tiny_clip(0)
     uses: dict[int, int] = {}
     n_offered = 0
     for n_clips in range(1, 301):
-        buf.add(seg)
+        buf.add(clip)
         for scored in (None, lambda cs: np.arange(len(cs), dtype=float)):
             for a, _, b, _ in buf.sample_new_pairs(16, rng, score=scored):
                 assert buf.is_validation(a) == buf.is_validation(b)
@@ -189,24 +189,24 @@ def test_a_clip_is_offered_in_at_most_max_pairs_per_clip_pairs(val_fraction):
         assert max(uses.values(), default=0) <= 2 and n_offered <= n_clips
     assert n_offered >= 280  # the cap binds (about one pair per clip), it does not stall
     # Without a cap the same buffer gives 16 pairs at once from a handful of clips.
-    free = SegmentBuffer(max_segs=1000)
+    free = ClipBuffer(max_segs=1000)
     for _ in range(8):
-        free.add(seg)
+        free.add(clip)
     assert len(free.sample_new_pairs(16, rng)) == 16
 
 
 def test_select_pairs_queries_where_the_score_is_highest():
     """§2.2.4: of the candidate pairs, ask about those the predictors disagree on most."""
     rng = np.random.default_rng(2)
-    seg = tiny_segment(0)
-    candidates = [(a, seg, a + 100, seg) for a in range(30)]
+    clip = tiny_clip(0)
+    candidates = [(a, clip, a + 100, clip) for a in range(30)]
     chosen = select_pairs(candidates, 3, rng, score=lambda cs: np.array([a % 7 for a, *_ in cs]))
     assert [a for a, *_ in chosen] == [6, 13, 20]
     assert len(select_pairs(candidates, 50, rng)) == 30 and select_pairs([], 3, rng) == []
 
-    buf = SegmentBuffer(max_segs=50)
+    buf = ClipBuffer(max_segs=50)
     for v in range(50):
-        buf.add(seg)
+        buf.add(clip)
     seen_sizes = []
     picked = buf.sample_new_pairs(2, rng, score=lambda cs: seen_sizes.append(len(cs)) or np.zeros(len(cs)))
     assert seen_sizes == [20] and len(picked) == 2  # 10x more candidates than queries
@@ -217,22 +217,22 @@ def test_select_pairs_queries_where_the_score_is_highest():
 def test_oracle_prefers_the_clip_with_more_true_reward():
     oracle = OracleTeacher()
     assert isinstance(oracle, Labeller) and oracle.source == "synthetic"
-    good, bad = tiny_segment(0, reward=1.0, steps=3), tiny_segment(0, reward=-1.0, steps=3)
+    good, bad = tiny_clip(0, reward=1.0, steps=3), tiny_clip(0, reward=-1.0, steps=3)
     assert oracle.label(good, bad) == 1.0
     assert oracle.label(bad, good) == 0.0
-    assert oracle.label(good, tiny_segment(9, reward=1.0, steps=3)) == 0.5
+    assert oracle.label(good, tiny_clip(9, reward=1.0, steps=3)) == 0.5
 
 
 # ---- the process -------------------------------------------------------------------------------
 
 def test_sender_never_blocks_on_a_full_queue():
     ctx = mp.get_context("spawn")
-    seg_queue, dropped = ctx.Queue(maxsize=2), ctx.Value("i", 0)
-    sender = QueueSender(NonBlockingOnly(seg_queue), dropped)
-    sent = [sender.send(tiny_segment(v)) for v in range(6)]
+    clip_queue, dropped = ctx.Queue(maxsize=2), ctx.Value("i", 0)
+    sender = QueueSender(NonBlockingOnly(clip_queue), dropped)
+    sent = [sender.send(tiny_clip(v)) for v in range(6)]
     assert sent == [True, True, False, False, False, False]
     assert (sender.sent, sender.dropped, dropped.value) == (2, 4, 4)
-    assert seg_queue.get(timeout=5).frames[0, 0, 0] == 0
+    assert clip_queue.get(timeout=5).frames()[0, 0, 0] == 0
 
 
 def send_and_exit(q, sent) -> None:
@@ -246,7 +246,7 @@ def send_and_exit(q, sent) -> None:
 
 
 def test_closing_the_sender_lets_a_late_reader_get_the_whole_item():
-    """The interface drains seg_queue between labels, so it may start on a clip only after A2C
+    """The interface drains clip_queue between labels, so it may start on a clip only after A2C
     has begun to exit. Without `close` the sender dies half-way through the write and the reader
     waits forever for the rest (checked by making `close` return at once: the reader hangs)."""
     ctx = mp.get_context("spawn")
@@ -278,17 +278,17 @@ def slow_consumer(pref_queue, stats: InterfaceStats, n: int, max_in_flight: int)
 
 def test_no_preference_is_dropped_when_the_trainer_is_slow(tmp_path):
     ctx = mp.get_context("spawn")
-    seg_queue, pref_queue = ctx.Queue(SEGMENT_QUEUE_MAXSIZE), ctx.Queue()
+    clip_queue, pref_queue = ctx.Queue(CLIP_QUEUE_MAXSIZE), ctx.Queue()
     stop_event, stats = ctx.Event(), InterfaceStats.create(ctx)
     config = InterfaceConfig(max_segs=8, max_in_flight=3, stop_after_labels=25, seed=0,
                              synthetic=True, max_pairs_per_clip=None)
     store_path = str(tmp_path / "prefs.sqlite")
     proc = ctx.Process(target=run_labelling, args=(config,), kwargs=dict(
-        seg_queue=seg_queue, pref_queue=pref_queue, stop_event=stop_event, stats=stats,
+        clip_queue=clip_queue, pref_queue=pref_queue, stop_event=stop_event, stats=stats,
         store_path=store_path))
     proc.start()
     try:
-        feeder = threading.Thread(target=lambda: [seg_queue.put(tiny_segment(v, reward=v % 3), timeout=30)
+        feeder = threading.Thread(target=lambda: [clip_queue.put(tiny_clip(v, reward=v % 3), timeout=30)
                                                   for v in range(12)])
         feeder.start()
         received = slow_consumer(pref_queue, stats, 25, config.max_in_flight)
@@ -298,28 +298,27 @@ def test_no_preference_is_dropped_when_the_trainer_is_slow(tmp_path):
     finally:
         if proc.is_alive():
             proc.kill()
-    assert stats.labels_total.value == 25 and stats.segments_received.value == 12
+    assert stats.labels_total.value == 25 and stats.clips_received.value == 12
     with PreferenceStore(store_path, create=False) as store:
         stored = [store.get(i) for i in store.all_ids()]
     assert len(stored) == 25
     for got, want in zip(received, stored):  # every label, in order; the clips travel packed
-        got = Preference(got.left.unpack(), got.right.unpack(), got.mu, got.source,
-                         got.is_validation)
-        assert np.array_equal(got.left.frames, want.left.frames)
-        assert np.array_equal(got.right.frames, want.right.frames)
+        assert got.left.expanded is None and got.left.frames_z == want.left.frames_z
+        assert np.array_equal(got.left.frames(), want.left.frames())
+        assert np.array_equal(got.right.frames(), want.right.frames())
         assert (got.mu, got.is_validation, got.source) == (want.mu, want.is_validation, "synthetic")
         assert got.mu == OracleTeacher().label(got.left, got.right)
 
 
 def test_gathering_initial_labels_stops_at_the_requested_number(tmp_path):
     ctx = mp.get_context("spawn")
-    seg_queue, stop_event, stats = queue.Queue(), threading.Event(), InterfaceStats.create(ctx)
+    clip_queue, stop_event, stats = queue.Queue(), threading.Event(), InterfaceStats.create(ctx)
     for v in range(20):  # about 1/e of the clips (and so of the labels) are validation
-        seg_queue.put(tiny_segment(v, reward=v % 2))
+        clip_queue.put(tiny_clip(v, reward=v % 2))
     config = InterfaceConfig(max_segs=20, stop_after_labels=12, seed=0,
                              synthetic=True, max_pairs_per_clip=None)
     path = str(tmp_path / "prefs.sqlite")
-    channels = dict(seg_queue=seg_queue, pref_queue=None, stop_event=stop_event, stats=stats,
+    channels = dict(clip_queue=clip_queue, pref_queue=None, stop_event=stop_event, stats=stats,
                     store_path=path)
     run_labelling(config, **channels)  # no trainer reads labels
     with PreferenceStore(path) as store:
@@ -341,14 +340,14 @@ def test_incomparable_pairs_are_not_stored_and_stop_event_ends_the_loop(tmp_path
             self.asked += 1
             return None if self.asked % 2 else 0.5
 
-    seg_queue, stop_event = queue.Queue(), threading.Event()
+    clip_queue, stop_event = queue.Queue(), threading.Event()
     stats = InterfaceStats.create(mp.get_context("spawn"))
     for v in range(4):
-        seg_queue.put(tiny_segment(v))
+        clip_queue.put(tiny_clip(v))
     labeller, path = Undecided(), str(tmp_path / "prefs.sqlite")
     worker = threading.Thread(target=run_labelling, args=(
         InterfaceConfig(seed=0, val_fraction=0.0, synthetic=True, max_pairs_per_clip=None),),
-        kwargs=dict(seg_queue=seg_queue, pref_queue=None, stop_event=stop_event, stats=stats,
+        kwargs=dict(clip_queue=clip_queue, pref_queue=None, stop_event=stop_event, stats=stats,
                     store_path=path, labeller=labeller))
     worker.start()
     deadline = time.monotonic() + 60
@@ -357,7 +356,7 @@ def test_incomparable_pairs_are_not_stored_and_stop_event_ends_the_loop(tmp_path
     stop_event.set()
     worker.join(timeout=30)
     assert not worker.is_alive()
-    assert labeller.asked == 6  # all 6 pairs of 4 segments, each asked once
+    assert labeller.asked == 6  # all 6 pairs of 4 clips, each asked once
     with PreferenceStore(path) as store:
         assert len(store) == 3 == stats.labels_total.value
         assert all(p.source == "human" and p.mu == 0.5 for p in store.latest(3))
@@ -373,7 +372,7 @@ import multiprocessing as mp, queue, sys, threading
 from pref_interface.labelling import InterfaceStats
 from pref_interface.config import InterfaceConfig
 from launch.loop import run_labelling
-run_labelling(InterfaceConfig(synthetic=True, stop_after_labels=0), seg_queue=queue.Queue(),
+run_labelling(InterfaceConfig(synthetic=True, stop_after_labels=0), clip_queue=queue.Queue(),
                    pref_queue=queue.Queue(), stop_event=threading.Event(),
                    stats=InterfaceStats.create(mp.get_context("spawn")),
                    store_path={str(tmp_path / "p.sqlite")!r}, log_dir={str(tmp_path / "tb")!r})
@@ -387,7 +386,7 @@ print("torch" in sys.modules)
 
 def test_human_labelling_is_refused_without_a_terminal_to_read_answers_from(tmp_path):
     with pytest.raises(ValueError, match="answers queue"):
-        run_labelling(InterfaceConfig(synthetic=False), seg_queue=queue.Queue(),
+        run_labelling(InterfaceConfig(synthetic=False), clip_queue=queue.Queue(),
                            pref_queue=None, stop_event=threading.Event(),
                            stats=InterfaceStats.create(mp.get_context("spawn")),
                            store_path=str(tmp_path / "p.sqlite"))
@@ -406,17 +405,17 @@ def _interface_that_shows_its_stacks(config: InterfaceConfig, **channels) -> Non
 @pytest.mark.parametrize("how", ["stop_event", "ctrl_c"])
 def test_interface_exits_promptly_even_when_the_trainer_stopped_reading(tmp_path, how):
     ctx = mp.get_context("spawn")
-    seg_queue, pref_queue = ctx.Queue(SEGMENT_QUEUE_MAXSIZE), ctx.Queue()
+    clip_queue, pref_queue = ctx.Queue(CLIP_QUEUE_MAXSIZE), ctx.Queue()
     stop_event, stats = ctx.Event(), InterfaceStats.create(ctx)
     store_path = str(tmp_path / "prefs.sqlite")
     proc = ctx.Process(target=_interface_that_shows_its_stacks, args=(
         InterfaceConfig(max_in_flight=16, seed=0, synthetic=True, max_pairs_per_clip=None),),
-        kwargs=dict(seg_queue=seg_queue, pref_queue=pref_queue, stop_event=stop_event,
+        kwargs=dict(clip_queue=clip_queue, pref_queue=pref_queue, stop_event=stop_event,
                     stats=stats, store_path=store_path))
     proc.start()
     try:
         for v in range(8):
-            seg_queue.put(tiny_segment(v), timeout=30)
+            clip_queue.put(tiny_clip(v), timeout=30)
         deadline = time.monotonic() + 30
         while stats.labels_total.value < 16 and time.monotonic() < deadline:  # a full, unread queue
             time.sleep(0.02)
@@ -443,11 +442,11 @@ def test_interface_exits_promptly_even_when_the_trainer_stopped_reading(tmp_path
 def test_validation_labels_never_share_a_clip_with_training_labels():
     """The split is per clip, pairs stay within a split, and about 1/e of the labels validate."""
     rng = np.random.default_rng(4)
-    buf = SegmentBuffer(max_segs=60, val_fraction=1 / np.e, seed=5)
+    buf = ClipBuffer(max_segs=60, val_fraction=1 / np.e, seed=5)
     used = {False: set(), True: set()}
     n_labels = n_val = 0
     for step in range(600):
-        buf.add(tiny_segment(step))
+        buf.add(tiny_clip(step))
         for a, _, b, _ in buf.sample_new_pairs(2, rng):  # labels come faster than clips
             split = buf.is_validation(a)
             assert buf.is_validation(b) == split

@@ -11,19 +11,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pref_interface.segment import Preference, Segment
-from tests.helpers import random_clip, segment_from_stacks
-from pref_interface.store import SCHEMA_VERSION, PreferenceStore, StoreError, decode_segment, encode_segment
+from pref_interface.clip import Preference, Clip
+from tests.helpers import random_clip, clip_from_stacks
+from pref_interface.store import SCHEMA_VERSION, PreferenceStore, StoreError, decode_clip, encode_clip
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def random_segment(rng: np.random.Generator, steps: int = 3) -> Segment:
+def six_action_clip(rng: np.random.Generator, steps: int = 3) -> Clip:
     return random_clip(rng, steps, n_actions=6)
 
 
 def random_pref(rng: np.random.Generator, steps: int = 3) -> Preference:
-    return Preference(random_segment(rng, steps), random_segment(rng, steps + 1),
+    return Preference(six_action_clip(rng, steps), six_action_clip(rng, steps + 1),
                       float(rng.choice([0.0, 0.5, 1.0])), str(rng.choice(["synthetic", "human"])),
                       bool(rng.random() < 0.5))
 
@@ -31,9 +31,9 @@ def random_pref(rng: np.random.Generator, steps: int = 3) -> Preference:
 def assert_same_pref(a: Preference, b: Preference) -> None:
     assert (a.mu, a.source, a.is_validation) == (b.mu, b.source, b.is_validation)
     for x, y in ((a.left, b.left), (a.right, b.right)):
-        for field in ("frames", "actions", "true_rewards"):
-            got, want = getattr(x, field), getattr(y, field)
-            assert got.dtype == want.dtype and np.array_equal(got, want), field
+        for got, want in ((x.frames(), y.frames()), (x.actions, y.actions),
+                          (x.true_rewards, y.true_rewards)):
+            assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
 def test_store_round_trip_keeps_every_label_exactly(tmp_path):
@@ -76,15 +76,15 @@ def test_store_round_trip_keeps_every_label_exactly(tmp_path):
 _WRITER = """
 import sys
 import numpy as np
-from pref_interface.segment import Preference, Segment
+from pref_interface.clip import Preference, Clip
 from pref_interface.store import PreferenceStore
 rng = np.random.default_rng(int(sys.argv[2]))
 store = PreferenceStore(sys.argv[1])
 while True:
     steps = int(rng.integers(1, 26))
-    segs = [Segment(rng.integers(0, 256, (steps + 3, 84, 84), dtype=np.uint8), np.zeros(steps, np.int64),
+    clips = [Clip.pack(rng.integers(0, 256, (steps + 3, 84, 84), dtype=np.uint8), np.zeros(steps, np.int64),
                     np.zeros(steps, np.float32)) for _ in range(2)]
-    print(store.add(Preference(segs[0], segs[1], 1.0)), flush=True)
+    print(store.add(Preference(clips[0], clips[1], 1.0)), flush=True)
 """
 
 
@@ -108,7 +108,7 @@ def test_store_keeps_every_label_committed_before_a_kill(tmp_path):
             assert set(acknowledged) <= stored, sorted(set(acknowledged) - stored)
             assert len(stored) <= len(acknowledged) + round_ + 1  # at most one unacknowledged per kill
             last = store.get(acknowledged[-1])
-            assert last.mu == 1.0 and last.left.frames.shape[1:] == (84, 84)
+            assert last.mu == 1.0 and last.left.frames().shape[1:] == (84, 84)
     assert len(acknowledged) > 3
 
 
@@ -181,8 +181,8 @@ def test_missing_or_corrupt_store_raises_store_error_naming_the_file(tmp_path):
             store.latest(5)  # a truncated file may only show when its pages are read
 
 
-def test_atari_segments_compress_to_a_few_kilobytes():
-    """The earlier reproduction kept ~700 KB per segment in memory; a stored 25-step Pong clip
+def test_atari_clips_compress_to_a_few_kilobytes():
+    """The earlier reproduction kept ~700 KB per clip in memory; a stored 25-step Pong clip
     (28 distinct 84x84 frames, 197,568 bytes raw) takes a few KB."""
     from ale_py.vector_env import AtariVectorEnv
 
@@ -193,8 +193,8 @@ def test_atari_segments_compress_to_a_few_kilobytes():
         stacks.append(obs[0].copy())
         obs, *_ = env.step(np.random.default_rng(0).integers(0, 6, size=1))
     env.close()
-    seg = segment_from_stacks(np.array(stacks[100:125]), np.zeros(25, np.int64),
+    clip = clip_from_stacks(np.array(stacks[100:125]), np.zeros(25, np.int64),
                               np.zeros(25, np.float32))
-    blob = encode_segment(seg)
-    assert np.array_equal(decode_segment(blob).stacks(), np.array(stacks[100:125]))
+    blob = encode_clip(clip)
+    assert np.array_equal(decode_clip(blob).stacks(), np.array(stacks[100:125]))
     assert len(blob) < 10_000, len(blob)

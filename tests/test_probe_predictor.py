@@ -69,10 +69,10 @@ def test_a_directory_without_a_predictor_is_a_usage_error(tmp_path, capsys):
 
 def test_validation_leak_counts_validation_labels_that_share_clips_with_training_labels():
     from experiments.validation_leak import leak
-    from pref_interface.segment import Preference, Segment
+    from pref_interface.clip import Preference, Clip
 
-    def clip(v: int) -> Segment:
-        return Segment(np.full((4, 84, 84), v, np.uint8), np.zeros(1, np.int64), np.zeros(1, np.float32))
+    def clip(v: int) -> Clip:
+        return Clip.pack(np.full((4, 84, 84), v, np.uint8), np.zeros(1, np.int64), np.zeros(1, np.float32))
 
     prefs = [Preference(clip(0), clip(1), 1.0), Preference(clip(2), clip(3), 0.0),
              Preference(clip(0), clip(4), 1.0, is_validation=True),  # one clip trained on

@@ -15,12 +15,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from launch.loop import run_predictor_trainer
-from pref_interface.segment import Preference, Segment
+from pref_interface.clip import Preference, Clip
 from reward_predictor import (AtariRewardNet, CheckpointError, MovingDotRewardNet,
                               RewardPredictorEnsemble, RewardPredictorTrainer, RunningNormaliser,
                               SharedWeights, TrainerConfig, TrainerStats, bootstrap_counts,
                               build_ensemble, make_reward_net, preference_loss)
-from reward_predictor.ensemble import segment_returns, take_batchnorm_statistics
+from reward_predictor.ensemble import clip_returns, take_batchnorm_statistics
 from reward_predictor.nets import FirstConv, NormActDrop, dropout_half
 from reward_predictor.pace import PredictorPace, labels_per_member
 from reward_predictor.process import run_pretraining
@@ -31,12 +31,8 @@ torch.set_num_threads(1)
 
 
 # ---- synthetic data ---------------------------------------------------------------------------
-def random_segment(rng: np.random.Generator, t: int = 25) -> Segment:
-    return random_clip(rng, t)
-
-
 def random_pref(rng: np.random.Generator, is_validation: bool = False, t: int = 25) -> Preference:
-    return Preference(random_segment(rng, t), random_segment(rng, t), float(rng.choice([0.0, 0.5, 1.0])),
+    return Preference(random_clip(rng, t), random_clip(rng, t), float(rng.choice([0.0, 0.5, 1.0])),
                       is_validation=is_validation)
 
 
@@ -52,7 +48,7 @@ def _render_dot(p: np.ndarray) -> np.ndarray:
     return frame
 
 
-def moving_dot_segment(rng: np.random.Generator, t: int = 25) -> Segment:
+def moving_dot_clip(rng: np.random.Generator, t: int = 25) -> Clip:
     """A random walk; true reward +1 per step that ends closer to the centre, -1 farther, 0 equal."""
     p = rng.integers(0, 83, size=2)  # (x, y) of the dot's top-left pixel
     frames = [_render_dot(p)] * 3
@@ -63,12 +59,12 @@ def moving_dot_segment(rng: np.random.Generator, t: int = 25) -> Segment:
         q = np.clip(p + DOT_STEP[int(a)], 0, 82)
         rewards[i] = np.sign(np.linalg.norm(p + 0.5 - DOT_CENTRE) - np.linalg.norm(q + 0.5 - DOT_CENTRE))
         p = q
-    return Segment(np.stack(frames), actions.astype(np.int64), rewards)
+    return Clip.pack(np.stack(frames), actions.astype(np.int64), rewards)
 
 
 def moving_dot_pref(rng: np.random.Generator, is_validation: bool) -> Preference:
     """Labelled by true return, as the synthetic oracle does; equal returns are a tie."""
-    left, right = moving_dot_segment(rng), moving_dot_segment(rng)
+    left, right = moving_dot_clip(rng), moving_dot_clip(rng)
     diff = left.true_return - right.true_return
     return Preference(left, right, 1.0 if diff > 0 else 0.0 if diff < 0 else 0.5,
                       is_validation=is_validation)
@@ -147,16 +143,16 @@ def test_the_agent_gets_rewards_of_the_target_std_despite_dropout():
                                   n_members=1, lr=1e-3)
     for _ in range(12):
         ens.train_step([[prefs[j] for j in rng.integers(0, 64, 8)]])
-    windows = np.stack([np.lib.stride_tricks.sliding_window_view(p.left.frames, 4, axis=0)
+    windows = np.stack([np.lib.stride_tricks.sliding_window_view(p.left.frames(), 4, axis=0)
                         for p in prefs[:16]])  # (16, 25, 84, 84, 4)
     obs = windows.transpose(0, 1, 4, 2, 3).reshape(-1, 4, 84, 84)
     std = ens.reward(obs, np.zeros(len(obs), np.int64)).std()
     assert 0.025 < std < 0.1, std  # App. A.2: std 0.05
 
 
-def _running_to_actual_variance(net: AtariRewardNet, segments: list[Segment]) -> list[float]:
+def _running_to_actual_variance(net: AtariRewardNet, clips: list[Clip]) -> list[float]:
     """Per batch-norm layer, the median over channels of running variance / the variance of the
-    layer's input in an eval-mode pass over `segments`: 1 when the statistics fit what the agent's
+    layer's input in an eval-mode pass over `clips`: 1 when the statistics fit what the agent's
     net computes."""
     inputs = []
     hooks = [bn.register_forward_hook(lambda mod, inp, out: inputs.append(inp[0].float()))
@@ -164,7 +160,7 @@ def _running_to_actual_variance(net: AtariRewardNet, segments: list[Segment]) ->
     was_training = net.training
     net.eval()
     with torch.no_grad():
-        segment_returns(net, segments)
+        clip_returns(net, clips)
     net.train(was_training)
     for hook in hooks:
         hook.remove()
@@ -189,14 +185,14 @@ def test_batch_norm_statistics_fit_the_net_the_agent_gets():
 def test_batch_norm_statistics_of_a_saved_net_can_be_retaken():
     rng = np.random.default_rng(1)
     torch.manual_seed(1)
-    segments = [random_segment(rng, t=5) for _ in range(8)]
+    clips = [random_clip(rng, 5) for _ in range(8)]
     net = AtariRewardNet(dropout=0.5, batchnorm=True)
     with torch.no_grad():
         for _ in range(30):
-            segment_returns(net, segments)  # statistics gathered with dropout on (training mode)
-    assert max(_running_to_actual_variance(net, segments)) > 1.25
-    take_batchnorm_statistics(net, segments)
-    assert all(abs(r - 1.0) < 0.01 for r in _running_to_actual_variance(net, segments))
+            clip_returns(net, clips)  # statistics gathered with dropout on (training mode)
+    assert max(_running_to_actual_variance(net, clips)) > 1.25
+    take_batchnorm_statistics(net, clips)
+    assert all(abs(r - 1.0) < 0.01 for r in _running_to_actual_variance(net, clips))
     assert net.training and all(bn.training and bn.momentum == 0.1 for bn in net.norms)
 
 
@@ -205,16 +201,16 @@ def test_one_pass_batch_norm_statistics_are_those_of_the_eval_pass_they_return()
     # outputs it returns, so both fit the eval-mode net the agent gets.
     rng = np.random.default_rng(2)
     torch.manual_seed(2)
-    segments = [random_segment(rng, t=5) for _ in range(6)]
+    clips = [random_clip(rng, 5) for _ in range(6)]
     net = AtariRewardNet(dropout=0.5, batchnorm=True)
     reference = AtariRewardNet(dropout=0.5, batchnorm=True)
     reference.load_state_dict(net.state_dict())
-    raw = take_batchnorm_statistics(net, segments)
+    raw = take_batchnorm_statistics(net, clips)
     net.eval()
     with torch.no_grad():
-        torch.testing.assert_close(raw, segment_returns(net, segments)[1], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(raw, clip_returns(net, clips)[1], rtol=1e-5, atol=1e-6)
     net.train()
-    assert all(abs(r - 1.0) < 1e-4 for r in _running_to_actual_variance(net, segments))
+    assert all(abs(r - 1.0) < 1e-4 for r in _running_to_actual_variance(net, clips))
     # Batch norm's own plain average over a training-mode pass normalises each layer by its biased
     # variance while gathering, so the next layer's statistics differ by about 1/(frames x pixels).
     with torch.no_grad():
@@ -223,9 +219,9 @@ def test_one_pass_batch_norm_statistics_are_those_of_the_eval_pass_they_return()
             bn.reset_running_stats()
             bn.momentum = None
             bn.train()
-        segment_returns(reference, segments)
+        clip_returns(reference, clips)
         reference.eval()
-        torch.testing.assert_close(raw, segment_returns(reference, segments)[1], rtol=1e-2, atol=1e-3)
+        torch.testing.assert_close(raw, clip_returns(reference, clips)[1], rtol=1e-2, atol=1e-3)
 
 
 def test_normaliser_merges_batches_exactly():
@@ -251,7 +247,7 @@ def test_atari_reward_net_is_the_paper_architecture():
     assert out.shape == (6,) and out.dtype == torch.float32
     net.eval()
     assert torch.equal(net(obs), net(obs))  # no dropout at evaluation
-    # The segment view (N, T, 4, 84, 84) of overlapping windows gives the same numbers.
+    # The clip view (N, T, 4, 84, 84) of overlapping windows gives the same numbers.
     frames = torch.randint(0, 256, (2, 8, 84, 84), dtype=torch.uint8)
     windows = frames.unfold(1, 4, 1).permute(0, 1, 4, 2, 3)
     assert torch.allclose(net(windows), net(windows.contiguous().reshape(-1, 4, 84, 84)).reshape(2, 5))
@@ -360,7 +356,7 @@ def test_bootstrap_counts_are_poisson_one():
 
 def _label_key(p: Preference) -> tuple:
     """A label by its content (the trainer holds clips packed, so not the same objects)."""
-    return p.left.frames.tobytes(), p.right.frames.tobytes(), p.mu, p.is_validation
+    return p.left.frames().tobytes(), p.right.frames().tobytes(), p.mu, p.is_validation
 
 
 def test_a_single_predictor_uses_every_label():
@@ -472,22 +468,22 @@ def test_the_agent_gets_the_members_rewards_from_one_stacked_pass(batchnorm):
         assert ens._stacked_members() is not stacked  # new weights: rebuilt
 
 
-def test_validation_scores_segments_with_the_stacked_members_as_each_member_alone_would():
-    # Segments of two lengths over several chunks (MAX_FRAMES_PER_FORWARD), fp32: the stacked
-    # pass gives each member's return of each segment, in the segments' order.
-    from reward_predictor.ensemble import segment_returns
+def test_validation_scores_clips_with_the_stacked_members_as_each_member_alone_would():
+    # Clips of two lengths over several chunks (MAX_FRAMES_PER_FORWARD), fp32: the stacked
+    # pass gives each member's return of each clip, in the clips' order.
+    from reward_predictor.ensemble import clip_returns
 
     torch.manual_seed(1)
     rng = np.random.default_rng(8)
     ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), n_members=3)
     ens.train_step([[random_pref(rng) for _ in range(2)] for _ in range(3)])
-    segments = [random_segment(rng, t=25 if i % 3 else 12) for i in range(40)]
+    clips = [random_clip(rng, 25 if i % 3 else 12) for i in range(40)]
     assert ens._stacked_members() is not None
-    got = ens.member_returns(segments)
+    got = ens.member_returns(clips)
     assert ens.training  # its mode is kept
     for m, net in enumerate(ens.members):
         with torch.no_grad():
-            want = segment_returns(net.eval(), segments)[0]
+            want = clip_returns(net.eval(), clips)[0]
         torch.testing.assert_close(got[m], want, rtol=1e-4, atol=1e-5)
 
 
@@ -504,7 +500,7 @@ def test_train_step_fits_each_member_and_tracks_its_reward_statistics():
     for m, w in zip(ens.members, before):
         assert not torch.equal(m.out.weight, w)
     for norm in ens.normalisers:
-        assert float(norm.count) == 2 * 3 * 25  # every step of both segments of 3 pairs
+        assert float(norm.count) == 2 * 3 * 25  # every step of both clips of 3 pairs
     prob = ens.predict_preference([p.left for p in batches[0]], [p.right for p in batches[0]])
     assert prob.shape == (2, 3) and ((prob > 0) & (prob < 1)).all()
     ev = ens.evaluate(batches[0])
@@ -791,7 +787,7 @@ def test_predictor_learns_that_closer_to_centre_is_preferred():
     assert reward[0] > reward[1] and reward[2] > reward[3]
 
 
-def test_bf16_training_takes_segments_of_different_lengths_in_one_batch():
+def test_bf16_training_takes_clips_of_different_lengths_in_one_batch():
     rng = np.random.default_rng(7)
     ens = RewardPredictorEnsemble(lambda: AtariRewardNet(), n_members=1)
     ens.bf16 = True  # the nets' sums come out in bf16 and are gathered into fp32 returns

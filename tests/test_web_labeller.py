@@ -18,7 +18,7 @@ import pytest
 from pref_interface.human import HumanLabeller
 from pref_interface.keys import ENTER, PairAnswer, ReopenLabel
 from pref_interface.labelling import LabelEditor
-from pref_interface.segment import LabelEdit, Preference
+from pref_interface.clip import LabelEdit, Preference
 from pref_interface.store import PreferenceStore
 from pref_interface.web.headless import browser_missing, headless_page, start_labelling_run
 from pref_interface.web.player import WebPlayer
@@ -40,7 +40,7 @@ def test_a_sprite_is_a_png_of_every_frame_top_to_bottom():
 def test_a_preloaded_pair_is_shown_under_its_id_without_sending_its_clips_again():
     updates: queue.Queue = queue.Queue()
     player = WebPlayer(updates)
-    a, b, c = (clip(v).frames[3:] for v in (255, 128, 60))
+    a, b, c = (clip(v).frames()[3:] for v in (255, 128, 60))
     player.load(a, b)
     first = updates.get_nowait()
     assert "sprites" in first and first["next"] is None
@@ -184,9 +184,9 @@ def test_an_answer_from_the_page_labels_only_the_pair_it_was_given_for():
 
 
 def stored_labels(path: str, n: int) -> list[int]:
-    seg = clip(200)
+    left = clip(200)
     with PreferenceStore(path) as store:
-        return [store.add(Preference(seg, clip(100 + k), 1.0, "human")) for k in range(n)]
+        return [store.add(Preference(left, clip(100 + k), 1.0, "human")) for k in range(n)]
 
 
 def test_an_edit_goes_to_the_store_then_to_the_trainer():

@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from pref_interface.keys import ANSWER_KEYS, ENTER, PairAnswer, ReopenLabel
-from pref_interface.segment import LabelEdit
+from pref_interface.clip import LabelEdit
 
 LONG_POLL_S = 20.0
 MAX_BODY_BYTES = 4096
