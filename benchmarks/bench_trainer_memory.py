@@ -61,6 +61,7 @@ def main() -> int:
 
     from reward_predictor import process
     from reward_predictor.config import TrainerConfig
+    from runtime.scalars import Telemetry
 
     print(machine_header())
     config = TrainerConfig(env_kind="atari", dropout=0.5, batchnorm=True, max_prefs=a.max_prefs,
@@ -68,7 +69,8 @@ def main() -> int:
     trainer = process._set_up(config, a.threads, a.store)
     held = trainer.held_labels()
     print(f"{trainer.n_labels} labels held; RSS {memory_mb()[0]:.0f} MB before training")
-    stats = SimpleNamespace(val_accuracy=SimpleNamespace(value=float("nan")))
+    stats = SimpleNamespace(val_accuracy=SimpleNamespace(value=float("nan")),
+                            labels_received=SimpleNamespace(value=trainer.n_labels))
     rng = np.random.default_rng(0)
     times, rss, peaks = [], [], []
     for step in range(1, a.steps + 1):
@@ -78,7 +80,7 @@ def main() -> int:
         start = time.perf_counter()
         trainer.train_steps(1)
         if step % config.validate_every_steps == 0:
-            process._validate(trainer, stats, config.val_max_pairs)
+            process._validate(trainer, stats, config.val_max_pairs, Telemetry(None))
         times.append(time.perf_counter() - start)
         now, peak = memory_mb()
         rss.append(now)

@@ -10,7 +10,6 @@ stores made before that split labels at random and leak.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
