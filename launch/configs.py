@@ -85,7 +85,7 @@ def interface_config(run: Run, page_updates: Any = None, gather_labels: int | No
                            clip_player=run.player_kind or "terminal", page_updates=page_updates,
                            keep_typed_ahead=not sys.stdin.isatty(),
                            stop_after_labels=gather_labels, seed=s.seed,
-                           teacher=s.teacher, episode_end_penalty=penalty,
+                           teacher=s.teacher, episode_end_penalty=penalty, queries=s.queries,
                            selection="random" if gather_labels else s.query_selection,
                            oversample=s.oversampling, label_schedule=s.label_schedule,
                            max_labels=s.max_labels, initial_labels=s.n_initial_prefs,

@@ -110,6 +110,11 @@ class Settings:
     episode_end_penalty: float | None = setting(
         None, "prefs", "synthetic labels: subtracted from a clip's true return per episode end "
         "in it (App. A); default: 1 for Atari games except Pong, else 0")
+    queries: str = setting(
+        InterfaceConfig.queries, "prefs", "pairs: each query a fresh pair of clips; sort: each "
+        "new clip is placed among the sorted clips by comparisons (a binary search, "
+        "rl-teacher-atari's sorting tree), each stored as an ordinary label",
+        choices=("pairs", "sort"))
     query_selection: str = setting(
         InterfaceConfig.selection, "prefs",
         "pairs to label: random, or those the ensemble disagrees on most (App. A)",

@@ -47,6 +47,9 @@ class InterfaceConfig:
     episode_end_penalty: float = 0.0
     """Synthetic labelling: subtracted from a clip's return per episode end in it (App. A: the
     oracle penalises episode ends, except in Pong)."""
+    queries: str = "pairs"
+    """"pairs": each query a fresh pair of clips; "sort": each new clip is placed among the
+    clips already sorted by a binary search of comparisons (pref_interface/sorting.py)."""
     selection: str = "random"
     """Query selection: "random" or "disagreement" (App. A: highest ensemble variance)."""
     oversample: int = OVERSAMPLE

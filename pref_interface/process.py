@@ -17,11 +17,12 @@ import numpy as np
 from pref_interface.config import InterfaceConfig
 from pref_interface.labelling import InterfaceStats, LabelEditor, increment
 from pref_interface.pairs import ClipBuffer
-from pref_interface.clip import Preference
+from pref_interface.clip import Clip, Preference
 from pref_interface.sender import QueueSender
 from pref_interface.store import PreferenceStore
 from pref_interface.schedule import FRAMESKIP, LabelSchedule
 from pref_interface.selection import make_pair_scorer
+from pref_interface.sorting import rebuild_sorters
 from pref_interface.teachers import Labeller, make_teacher
 from runtime.scalars import Telemetry
 
@@ -92,8 +93,14 @@ class Labelling:
         pair_seq, val_seq = np.random.SeedSequence(config.seed).spawn(2)
         self.pair_rng = np.random.default_rng(pair_seq)
         self.buffer = ClipBuffer(config.max_segs, config.val_fraction, seed=val_seq,
-                                    max_pairs_per_clip=config.max_pairs_per_clip)
+                                 max_pairs_per_clip=config.max_pairs_per_clip)
         self.store = PreferenceStore(store_path)
+        # --queries sort: a sorter per split (labels are made within a split), its order rebuilt
+        # from the stored labels when a run resumes.
+        self.sorters = rebuild_sorters(self.store.iter_latest(len(self.store)),
+                                       config.max_segs) if config.queries == "sort" else None
+        self.sort_split: dict[int, bool] = {}  # the split of each clip a sorting query is out on
+        self.sort_asked = [0, 0]  # sorting queries asked in the training and validation splits
         self.n_stored = stats.labels_stored.value = len(self.store)
         self.labeller = labeller if labeller is not None else make_labeller(
             config, answers, stop_event, stats, val_accuracy, self.n_stored,
@@ -114,7 +121,9 @@ class Labelling:
 
     def take_clips(self) -> None:
         """Every clip the agent has sent into the pool pairs are drawn from."""
-        _drain_clips(self.clip_queue, self.buffer, self.stats)
+        for clip_id, clip in _drain_clips(self.clip_queue, self.buffer, self.stats):
+            if self.sorters is not None:
+                self.sorters[self.buffer.is_validation(clip_id)].offer(clip_id, clip)
         target = self.config.stop_after_labels
         self.done = self.done or (target is not None and self.n_stored >= target)
 
@@ -128,6 +137,9 @@ class Labelling:
         t.record("labels/per_sec", (self.n_stored - self.n_at_dump) / t.since_dump())
         t.record("segments/received", self.stats.clips_received.value)
         t.record("segments/dropped", self.stats.clips_dropped.value)
+        if self.sorters is not None:
+            t.record("sorting/clips_sorted", sum(len(s) for s in self.sorters.values()))
+            t.record("sorting/classes", sum(s.n_classes for s in self.sorters.values()))
         t.dump(self.agent_steps.value if self.agent_steps is not None else self.n_stored)
         self.n_at_dump = self.n_stored
 
@@ -138,6 +150,8 @@ class Labelling:
         wanted = _labels_wanted(self.config, self.stats, self.schedule, self.n_stored,
                                 self.agent_steps, self.person,
                                 has_trainer=self.has_trainer) - len(self.pending)
+        if self.sorters is not None:
+            return self._sorting_queries(min(wanted, 1 if self.person else 2))
         if wanted > 0:
             self.pending += self.buffer.sample_new_pairs(wanted, self.pair_rng, self.score,
                                                          self.config.oversample)
@@ -150,17 +164,41 @@ class Labelling:
         self.n_asked += len(pairs)
         return pairs
 
+    def _sorting_queries(self, wanted: int) -> list:
+        """Up to `wanted` comparisons of a clip being sorted with a sorted clip (its left), one
+        per split at most (the next depends on the answer), the split whose share of queries is
+        behind `val_fraction` first."""
+        behind = self.sort_asked[1] < self.config.val_fraction * sum(self.sort_asked)
+        queries = []
+        for split in (True, False) if behind else (False, True):
+            query = self.sorters[split].next_query() if len(queries) < wanted else None
+            if query is not None:
+                queries.append(query)
+                self.sort_split[query[0]] = split
+                self.sort_asked[split] += 1
+        return queries
+
     def label(self, pair: tuple) -> Preference | None:
         """The labeller's answer as a label; None for an incomparable pair (§2.2.2: not
-        stored). Raises LabellingStopped when the labeller stops."""
+        stored; a clip being sorted is dropped). Raises LabellingStopped when the labeller
+        stops."""
         left_id, left, _, right = pair
         if self.pending:
             self.labeller.upcoming(self.pending[0][1], self.pending[0][3])
-        mu = self.labeller.label(left, right)
+        if self.sorters is not None and self.person and self.pair_rng.random() < 0.5:
+            # The clip being sorted is always the stored label's left; a person sees it on
+            # either side, so that its side tells them nothing.
+            mu = self.labeller.label(right, left)
+            mu = None if mu is None else 1.0 - mu
+        else:
+            mu = self.labeller.label(left, right)
+        split = (self.sort_split.pop(left_id) if self.sorters is not None
+                 else self.buffer.is_validation(left_id))
         if mu is None:
+            if self.sorters is not None:
+                self.sorters[split].answer(None)
             return None
-        return Preference(left, right, mu, self.labeller.source,
-                          is_validation=self.buffer.is_validation(left_id))
+        return Preference(left, right, mu, self.labeller.source, is_validation=split)
 
     def commit(self, pref: Preference) -> None:
         """Into the store first, then to the trainer: a label is never sent that is not
@@ -169,6 +207,8 @@ class Labelling:
         self.n_stored = self.stats.labels_stored.value = self.n_stored + 1
         if self.has_trainer:
             self.pref_queue.put(replace(pref, label_id=label_id))
+        if self.sorters is not None:  # the sorted order moves only once the label is stored
+            self.sorters[pref.is_validation].answer(pref.mu)
         increment(self.stats.labels_total)
         self.labeller.stored(label_id)
         if self.person:  # a person may have deleted labels meanwhile
@@ -198,13 +238,16 @@ def _labels_wanted(config: InterfaceConfig, stats: InterfaceStats, schedule: Lab
     return max(0, min(wanted, 2 if human else wanted))
 
 
-def _drain_clips(clip_queue: Any, buffer: ClipBuffer, stats: InterfaceStats) -> None:
+def _drain_clips(clip_queue: Any, buffer: ClipBuffer, stats: InterfaceStats
+                 ) -> list[tuple[int, Clip]]:
+    """Every clip waiting on the queue, into the buffer; returns them with their ids."""
+    added = []
     while True:
         try:
             clip = clip_queue.get_nowait()
         except queue.Empty:
-            return
-        buffer.add(clip)
+            return added
+        added.append((buffer.add(clip), clip))
         increment(stats.clips_received)
 
 
