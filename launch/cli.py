@@ -68,11 +68,11 @@ def load_settings(run_dir: Path) -> Settings:
     """A run's saved settings; UsageError when the run directory has no readable settings.json."""
     settings_file = run_dir / "settings.json"
     if not settings_file.is_file():
-        raise UsageError(f"cannot resume {run_dir}: no settings.json there")
+        raise UsageError(f"{run_dir} is not a run directory: no settings.json there")
     try:
         return Settings.from_json(json.loads(settings_file.read_text()))
     except (ValueError, TypeError):
-        raise UsageError(f"cannot resume {run_dir}: settings.json is damaged") from None
+        raise UsageError(f"{run_dir}: settings.json is damaged") from None
 
 
 def saved_run(run_dir: Path) -> Run:
