@@ -35,9 +35,10 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
     """Defaults in the help, and the epilog (settings per environment) as written."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return settings_parser(OneLineParser, prog="run.py", description=DESCRIPTION,
-                           epilog=env_settings_help(), formatter_class=_HelpFormatter)
+def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
+    return settings_parser(OneLineParser, with_defaults=with_defaults, prog="run.py",
+                           description=DESCRIPTION, epilog=env_settings_help(),
+                           formatter_class=_HelpFormatter)
 
 
 def parse_args(argv: list[str]) -> Run:
@@ -52,10 +53,7 @@ def parse_args(argv: list[str]) -> Run:
 
 def given_flags(argv: list[str]) -> dict[str, Any]:
     """The flags (and positionals) given on the command line, without the parser's defaults."""
-    explicit = build_parser()
-    for action in explicit._actions:
-        action.default = argparse.SUPPRESS
-    return vars(explicit.parse_args(argv))
+    return vars(build_parser(with_defaults=False).parse_args(argv))
 
 
 def with_env_settings(settings: Settings, given: dict[str, Any]) -> Settings:

@@ -207,26 +207,31 @@ def flag_fields() -> list:
     return [f for f in fields(Settings) if f.metadata]
 
 
-def build_parser(parser_class: type = argparse.ArgumentParser, **kwargs: Any
-                 ) -> argparse.ArgumentParser:
+def build_parser(parser_class: type = argparse.ArgumentParser, *, with_defaults: bool = True,
+                 **kwargs: Any) -> argparse.ArgumentParser:
     """The command line, made from Settings: one flag per field (two for a boolean with an off
-    switch), in the field's group, with its default and help."""
+    switch), in the field's group, with its default and help. Without `with_defaults` the
+    parsed namespace holds only the flags given."""
     p = parser_class(**kwargs)
-    p.add_argument("mode", nargs="?", help=f"one of: {', '.join(MODES)}")
-    p.add_argument("env_id", nargs="?", help="MovingDotNoFrameskip-v0, PongNoFrameskip-v4, "
+
+    def default(value: Any) -> Any:
+        return value if with_defaults else argparse.SUPPRESS
+    p.add_argument("mode", nargs="?", default=default(None), help=f"one of: {', '.join(MODES)}")
+    p.add_argument("env_id", nargs="?", default=default(None), help="MovingDotNoFrameskip-v0, PongNoFrameskip-v4, "
                                              "EnduroNoFrameskip-v4 or any <Game>NoFrameskip-v4")
     groups = {key: p.add_argument_group(title) for key, title in GROUPS.items()}
     for f in flag_fields():
         m, g = f.metadata, groups[f.metadata["group"]]
         flag, help_text = f"--{f.name}", m["help"].replace("%", "%%")
         if f.type == "bool":
-            g.add_argument(flag, action="store_true", default=f.default, help=help_text)
+            g.add_argument(flag, action="store_true", default=default(f.default), help=help_text)
             if m["negation"]:
                 off, off_help = m["negation"]
-                g.add_argument(off, dest=f.name, action="store_false", help=off_help)
+                g.add_argument(off, dest=f.name, action="store_false", help=off_help,
+                               default=default(f.default))
             continue
         kind = {"int": int, "float": float, "float | None": float}.get(f.type)
-        g.add_argument(flag, type=kind, default=f.default, choices=m["choices"],
+        g.add_argument(flag, type=kind, default=default(f.default), choices=m["choices"],
                        metavar=m["metavar"], help=help_text)
     return p
 
