@@ -158,6 +158,9 @@ class Settings:
         TrainerConfig.adaptive_l2, "predictor", "adjust each member's L2 to keep validation loss "
         "at 1.1-1.5x training loss (App. A; starts at 1e-4)",
         negation=("--no_adaptive_l2", "train the predictor without L2 regularisation"))
+    implied_pairs: bool = setting(
+        TrainerConfig.implied_pairs, "predictor", "with --queries sort: each member's batch also "
+        "holds as many pairs implied by the sorted order (clips in different classes) as labels")
     label_noise: float = setting(
         TrainerConfig.label_noise, "predictor", "assumed chance the labeller answered at random "
         "(App. A: 0.1); 0 gives the plain Bradley-Terry model")

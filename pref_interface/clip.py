@@ -109,6 +109,14 @@ class Preference:
 
 
 @dataclass(frozen=True)
+class ClipOrder:
+    """The training split's sorted clips (--queries sort), worst class first, each clip by its
+    `key`: sent by labelling to the trainer after each insertion, for the pairs it implies."""
+
+    classes: list[list[bytes]]
+
+
+@dataclass(frozen=True)
 class LabelEdit:
     """A person changed a stored label: its new `mu`, or None to delete it. Applied to the store
     first, then sent to the trainer, which holds a copy of the label."""

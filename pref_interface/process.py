@@ -17,7 +17,7 @@ import numpy as np
 from pref_interface.config import InterfaceConfig
 from pref_interface.labelling import InterfaceStats, LabelEditor, increment
 from pref_interface.pairs import ClipBuffer
-from pref_interface.clip import Clip, Preference
+from pref_interface.clip import Clip, ClipOrder, Preference
 from pref_interface.sender import QueueSender
 from pref_interface.store import PreferenceStore
 from pref_interface.schedule import FRAMESKIP, LabelSchedule
@@ -101,6 +101,8 @@ class Labelling:
                                        config.max_segs) if config.queries == "sort" else None
         self.sort_split: dict[int, bool] = {}  # the split of each clip a sorting query is out on
         self.sort_asked = [0, 0]  # sorting queries asked in the training and validation splits
+        if self.sorters is not None:
+            self._send_order()  # a resumed trainer starts from the rebuilt order
         self.n_stored = stats.labels_stored.value = len(self.store)
         self.labeller = labeller if labeller is not None else make_labeller(
             config, answers, stop_event, stats, val_accuracy, self.n_stored,
@@ -196,9 +198,23 @@ class Labelling:
                  else self.buffer.is_validation(left_id))
         if mu is None:
             if self.sorters is not None:
-                self.sorters[split].answer(None)
+                self._answer_sorter(split, None)
             return None
         return Preference(left, right, mu, self.labeller.source, is_validation=split)
+
+    def _answer_sorter(self, split: bool, mu: float | None) -> None:
+        """The answer to a sorting query; when it ends an insertion in the training split the
+        trainer gets the new order (for --implied_pairs)."""
+        sorter = self.sorters[split]
+        sorter.answer(mu)
+        if not split and sorter.inserting is None:
+            self._send_order()
+
+    def _send_order(self) -> None:
+        if self.has_trainer:
+            sorter = self.sorters[False]
+            self.pref_queue.put(ClipOrder([[sorter.clip(i).key for i in cls]
+                                           for cls in sorter.classes()]))
 
     def commit(self, pref: Preference) -> None:
         """Into the store first, then to the trainer: a label is never sent that is not
@@ -208,7 +224,7 @@ class Labelling:
         if self.has_trainer:
             self.pref_queue.put(replace(pref, label_id=label_id))
         if self.sorters is not None:  # the sorted order moves only once the label is stored
-            self.sorters[pref.is_validation].answer(pref.mu)
+            self._answer_sorter(pref.is_validation, pref.mu)
         increment(self.stats.labels_total)
         self.labeller.stored(label_id)
         if self.person:  # a person may have deleted labels meanwhile

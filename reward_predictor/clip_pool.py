@@ -30,6 +30,9 @@ class ClipPool:
     def get(self, key: bytes) -> Clip:
         return self._clips[key]
 
+    def __contains__(self, key: bytes) -> bool:
+        return key in self._clips
+
     def __len__(self) -> int:
         return len(self._clips)
 

@@ -16,7 +16,7 @@ import torch
 from runtime.precision import use_bf16
 from runtime.process_setup import reuse_freed_memory
 from runtime.scalars import Telemetry
-from pref_interface.clip import LabelEdit, Preference
+from pref_interface.clip import ClipOrder, LabelEdit, Preference
 from reward_predictor.config import TrainerConfig, TrainerStats
 from reward_predictor.ensemble import RewardPredictorEnsemble
 from reward_predictor.nets import make_reward_net
@@ -73,6 +73,9 @@ class PredictorTraining:
         for item in _drain(self.pref_queue):
             if isinstance(item, LabelEdit):
                 self.trainer.edit(item)
+                continue
+            if isinstance(item, ClipOrder):  # the sorted clips changed (--queries sort)
+                self.trainer.set_order(item)
                 continue
             self.trainer.add(item)
             with self.stats.labels_received.get_lock():
@@ -146,7 +149,8 @@ def _set_up(config: TrainerConfig, threads: int, prefs_path: str | None) -> Rewa
     torch.set_num_threads(threads)
     torch.manual_seed(config.seed)
     trainer = RewardPredictorTrainer(build_ensemble(config, config.device), config.max_prefs,
-                                     config.batch_size, config.seed, adaptive_l2=config.adaptive_l2)
+                                     config.batch_size, config.seed, adaptive_l2=config.adaptive_l2,
+                                     implied_pairs=config.implied_pairs)
     if config.load_ckpt_path:
         trainer.load(config.load_ckpt_path)
         log.info("reward predictor loaded from %s (step %d)", config.load_ckpt_path, trainer.steps)
@@ -220,6 +224,8 @@ def _validate(trainer: RewardPredictorTrainer, stats: Any, val_max_pairs: int,
     t = telemetry
     t.record("labels/received", stats.labels_received.value)
     t.record("reward_predictor/clips_held_mb", trainer.clips.nbytes / 2**20)
+    if trainer.implied_pairs:
+        t.record("reward_predictor/implied_pairs", trainer.n_implied)
     if trainer.n_val == 0:
         return
     val = trainer.validate(val_max_pairs)

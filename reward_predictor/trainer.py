@@ -11,7 +11,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from pref_interface.clip import Clip, LabelEdit, Preference
+from pref_interface.clip import Clip, ClipOrder, LabelEdit, Preference
 from reward_predictor.clip_pool import ClipPool
 from reward_predictor.config import BATCH_SIZE, MAX_PREFS, VAL_MAX_PAIRS
 from reward_predictor.ensemble import RewardPredictorEnsemble, bootstrap_counts
@@ -51,7 +51,8 @@ class RewardPredictorTrainer:
     """
 
     def __init__(self, ensemble: RewardPredictorEnsemble, max_prefs: int = MAX_PREFS,
-                 batch_size: int = BATCH_SIZE, seed: int = 0, adaptive_l2: bool = False) -> None:
+                 batch_size: int = BATCH_SIZE, seed: int = 0, adaptive_l2: bool = False,
+                 implied_pairs: bool = False) -> None:
         assert max_prefs >= 1 and batch_size >= 1, (max_prefs, batch_size)
         self.ensemble = ensemble
         self.adaptive_l2 = adaptive_l2
@@ -67,6 +68,10 @@ class RewardPredictorTrainer:
         self._train_counts: deque[np.ndarray] = deque()
         self._counts_cache: np.ndarray | None = None
         self._val: deque[_HeldLabel] = deque()
+        # --implied_pairs: pairs (better, worse) of sorted clips in different classes, at most as
+        # many as the training labels, drawn afresh whenever the order changes.
+        self.implied_pairs = implied_pairs
+        self._implied: list[tuple[bytes, bytes]] = []
 
     # ---- labels -------------------------------------------------------------------------------
     def add(self, pref: Preference) -> None:
@@ -108,6 +113,28 @@ class RewardPredictorTrainer:
                 self.clips.release(label.right)
                 return True
         return False
+
+    def set_order(self, order: ClipOrder) -> None:
+        """The sorted order's implied pairs, when they are trained on: up to `n_train` pairs of
+        clips in different classes, drawn uniformly from all such pairs."""
+        if not self.implied_pairs:
+            return
+        keys = [key for cls in order.classes for key in cls]
+        rank = np.repeat(np.arange(len(order.classes)), [len(c) for c in order.classes])
+        n = len(keys)
+        if n < 2 or len(order.classes) < 2:
+            self._implied = []
+            return
+        a, b = self.rng.integers(0, n, (2, 4 * max(self.n_train, 1)))
+        cross = rank[a] != rank[b]
+        better = np.where(rank[a] > rank[b], a, b)[cross]
+        worse = np.where(rank[a] > rank[b], b, a)[cross]
+        self._implied = [(keys[i], keys[j]) for i, j in zip(better, worse)][:self.n_train]
+
+    @property
+    def n_implied(self) -> int:
+        """Implied pairs drawn from the latest order (--implied_pairs)."""
+        return len(self._implied)
 
     def held_labels(self) -> list[Preference]:
         """Every label held, oldest first (its clips packed, as held)."""
@@ -157,8 +184,16 @@ class RewardPredictorTrainer:
             # A member whose resample is still empty (few labels) trains on all of them.
             p = weights / total if total > 0 else None
             drawn += [self._train[i] for i in self.rng.choice(len(self._train), self.batch_size, p=p)]
+        # With --implied_pairs each member's batch also gets as many pairs the sorted order
+        # implies (better clip left) as it has labels, from those whose clips are still held.
+        implied = [(b, w) for b, w in self._implied if b in self.clips and w in self.clips]
+        k = min(self.batch_size, len(implied))
+        for _ in range(self.ensemble.n_members if k else 0):
+            drawn += [_HeldLabel(-1, *implied[i], 1.0, "implied", False, None)
+                      for i in self.rng.choice(len(implied), k)]
         prefs = self._expand(drawn)  # each clip expanded once for all members' batches
-        return [prefs[m * self.batch_size:(m + 1) * self.batch_size]
+        b, n = self.batch_size, self.batch_size * self.ensemble.n_members
+        return [prefs[m * b:(m + 1) * b] + prefs[n + m * k:n + (m + 1) * k]
                 for m in range(self.ensemble.n_members)]
 
     # ---- training -----------------------------------------------------------------------------

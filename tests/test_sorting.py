@@ -336,3 +336,61 @@ def test_sorting_keeps_the_splits_apart_and_near_the_validation_share(tmp_path):
     share = np.mean([p.is_validation for p in labels])
     assert 0.2 < share < 0.55, share  # 1/e of the clips, and so about 1/e of the labels
     labelling.close()
+
+
+# ---- what the order gives the trainer (--implied_pairs) ----------------------------------------
+
+def _trainer(implied: bool, batch_size: int = 4):
+    from reward_predictor import MovingDotRewardNet, RewardPredictorEnsemble, RewardPredictorTrainer
+
+    return RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=2),
+                                  batch_size=batch_size, implied_pairs=implied)
+
+
+def test_the_trainer_adds_pairs_the_order_implies_better_clip_left_only_when_asked():
+    from pref_interface.clip import ClipOrder
+
+    clips = [make_clip(i, float(i)) for i in range(6)]
+    for implied in (False, True):
+        trainer = _trainer(implied)
+        for i in range(4):  # clip 5 is sorted but in no label the trainer holds
+            trainer.add(Preference(clips[i + 1], clips[i], 1.0))
+        rank = {c.key: r for r, c in enumerate(clips)}
+        trainer.set_order(ClipOrder([[c.key] for c in clips[:2]] + [[clips[2].key, clips[3].key]]
+                                    + [[c.key] for c in clips[4:]]))
+        for batch in trainer.sample_batches():
+            extra = [p for p in batch if p.source == "implied"]
+            # as many implied pairs as labels at most (4 a batch, n_train = 4 in all)
+            assert len(batch) == 4 + len(extra) and (0 < len(extra) <= 4 if implied else not extra)
+            for p in extra:
+                assert p.mu == 1.0 and rank[p.left.key] > rank[p.right.key]
+                assert {rank[p.left.key], rank[p.right.key]} != {2, 3}  # one class: no pair
+                assert clips[5].key not in (p.left.key, p.right.key)  # not held: not used
+        assert trainer.train_steps(1)["loss"] > 0
+
+
+def test_labelling_sends_the_training_order_after_each_insertion(tmp_path):
+    import multiprocessing as mp
+    import queue
+
+    from pref_interface.clip import ClipOrder
+    from pref_interface.config import InterfaceConfig
+    from pref_interface.labelling import InterfaceStats
+    from pref_interface.process import Labelling
+
+    clips, prefs = queue.Queue(), queue.Queue()
+    labelling = Labelling(InterfaceConfig(synthetic=True, queries="sort", val_fraction=0.0,
+                                          max_in_flight=1000), clip_queue=clips, pref_queue=prefs,
+                          stop_event=None, stats=InterfaceStats.create(mp.get_context("spawn")),
+                          store_path=str(tmp_path / "prefs.sqlite"))
+    for i, r in enumerate([3.0, 1.0, 2.0, 0.0]):
+        clips.put(make_clip(i, r))
+    for _ in range(20):
+        _step(labelling)
+    sent = [prefs.get_nowait() for _ in range(prefs.qsize())]
+    orders = [m for m in sent if isinstance(m, ClipOrder)]
+    assert len(orders) == 1 + 3  # at the start, then after each of the three insertions
+    assert orders[-1].classes == [[labelling.sorters[False].clip(i).key for i in cls]
+                                  for cls in labelling.sorters[False].classes()]
+    assert len(orders[-1].classes) == 4
+    labelling.close()
