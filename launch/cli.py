@@ -136,8 +136,9 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
         raise UsageError("--reward_predictor_duty must be in (0, 1]")
     if s.anneal_every_frames <= 0:
         raise UsageError("--anneal_every_frames must be positive")
-    if s.implied_pairs and s.queries != "sort":
-        raise UsageError("--implied_pairs needs --queries sort (the pairs come from its order)")
+    if (s.implied_pairs or s.predictor_loss != "preference") and s.queries != "sort":
+        raise UsageError("--implied_pairs and --predictor_loss rank|both need --queries sort "
+                         "(they come from its order)")
     if s.queries == "sort" and s.query_selection != "random":
         raise UsageError("--queries sort chooses its own comparisons: "
                          "--query_selection applies to pairs")

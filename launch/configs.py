@@ -44,7 +44,7 @@ def trainer_config(run: Run, load_from: str | None, save: bool = True):
         ckpt_path=str(run.dir / "reward_predictor" / PREDICTOR_FILE) if save else None,
         load_ckpt_path=load_from, torch_threads=s.reward_predictor_threads,
         reward_std=s.reward_std, label_noise=s.label_noise, adaptive_l2=s.adaptive_l2,
-        implied_pairs=s.implied_pairs,
+        implied_pairs=s.implied_pairs, loss=s.predictor_loss,
         duty=s.reward_predictor_duty, seed=s.seed, device=run.predictor_device,
         keep_freed_memory=s.reward_predictor_keep_freed_memory,
         # While A2C waits for the predictor (--min_predictor_labels_per_step) or has not started

@@ -161,6 +161,10 @@ class Settings:
     implied_pairs: bool = setting(
         TrainerConfig.implied_pairs, "predictor", "with --queries sort: each member's batch also "
         "holds as many pairs implied by the sorted order (clips in different classes) as labels")
+    predictor_loss: str = setting(
+        TrainerConfig.loss, "predictor", "with --queries sort: preference (the paper's loss on "
+        "labels), rank (rl-teacher-atari's regression of sorted clips' returns on their rank "
+        "through the normal quantile, instead) or both", choices=("preference", "rank", "both"))
     label_noise: float = setting(
         TrainerConfig.label_noise, "predictor", "assumed chance the labeller answered at random "
         "(App. A: 0.1); 0 gives the plain Bradley-Terry model")

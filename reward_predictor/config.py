@@ -38,6 +38,9 @@ class TrainerConfig:
     label_noise: float = LABEL_NOISE  # 0: plain Bradley-Terry
     adaptive_l2: bool = True  # App. A: keep validation loss at 1.1-1.5x training loss
     implied_pairs: bool = False  # --queries sort: also train on pairs the sorted order implies
+    # --queries sort: "rank" regresses sorted clips' returns on their rank instead of the paper's
+    # loss on labels (once an order exists), "both" adds it to the paper's
+    loss: str = "preference"
     duty: float = 0.5  # fraction of the time spent training; the rest is left to A2C (2 cores)
     # True: the training processes serve all memory from a heap they never trim; steps ~10%
     # faster on Pong, ~300 MB more held. False: glibc tunables (runtime/process_setup.py).

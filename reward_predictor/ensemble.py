@@ -8,9 +8,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from pref_interface.clip import STACK, Preference, Clip
+from pref_interface.clip import STACK, Clip, Preference
 from reward_predictor.config import LABEL_NOISE, LEARNING_RATE, REWARD_STD
-from reward_predictor.loss import preference_log_probs, preference_loss
+from reward_predictor.loss import preference_log_probs, preference_loss, rank_loss
 from reward_predictor.nets import AtariRewardNet
 from reward_predictor.normaliser import RunningNormaliser
 from reward_predictor.stacked import StackedAtariNets, weights_version
@@ -189,8 +189,14 @@ class RewardPredictorEnsemble(nn.Module):
         """Sum of squared weights of conv and linear layers (biases and batch-norm gains excluded)."""
         return sum(p.pow(2).sum() for p in net.parameters() if p.ndim > 1)
 
-    def train_step(self, batch_per_member: Sequence[Sequence[Preference]]) -> dict:
+    def train_step(self, batch_per_member: Sequence[Sequence[Preference]],
+                   ranked_per_member: Sequence[tuple[Sequence[Clip], np.ndarray]] | None = None,
+                   preference_weight: float = 1.0) -> dict:
         """One Adam step per member on its own batch of labels.
+
+        With `ranked_per_member` (sorted clips and their rank targets, `loss.rank_targets`) each
+        member's loss also holds the rank regression of those clips' summed rewards, and the
+        preference term is weighted by `preference_weight` (0: the rank loss instead).
 
         Loss = preference cross-entropy on the members' raw summed rewards + l2 * sum of squared
         weights. The agent gets each member in eval mode (no dropout, batch norm by its running
@@ -209,17 +215,22 @@ class RewardPredictorEnsemble(nn.Module):
         """
         assert len(batch_per_member) == self.n_members, (len(batch_per_member), self.n_members)
         self.train()
-        losses, accs, penalties = [], [], []
+        losses, accs, penalties, rank_losses = [], [], [], []
         for m, prefs in enumerate(batch_per_member):
             net, norm, opt = self.members[m], self.normalisers[m], self.optimizers[m]
             b = len(prefs)
-            clips = [p.left for p in prefs] + [p.right for p in prefs]
+            ranked, targets = ranked_per_member[m] if ranked_per_member else ([], None)
+            clips = [p.left for p in prefs] + [p.right for p in prefs] + list(ranked)
             mu = torch.tensor([p.mu for p in prefs], dtype=torch.float32, device=self.device)
             with self._autocast():
-                returns, raw = clip_returns(net, clips)  # one pass over all 2B clips
+                returns, raw = clip_returns(net, clips)  # one pass over all 2B (+ ranked) clips
             returns, raw = returns.float(), raw.float()
-            loss, acc = preference_loss(returns[:b], returns[b:], mu, self.noise)
-            total = loss
+            loss, acc = preference_loss(returns[:b], returns[b:2 * b], mu, self.noise)
+            total = preference_weight * loss
+            if len(ranked):
+                ranked_loss = rank_loss(returns[2 * b:], torch.from_numpy(targets).to(self.device))
+                total = total + ranked_loss
+                rank_losses.append(float(ranked_loss.detach()))
             if self.l2[m] > 0.0:
                 penalty = self._weight_penalty(net)
                 total = total + self.l2[m] * penalty
@@ -234,9 +245,12 @@ class RewardPredictorEnsemble(nn.Module):
             losses.append(float(loss.detach()))
             accs.append(acc)
             penalties.append(float(penalty.detach()))
-        return {"loss": float(np.mean(losses)), "accuracy": _nanmean(accs),
-                "l2_penalty": float(np.mean(penalties)),
-                "member_loss": losses, "member_accuracy": accs}
+        out = {"loss": float(np.mean(losses)), "accuracy": _nanmean(accs),
+               "l2_penalty": float(np.mean(penalties)),
+               "member_loss": losses, "member_accuracy": accs}
+        if rank_losses:
+            out["rank_loss"] = float(np.mean(rank_losses))
+        return out
 
     @torch.no_grad()
     def _agent_view(self, net: nn.Module, clips: Sequence[Clip]) -> torch.Tensor:

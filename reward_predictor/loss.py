@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -48,3 +49,17 @@ def preference_loss(ret_left: torch.Tensor, ret_right: torch.Tensor, mu: torch.T
         correct = ((delta > 0) & (mu > 0.5)) | ((delta < 0) & (mu < 0.5))
         accuracy = float(correct[decisive].sum()) / n if n else float("nan")
     return loss, accuracy
+
+
+def rank_targets(ranks: np.ndarray, n_classes: int) -> np.ndarray:
+    """rl-teacher-atari's regression target for a sorted clip: its class's rank (0 the worst)
+    through the standard normal quantile, Phi^-1((rank + 0.5) / n_classes)."""
+    from statistics import NormalDist
+
+    quantile = NormalDist().inv_cdf
+    return np.array([quantile((r + 0.5) / n_classes) for r in ranks], np.float32)
+
+
+def rank_loss(returns: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean squared error of clips' summed predicted rewards against their rank targets."""
+    return (returns - targets.to(returns.dtype)).pow(2).mean()

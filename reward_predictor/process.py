@@ -99,6 +99,8 @@ class PredictorTraining:
         self.telemetry.record("reward_predictor/train_loss", metrics["loss"])
         if not np.isnan(metrics["accuracy"]):
             self.telemetry.record("reward_predictor/train_accuracy", metrics["accuracy"])
+        if "rank_loss" in metrics:
+            self.telemetry.record("reward_predictor/rank_loss", metrics["rank_loss"])
         if config.duty < 1.0:
             _rest(self.step_seconds * (1.0 - config.duty) / config.duty, self.stop_event,
                   self.shared_weights)
@@ -150,7 +152,7 @@ def _set_up(config: TrainerConfig, threads: int, prefs_path: str | None) -> Rewa
     torch.manual_seed(config.seed)
     trainer = RewardPredictorTrainer(build_ensemble(config, config.device), config.max_prefs,
                                      config.batch_size, config.seed, adaptive_l2=config.adaptive_l2,
-                                     implied_pairs=config.implied_pairs)
+                                     implied_pairs=config.implied_pairs, loss=config.loss)
     if config.load_ckpt_path:
         trainer.load(config.load_ckpt_path)
         log.info("reward predictor loaded from %s (step %d)", config.load_ckpt_path, trainer.steps)

@@ -15,9 +15,12 @@ from pref_interface.clip import Clip, ClipOrder, LabelEdit, Preference
 from reward_predictor.clip_pool import ClipPool
 from reward_predictor.config import BATCH_SIZE, MAX_PREFS, VAL_MAX_PAIRS
 from reward_predictor.ensemble import RewardPredictorEnsemble, bootstrap_counts
+from reward_predictor.loss import rank_targets
 from reward_predictor.regularisation import INITIAL_ADAPTIVE_L2, adapt_l2
 
 CHECKPOINT_FORMAT = 1
+# The predictor's loss: the paper's on labels, rank regression on sorted clips instead, or both.
+LOSSES = ("preference", "rank", "both")
 
 
 class CheckpointError(Exception):
@@ -52,7 +55,9 @@ class RewardPredictorTrainer:
 
     def __init__(self, ensemble: RewardPredictorEnsemble, max_prefs: int = MAX_PREFS,
                  batch_size: int = BATCH_SIZE, seed: int = 0, adaptive_l2: bool = False,
-                 implied_pairs: bool = False) -> None:
+                 implied_pairs: bool = False, loss: str = "preference") -> None:
+        if loss not in LOSSES:
+            raise ValueError(f"loss {loss!r} is none of {', '.join(LOSSES)}")
         assert max_prefs >= 1 and batch_size >= 1, (max_prefs, batch_size)
         self.ensemble = ensemble
         self.adaptive_l2 = adaptive_l2
@@ -72,6 +77,9 @@ class RewardPredictorTrainer:
         # many as the training labels, drawn afresh whenever the order changes.
         self.implied_pairs = implied_pairs
         self._implied: list[tuple[bytes, bytes]] = []
+        # --predictor_loss rank|both: the sorted clips' keys and rank targets (loss.rank_targets)
+        self.loss = loss
+        self._ranked: tuple[list[bytes], np.ndarray] = ([], np.zeros(0, np.float32))
 
     # ---- labels -------------------------------------------------------------------------------
     def add(self, pref: Preference) -> None:
@@ -115,12 +123,15 @@ class RewardPredictorTrainer:
         return False
 
     def set_order(self, order: ClipOrder) -> None:
-        """The sorted order's implied pairs, when they are trained on: up to `n_train` pairs of
-        clips in different classes, drawn uniformly from all such pairs."""
-        if not self.implied_pairs:
-            return
+        """What the sorted order gives the trainer: its clips' rank targets (a rank loss), and
+        with `implied_pairs` up to `n_train` pairs of clips in different classes, drawn
+        uniformly from all such pairs."""
         keys = [key for cls in order.classes for key in cls]
         rank = np.repeat(np.arange(len(order.classes)), [len(c) for c in order.classes])
+        if self.loss != "preference":
+            self._ranked = (keys, rank_targets(rank, max(len(order.classes), 1)))
+        if not self.implied_pairs:
+            return
         n = len(keys)
         if n < 2 or len(order.classes) < 2:
             self._implied = []
@@ -197,11 +208,27 @@ class RewardPredictorTrainer:
                 for m in range(self.ensemble.n_members)]
 
     # ---- training -----------------------------------------------------------------------------
+    def sample_ranked(self) -> list[tuple[list[Clip], np.ndarray]] | None:
+        """For a rank loss: per member, `2 * batch_size` sorted clips still held (as many as a
+        batch of labels has) and their rank targets; None without a rank loss or an order."""
+        keys, targets = self._ranked
+        held = [i for i, key in enumerate(keys) if key in self.clips]
+        if self.loss == "preference" or len(held) < 2:
+            return None
+        out = []
+        for _ in range(self.ensemble.n_members):
+            idx = self.rng.choice(held, 2 * self.batch_size)
+            out.append(([self.clips.get(keys[i]).expand() for i in idx], targets[idx]))
+        return out
+
     def train_steps(self, n: int = 1) -> dict:
         """`n` optimiser steps per member; returns the metrics of the last one."""
         metrics: dict = {}
         for _ in range(n):
-            metrics = self.ensemble.train_step(self.sample_batches())
+            ranked = self.sample_ranked()
+            metrics = self.ensemble.train_step(
+                self.sample_batches(), ranked,
+                preference_weight=0.0 if self.loss == "rank" and ranked else 1.0)
             self.steps += 1
         return metrics
 
