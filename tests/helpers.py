@@ -47,3 +47,15 @@ def dot_clip(x: int, steps: int = 25, value: int = 255, moving: bool = False) ->
         left = x + t if moving else x
         frames[t, 40:44, left:left + 4] = value
     return Clip.pack(frames, np.zeros(steps, np.int64), np.zeros(steps, np.float32))
+
+
+_FRAMES = {t: np.zeros((t + 3, 84, 84), np.uint8) for t in (1, 2, 3, 5, 25)}  # shared, read-only
+
+
+def reward_clip(rewards, dones=None, value: int | None = None) -> Clip:
+    """A clip with the given per-step true rewards; `value` fills its frames (else shared zeros)."""
+    rewards = np.asarray(rewards, np.float32)
+    t = len(rewards)
+    frames = _FRAMES[t] if value is None else np.full((t + 3, 84, 84), value, np.uint8)
+    return Clip.pack(frames, np.zeros(t, np.int64), rewards,
+                     None if dones is None else np.asarray(dones, bool))

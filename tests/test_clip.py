@@ -5,11 +5,16 @@ from __future__ import annotations
 import pickle
 
 import numpy as np
+import pytest
 
 from pref_interface.clip import Clip, Preference
-from reward_predictor import MovingDotRewardNet, RewardPredictorEnsemble, RewardPredictorTrainer
+from reward_predictor import (
+    MovingDotRewardNet,
+    RewardPredictorEnsemble,
+    RewardPredictorTrainer,
+)
 from reward_predictor.clip_pool import ClipPool
-from tests.helpers import random_clip
+from tests.helpers import clip_from_stacks, random_clip
 
 
 def _sparse_clip(rng: np.random.Generator, t: int = 25, dones: bool = True) -> Clip:
@@ -67,3 +72,13 @@ def test_a_pool_counts_references_per_clip_and_holds_clips_packed():
     assert len(pool) == 1 and np.array_equal(pool.get(key).frames(), clip.frames())
     pool.release(key)
     assert len(pool) == 0
+
+
+def test_clips_carry_optional_episode_ends():
+    stacks = np.zeros((3, 4, 84, 84), np.uint8)
+    clip = clip_from_stacks(stacks, np.zeros(3), np.zeros(3))
+    assert clip.dones is None and clip.n_episode_ends == 0
+    clip = clip_from_stacks(stacks, np.zeros(3), np.zeros(3), dones=[0, 0, 1])
+    assert clip.dones.dtype == bool and clip.n_episode_ends == 1
+    with pytest.raises(AssertionError):
+        Clip.pack(clip.frames(), clip.actions, clip.true_rewards, np.zeros(2, bool))

@@ -1,4 +1,5 @@
-"""From the agent's rollouts to stored labels: clips, pairs, teachers and the interface process."""
+"""From the agent's rollouts to stored labels: clips, pairs, query selection (§2.2.4), the label
+schedule (App. A) and the labelling process."""
 from __future__ import annotations
 
 import faulthandler
@@ -12,18 +13,22 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
-from tests.helpers import NonBlockingOnly
-from pref_interface.cutter import ClipCutter
-from pref_interface.pairs import ClipBuffer, select_pairs
-from pref_interface.labelling import InterfaceStats, increment
-from pref_interface.config import InterfaceConfig
 from launch.loop import run_labelling
+from pref_interface.clip import Clip, Preference
+from pref_interface.config import InterfaceConfig
+from pref_interface.cutter import ClipCutter
+from pref_interface.labelling import InterfaceStats, increment
+from pref_interface.pairs import OVERSAMPLE, ClipBuffer, select_pairs
 from pref_interface.process import CLIP_QUEUE_MAXSIZE
-from pref_interface.clip import Preference, Clip
+from pref_interface.schedule import LabelSchedule
+from pref_interface.selection import disagreement_score, make_pair_scorer
 from pref_interface.sender import QueueSender
 from pref_interface.store import PreferenceStore
 from pref_interface.teachers import Labeller, OracleTeacher
+from reward_predictor import MovingDotRewardNet, RewardPredictorEnsemble
+from tests.helpers import NonBlockingOnly, reward_clip
 
 
 def tiny_clip(value: int, reward: float = 0.0, steps: int = 1) -> Clip:
@@ -457,3 +462,141 @@ def test_validation_labels_never_share_a_clip_with_training_labels():
     clip_share = len(used[True]) / (len(used[True]) + len(used[False]))
     assert n_labels > 1100 and 0.25 < clip_share < 0.5, (n_labels, clip_share)
     assert abs(n_val / n_labels - 1 / np.e) < 0.02, n_val / n_labels  # App. A: 1/e held out
+
+
+# ---- query selection (§2.2.4, App. A) ----------------------------------------------------------
+
+def fake_predictor(calls: list | None = None):
+    """Three 'members' whose predictions for a pair spread by a known amount: the pair (a, b) of
+    clips tagged a and b (in true_rewards[0]) gets P = 0.5 + d * (-1, 0, 1), d = ((7a + 13b) % 41)
+    / 100, so its variance across members is 2 d^2 / 3."""
+    def predict(left, right):
+        a = np.array([s.true_rewards[0] for s in left])
+        b = np.array([s.true_rewards[0] for s in right])
+        if calls is not None:
+            calls.append(len(left))
+        d = ((7 * a + 13 * b) % 41) / 100
+        return 0.5 + d[None, :] * np.array([-1.0, 0.0, 1.0])[:, None]
+    return predict
+
+
+def known_variance(a: float, b: float) -> float:
+    return 2 * (((7 * a + 13 * b) % 41) / 100) ** 2 / 3
+
+
+def test_selection_picks_the_highest_variance_pairs():
+    rng = np.random.default_rng(0)
+    clips = [reward_clip([float(i)]) for i in range(40)]
+    candidates = [(i, clips[i], j, clips[j]) for i, j in rng.integers(40, size=(60, 2)) if i != j]
+    score = disagreement_score(fake_predictor())
+    assert np.allclose(score(candidates), [known_variance(i, j) for i, _, j, _ in candidates])
+    chosen = select_pairs(candidates, 5, rng, score)
+    variances = sorted((known_variance(i, j) for i, _, j, _ in candidates), reverse=True)
+    assert sorted((known_variance(i, j) for i, _, j, _ in chosen), reverse=True) == variances[:5]
+
+
+def test_buffer_offers_the_most_disagreed_of_ten_times_more_candidates():
+    buf = ClipBuffer(max_segs=100)
+    for i in range(100):
+        buf.add(reward_clip([float(i)]))
+    calls: list[int] = []
+    seen: list = []
+    predict = fake_predictor(calls)
+    score = disagreement_score(predict)
+
+    def spy(cands):
+        seen.extend(cands)
+        return score(cands)
+
+    chosen = buf.sample_new_pairs(3, np.random.default_rng(1), score=spy)
+    assert calls == [3 * OVERSAMPLE] and len(seen) == 3 * OVERSAMPLE  # App. A: 10x the queries
+    top = sorted((known_variance(a, b) for a, _, b, _ in seen), reverse=True)[:3]
+    assert sorted((known_variance(a, b) for a, _, b, _ in chosen), reverse=True) == top
+    assert len(buf.sample_new_pairs(2, np.random.default_rng(1), score=spy, oversample=1)) == 2
+    assert calls[-1] == 2
+    with pytest.raises(ValueError):
+        buf.sample_new_pairs(2, np.random.default_rng(1), score=spy, oversample=0)
+
+
+def test_random_selection_does_not_depend_on_the_predictor():
+    def boom(left, right):
+        raise AssertionError("random selection must not ask the predictor")
+
+    assert make_pair_scorer("random", boom) is None and make_pair_scorer("random") is None
+    picks = []
+    for _ in range(2):
+        buf = ClipBuffer(max_segs=50)
+        for i in range(50):
+            buf.add(reward_clip([float(i)]))
+        picks.append([(a, b) for a, _, b, _ in buf.sample_new_pairs(5, np.random.default_rng(3),
+                                                                    make_pair_scorer("random"))])
+    assert picks[0] == picks[1]
+    assert make_pair_scorer("disagreement", fake_predictor()) is not None
+    with pytest.raises(ValueError, match="random, disagreement"):
+        make_pair_scorer("entropy", fake_predictor())
+    with pytest.raises(ValueError):
+        make_pair_scorer("disagreement")
+
+
+def test_disagreement_is_the_variance_of_the_ensembles_predicted_preferences():
+    torch.manual_seed(0)
+    ens = RewardPredictorEnsemble(MovingDotRewardNet, n_members=3)
+    rng = np.random.default_rng(0)
+    clips = [Clip.pack(rng.integers(0, 256, (5, 84, 84), dtype=np.uint8), rng.integers(0, 5, 2),
+                    np.zeros(2, np.float32)) for _ in range(8)]
+    candidates = [(i, clips[i], i + 4, clips[i + 4]) for i in range(4)]
+    p = ens.predict_preference(clips[:4], clips[4:])
+    assert p.shape == (3, 4)
+    assert np.allclose(disagreement_score(ens.predict_preference)(candidates), p.var(0), atol=1e-7)
+
+
+# ---- label schedule (App. A) -------------------------------------------------------------------
+
+def test_schedule_rate_halves_after_5e6_frames():
+    s = LabelSchedule("annealed", max_labels=3000, total_frames=40_000_000, n_initial=500)
+    r0 = s.rate(0)
+    assert r0 > 0
+    assert s.rate(4_999_999) == r0  # constant within a block of 5e6 frames
+    assert s.rate(5_000_000) == pytest.approx(r0 / 2)  # 5e6 / (5e6 + 5e6)
+    assert s.rate(9_999_999) == pytest.approx(r0 / 2)
+    assert s.rate(10_000_000) == pytest.approx(r0 / 3)  # 5e6 / (1e7 + 5e6)
+    assert s.rate(35_000_000) == pytest.approx(r0 / 8)
+    # Labels made in the first block are twice those of the second.
+    first = s.labels_due(5_000_000) - s.labels_due(0)
+    second = s.labels_due(10_000_000) - s.labels_due(5_000_000)
+    assert first == pytest.approx(2 * second, abs=1)
+
+
+def test_schedule_spends_the_budget_and_never_exceeds_it():
+    for kind in ("annealed", "constant"):
+        s = LabelSchedule(kind, max_labels=3000, total_frames=50_000_000, n_initial=500)
+        frames = np.linspace(0, 60_000_000, 2001)
+        due = [s.labels_due(t) for t in frames]
+        assert due[0] == 500 and all(isinstance(d, int) for d in due)
+        assert all(b >= a for a, b in zip(due, due[1:]))  # monotone
+        assert max(due) == 3000 and s.labels_due(50_000_000) == 3000
+        assert s.labels_due(49_000_000) < 3000
+    const = LabelSchedule("constant", 3000, 50_000_000, 500)
+    assert const.labels_due(25_000_000) == 1750  # linear in T
+    annealed = LabelSchedule("annealed", 3000, 50_000_000, 500)
+    assert annealed.labels_due(25_000_000) > const.labels_due(25_000_000)  # front-loaded
+    for bad in (dict(kind="hyperbolic"), dict(n_initial=4000), dict(total_frames=0)):
+        with pytest.raises(ValueError):
+            LabelSchedule(**{"kind": "annealed", "max_labels": 3000, "total_frames": 1000, **bad})
+
+
+# ---- episode ends in the clips the cutter makes ------------------------------------------
+
+def test_cutter_marks_a_clip_that_ends_with_its_episode():
+    frames = [np.full((84, 84), v, np.uint8) for v in range(20)]
+    # One env: an episode whose last step is step 2, then a new one (first frame repeated).
+    stacks = [np.stack(frames[t:t + 4]) for t in range(3)] + [np.stack([frames[10]] * 4)]
+    for t in range(3):
+        stacks.append(np.concatenate([stacks[-1][1:], frames[11 + t][None]]))
+    obs = np.stack(stacks)[:, None]  # (7, 1, 4, 84, 84)
+    dones = np.zeros((6, 1), bool)
+    dones[2, 0] = True
+    clips = ClipCutter(1, clip_length=3).observe(obs, np.zeros((6, 1), np.int64),
+                                                      np.zeros((6, 1), np.float32), dones)
+    assert len(clips) == 2
+    assert clips[0].dones.tolist() == [False, False, True] and clips[1].dones.tolist() == [False] * 3

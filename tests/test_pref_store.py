@@ -1,19 +1,27 @@
 """The preference store: no label is lost, whatever happens to the process that made it."""
 from __future__ import annotations
 
+import io
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from pref_interface.clip import Preference, Clip
-from tests.helpers import random_clip, clip_from_stacks
-from pref_interface.store import SCHEMA_VERSION, PreferenceStore, StoreError, decode_clip, encode_clip
+from pref_interface.clip import Clip, Preference
+from pref_interface.store import (
+    SCHEMA_VERSION,
+    PreferenceStore,
+    StoreError,
+    decode_clip,
+    encode_clip,
+)
+from tests.helpers import clip_from_stacks, random_clip, reward_clip
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,6 +86,25 @@ import sys
 import numpy as np
 from pref_interface.clip import Preference, Clip
 from pref_interface.store import PreferenceStore
+import io
+import math
+import zipfile
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from pref_interface.cutter import ClipCutter
+from pref_interface.pairs import OVERSAMPLE, ClipBuffer, select_pairs
+from pref_interface.schedule import LabelSchedule
+from pref_interface.clip import Preference, Clip
+from pref_interface.selection import disagreement_score, make_pair_scorer
+from pref_interface.store import PreferenceStore, decode_clip, encode_clip
+from tests.helpers import clip_from_stacks, reward_clip
+from pref_interface.teachers import (BoltzmannTeacher, EqualTeacher, Labeller, MistakeTeacher,
+                                     MyopicTeacher, OracleTeacher, SkipTeacher, make_teacher,
+                                     teacher_return)
+from reward_predictor import MovingDotRewardNet, RewardPredictorEnsemble, RewardPredictorTrainer
+from reward_predictor.regularisation import INITIAL_ADAPTIVE_L2, MIN_L2, adapt_l2
 rng = np.random.default_rng(int(sys.argv[2]))
 store = PreferenceStore(sys.argv[1])
 while True:
@@ -198,3 +225,36 @@ def test_atari_clips_compress_to_a_few_kilobytes():
     blob = encode_clip(clip)
     assert np.array_equal(decode_clip(blob).stacks(), np.array(stacks[100:125]))
     assert len(blob) < 10_000, len(blob)
+
+
+# ---- episode ends ------------------------------------------------------------------------
+
+def test_store_keeps_episode_ends_and_reads_older_clips(tmp_path):
+    with_ends = reward_clip([1.0, 2.0], dones=[False, True], value=7)
+    without = reward_clip([3.0, 4.0], value=9)
+    assert decode_clip(encode_clip(with_ends)).dones.tolist() == [False, True]
+    assert decode_clip(encode_clip(without)).dones is None
+    buf = io.BytesIO()  # a blob written before clips had `dones`
+    np.savez_compressed(buf, frames=with_ends.frames(), actions=with_ends.actions,
+                        true_rewards=with_ends.true_rewards)
+    assert decode_clip(buf.getvalue()).dones is None
+
+    with PreferenceStore(tmp_path / "a.db") as store:
+        store.add(Preference(with_ends, without, 1.0))
+        store.add(Preference(without, with_ends, 0.0))
+        assert store.get(1).left.dones.tolist() == [False, True] and store.get(1).right.dones is None
+        store.export_npz(tmp_path / "labels.npz")
+    with PreferenceStore(tmp_path / "b.db") as store:
+        store.import_npz(tmp_path / "labels.npz")
+        p = store.latest(2)
+        assert p[0].left.dones.tolist() == [False, True] and p[0].right.dones is None
+        assert p[1].left.dones is None and p[1].right.dones.tolist() == [False, True]
+    # An export written before `dones` existed imports with dones=None.
+    with zipfile.ZipFile(tmp_path / "labels.npz") as src, \
+            zipfile.ZipFile(tmp_path / "old.npz", "w") as dst:
+        for name in src.namelist():
+            if name not in ("dones.npy", "seg_has_dones.npy"):
+                dst.writestr(name, src.read(name))
+    with PreferenceStore(tmp_path / "c.db") as store:
+        assert store.import_npz(tmp_path / "old.npz") == 2
+        assert all(s.dones is None for p in store.latest(2) for s in (p.left, p.right))

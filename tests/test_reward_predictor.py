@@ -1,5 +1,6 @@
-"""Reward predictor: preference model, normalisation, bootstrapped ensemble, weight sharing,
-checkpoints, the trainer process, and learning the MovingDot reward from labels."""
+"""Reward predictor: preference model and its noise (§2.2.3), normalisation, bootstrapped
+ensemble, adaptive L2 (App. A), weight sharing, checkpoints, the trainer process, and learning
+the MovingDot reward from labels."""
 from __future__ import annotations
 
 import math
@@ -15,17 +16,30 @@ import torch.nn.functional as F
 from torch import nn
 
 from launch.loop import run_predictor_trainer
-from pref_interface.clip import Preference, Clip
-from reward_predictor import (AtariRewardNet, CheckpointError, MovingDotRewardNet,
-                              RewardPredictorEnsemble, RewardPredictorTrainer, RunningNormaliser,
-                              SharedWeights, TrainerConfig, TrainerStats, bootstrap_counts,
-                              build_ensemble, make_reward_net, preference_loss)
+from pref_interface.clip import Clip, Preference
+from pref_interface.store import PreferenceStore
+from reward_predictor import (
+    AtariRewardNet,
+    CheckpointError,
+    MovingDotRewardNet,
+    RewardPredictorEnsemble,
+    RewardPredictorTrainer,
+    RunningNormaliser,
+    SharedWeights,
+    TrainerConfig,
+    TrainerStats,
+    bootstrap_counts,
+    build_ensemble,
+    make_reward_net,
+    preference_loss,
+)
 from reward_predictor.ensemble import clip_returns, take_batchnorm_statistics
 from reward_predictor.nets import FirstConv, NormActDrop, dropout_half
 from reward_predictor.pace import PredictorPace, labels_per_member
 from reward_predictor.process import run_pretraining
+from reward_predictor.regularisation import INITIAL_ADAPTIVE_L2, MIN_L2, adapt_l2
 from reward_predictor.reward_fn import PredictedReward
-from tests.helpers import random_clip
+from tests.helpers import random_clip, reward_clip
 
 torch.set_num_threads(1)
 
@@ -698,7 +712,6 @@ def test_trainer_process_stops_on_its_event(tmp_path):
 
 def test_pretraining_takes_the_threads_a2c_is_not_using_yet(tmp_path, monkeypatch):
     """No A2C runs beside pretraining: it trains with the threads the run gives A2C too."""
-    from pref_interface.store import PreferenceStore
 
     rng = np.random.default_rng(9)
     with PreferenceStore(str(tmp_path / "prefs.sqlite")) as store:
@@ -825,8 +838,8 @@ def test_the_paper_pace_counts_each_member_or_the_whole_ensemble():
 def test_the_trainer_keeps_freed_memory_only_when_asked(keep, tmp_path, monkeypatch):
     from launch.cli import parse_args
     from launch.configs import trainer_config, trainer_environ
-    from runtime.process_setup import TRAINER_MALLOC_TUNABLES
     from reward_predictor import process
+    from runtime.process_setup import TRAINER_MALLOC_TUNABLES
 
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     run = parse_args(["train_policy_with_preferences", "PongNoFrameskip-v4", "--ensemble_size", "1",
@@ -870,3 +883,95 @@ def test_the_step_benchmark_times_every_phase_it_names():
     for name, v in ms.items():
         if ": " in name:
             assert v <= ms[name.split(": ")[0]], (name, ms)
+
+
+# ---- adaptive L2 (App. A; Ibarz et al. 2018) ---------------------------------------------------
+
+def test_l2_moves_up_when_validation_loss_is_high_and_down_when_low():
+    l2 = [1e-4] * 4
+    new = adapt_l2(l2, val_loss=[2.0, 1.3, 1.0, 1.6], train_loss=[1.0, 1.0, 1.0, 1.0])
+    assert new[0] > 1e-4  # 2.0 > 1.5x: over-fitting
+    assert new[1] == 1e-4  # between 1.1x and 1.5x: leave it
+    assert new[2] < 1e-4  # 1.0 < 1.1x
+    assert new[3] > 1e-4
+    assert adapt_l2([1e-4], [float("nan")], [1.0]) == [1e-4]  # no validation labels yet
+
+
+def test_l2_is_never_negative():
+    coef = [1e-4, 0.0, -1.0]
+    for _ in range(500):
+        coef = adapt_l2(coef, [0.1] * 3, [1.0] * 3)
+        assert all(c >= 0.0 for c in coef)
+    assert coef[0] == MIN_L2 and coef[1] == 0.0 and coef[2] == 0.0
+    assert adapt_l2([0.0], [9.0], [1.0]) == [MIN_L2]  # raised from zero
+
+
+def dot_prefs(rng: np.random.Generator, n: int, is_validation: bool) -> list[Preference]:
+    def reward_clip():
+        return Clip.pack(rng.integers(0, 256, (5, 84, 84), dtype=np.uint8), rng.integers(0, 5, 2),
+                       rng.normal(size=2).astype(np.float32))
+    return [Preference(reward_clip(), reward_clip(), float(rng.choice([0.0, 1.0])), is_validation=is_validation)
+            for _ in range(n)]
+
+
+def test_trainer_adapts_each_members_l2_after_validation():
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    ens = RewardPredictorEnsemble(MovingDotRewardNet, n_members=3)
+    fixed = RewardPredictorTrainer(ens, seed=0)
+    assert fixed.adapt_regularisation({"member_val_loss": [9.0] * 3,
+                                       "member_inbag_loss": [1.0] * 3}) == [0.0] * 3  # switched off
+    trainer = RewardPredictorTrainer(ens, seed=0, adaptive_l2=True)
+    assert ens.l2 == [INITIAL_ADAPTIVE_L2] * 3  # Ibarz et al. 2018: start at 1e-4
+    new = trainer.adapt_regularisation({"member_val_loss": [2.0, 1.2, 0.5],
+                                        "member_inbag_loss": [1.0, 1.0, 1.0]})
+    assert new == ens.l2 and new[0] > 1e-4 and new[1] == 1e-4 and new[2] < 1e-4
+    for pref in dot_prefs(rng, 12, False) + dot_prefs(rng, 6, True):
+        trainer.add(pref)
+    trainer.train_steps(2)
+    metrics = trainer.validate()
+    assert len(metrics["member_inbag_loss"]) == 3 and len(metrics["member_val_loss"]) == 3
+    assert all(c > 0 for c in trainer.adapt_regularisation())
+
+
+def test_inbag_loss_weights_labels_by_the_members_bootstrap_counts():
+    torch.manual_seed(0)
+    ens = RewardPredictorEnsemble(MovingDotRewardNet, n_members=2)
+    prefs = dot_prefs(np.random.default_rng(1), 4, False)
+    plain = ens.evaluate(prefs, weights=np.ones((4, 2)))
+    assert np.allclose(plain["member_weighted_loss"], plain["member_loss"], atol=1e-6)
+    only_first = ens.evaluate(prefs, weights=np.array([[1, 0], [0, 0], [0, 0], [0, 0]]))
+    assert only_first["member_weighted_loss"][0] == pytest.approx(ens.evaluate(prefs[:1])["member_loss"][0],
+                                                                  abs=1e-5)
+    assert only_first["member_weighted_loss"][1] == pytest.approx(plain["member_loss"][1], abs=1e-6)
+
+
+# ---- noise model (§2.2.3) ----------------------------------------------------------------------
+
+class CornerNet(nn.Module):
+    """r = 10 * w * (top-left pixel of the newest frame) / 255: one weight to read gradients off."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(1, 1))
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor | None = None) -> torch.Tensor:
+        return obs[..., -1, 0, 0].float() / 255.0 * 10.0 * self.w[0, 0]
+
+
+def test_plain_bradley_terry_without_noise_changes_the_gradients():
+    """noise=0 is the plain model: a confidently contradicted label pulls with full force."""
+    pref = Preference(reward_clip([0.0], value=0), reward_clip([0.0], value=255), mu=1.0)  # r_left 0, r_right 10
+
+    def grad(noise: float) -> float:
+        ens = RewardPredictorEnsemble(CornerNet, n_members=1, noise=noise)
+        ens.optimizers = [torch.optim.SGD(ens.members[0].parameters(), lr=1.0)]
+        loss = ens.train_step([[pref]])["loss"]
+        assert math.isfinite(loss)
+        return 1.0 - float(ens.members[0].w.detach())  # SGD with lr 1: the step is the gradient
+
+    delta = -10.0
+    p = 1 / (1 + math.exp(-delta))
+    assert grad(0.0) == pytest.approx(10 * (1 - p), rel=1e-4)  # d/dw of -log sigmoid(-10 w)
+    assert grad(0.1) == pytest.approx(10 * 0.9 * p * (1 - p) / (0.05 + 0.9 * p), rel=1e-3)
+    assert grad(0.1) < 0.01 * grad(0.0)

@@ -1,11 +1,31 @@
-"""Enduro's "keep alongside other cars" teacher: the frame detector on hand-made frames
-and on the emulator's, the teacher's labels, and `--teacher alongside`."""
+"""The scripted teachers: B-Pref's (Lee et al. 2021) and the episode-end penalty, and Enduro's
+"keep alongside other cars" (its frame detector on hand-made frames and on the emulator's, its
+labels, and `--teacher alongside`)."""
+import math
+
 import numpy as np
 import pytest
 
-from pref_interface.alongside import alongside_share, clip_alongside, find_player, is_alongside
+from pref_interface.alongside import (
+    alongside_share,
+    clip_alongside,
+    find_player,
+    is_alongside,
+)
 from pref_interface.clip import STACK, Clip
-from pref_interface.teachers import AlongsideTeacher, Labeller, make_teacher
+from pref_interface.teachers import (
+    AlongsideTeacher,
+    BoltzmannTeacher,
+    EqualTeacher,
+    Labeller,
+    MistakeTeacher,
+    MyopicTeacher,
+    OracleTeacher,
+    SkipTeacher,
+    make_teacher,
+    teacher_return,
+)
+from tests.helpers import reward_clip
 
 DAY, NIGHT, SNOW = 40, 0, 236  # the ground's grey in the 84x84 frames
 
@@ -143,3 +163,101 @@ def test_on_the_emulators_frames_the_player_is_found_in_every_frame_and_follows_
     assert tops.min() >= 54 and stops.max() <= 62 and 4 <= (stops - tops).min() <= (stops - tops).max() <= 6
     assert cols[139] < cols[99] - 5 and cols[219] > cols[139] + 5 and cols[259] < cols[219] - 5
     assert 0.0 < alongside_share(frames) < 0.5
+
+
+# ---- scripted teachers (B-Pref, Lee et al. 2021) -----------------------------------------------
+
+def random_pairs(rng: np.random.Generator, n: int, steps: int = 1, scale: float = 2.0):
+    return [(reward_clip(rng.normal(0, scale, steps)), reward_clip(rng.normal(0, scale, steps))) for _ in range(n)]
+
+
+def test_boltzmann_teacher_agrees_as_often_as_the_sigmoid_says():
+    teacher = BoltzmannTeacher(beta=1.0, rng=0)
+    assert isinstance(teacher, Labeller) and teacher.source == "synthetic"
+    n = 3000
+    for diff in (0.5, 1.0, 2.0):
+        left, right = reward_clip([diff]), reward_clip([0.0])
+        agree = np.mean([teacher.label(left, right) for _ in range(n)])
+        p = 1 / (1 + math.exp(-diff))
+        assert agree == pytest.approx(p, abs=4 * math.sqrt(p * (1 - p) / n))
+    coin = BoltzmannTeacher(0.0, rng=1)  # beta 0: coin flips
+    flips = [coin.label(reward_clip([5.0]), reward_clip([0.0])) for _ in range(2000)]
+    assert np.mean(flips) == pytest.approx(0.5, abs=0.05)
+    assert BoltzmannTeacher(float("inf"), rng=1).label(reward_clip([0.1]), reward_clip([0.0])) == 1.0
+
+
+def test_mistake_teacher_flips_the_oracle_label_with_probability_eps():
+    rng = np.random.default_rng(1)
+    pairs = random_pairs(rng, 4000)
+    oracle, teacher = OracleTeacher(), MistakeTeacher(eps=0.2, rng=2)
+    flipped = np.mean([teacher.label(a, b) != oracle.label(a, b) for a, b in pairs])
+    assert flipped == pytest.approx(0.2, abs=4 * math.sqrt(0.2 * 0.8 / 4000))
+    assert all(teacher.label(reward_clip([1.0]), reward_clip([1.0])) == 0.5 for _ in range(50))  # a tie stays one
+
+
+def test_skip_teacher_skips_exactly_the_pairs_where_both_clips_are_poor():
+    rng = np.random.default_rng(3)
+    teacher, oracle = SkipTeacher(threshold=0.5), OracleTeacher()
+    for a, b in random_pairs(rng, 500):
+        both_low = a.true_return < 0.5 and b.true_return < 0.5
+        got = teacher.label(a, b)
+        assert (got is None) == both_low
+        if not both_low:
+            assert got == oracle.label(a, b)
+
+
+def test_equal_teacher_ties_exactly_the_close_pairs():
+    rng = np.random.default_rng(4)
+    teacher, oracle = EqualTeacher(threshold=1.0), OracleTeacher()
+    n_ties = 0
+    for a, b in random_pairs(rng, 500):
+        close = abs(a.true_return - b.true_return) < 1.0
+        n_ties += close
+        assert teacher.label(a, b) == (0.5 if close else oracle.label(a, b))
+    assert 50 < n_ties < 450
+
+
+def test_myopic_teacher_prefers_reward_late_in_the_clip():
+    early, late = reward_clip([1.0, 0, 0, 0, 0]), reward_clip([0, 0, 0, 0, 1.0])
+    assert OracleTeacher().label(early, late) == 0.5
+    assert MyopicTeacher(gamma=0.9).label(early, late) == 0.0
+    big_early = reward_clip([2.0, 0, 0, 0, 0])  # more reward, but long ago
+    assert OracleTeacher().label(big_early, late) == 1.0
+    assert MyopicTeacher(gamma=0.5).label(big_early, late) == 0.0  # 2 * 0.5^4 < 1
+    assert teacher_return(reward_clip([1.0, 2.0, 3.0]), gamma=0.5) == pytest.approx(0.25 + 1.0 + 3.0)
+
+
+def test_synthetic_teachers_penalise_episode_ends_inside_a_clip():
+    """App. A: the synthetic oracle replaces episode ends by a penalty (except in Pong)."""
+    dies = reward_clip([1.0, 1.0], dones=[False, True])
+    idle = reward_clip([0.0, 0.0], dones=[False, False])
+    assert OracleTeacher().label(dies, idle) == 1.0  # 0 disables the penalty (Pong)
+    assert OracleTeacher(episode_end_penalty=5.0).label(dies, idle) == 0.0
+    assert teacher_return(dies, episode_end_penalty=5.0) == pytest.approx(-3.0)
+    assert teacher_return(reward_clip([1.0, 1.0]), episode_end_penalty=5.0) == 2.0  # dones None: no end
+    for spec in ("mistake:eps=0", "skip:threshold=-100", "equal:threshold=0", "myopic:gamma=1",
+                 "boltzmann:beta=inf"):
+        assert make_teacher(spec, rng=0, episode_end_penalty=5.0).label(dies, idle) == 0.0, spec
+    with pytest.raises(ValueError):
+        OracleTeacher(episode_end_penalty=-1.0)
+
+
+def test_teacher_spec_parser_builds_each_teacher_and_rejects_junk():
+    cases = {"oracle": (OracleTeacher, None, None), "boltzmann:beta=2.5": (BoltzmannTeacher, "beta", 2.5),
+             "mistake:eps=0.1": (MistakeTeacher, "eps", 0.1),
+             "skip:threshold=0": (SkipTeacher, "threshold", 0.0),
+             "equal:threshold=0.5": (EqualTeacher, "threshold", 0.5),
+             "myopic:gamma=0.9": (MyopicTeacher, "gamma", 0.9), "mistake": (MistakeTeacher, "eps", 0.1)}
+    for spec, (cls, attr, value) in cases.items():
+        teacher = make_teacher(spec, rng=0)
+        assert type(teacher) is cls and isinstance(teacher, Labeller), spec
+        if attr:
+            assert getattr(teacher, attr) == value
+    a, b = random_pairs(np.random.default_rng(5), 1)[0]
+    labels = [[make_teacher("boltzmann:beta=0.3", rng=7).label(a, b) for _ in range(20)] for _ in range(2)]
+    assert labels[0] == labels[1]  # seeded: reproducible
+    for junk in ("", "human", "oracle:beta=1", "mistake:eps=2", "mistake:eps=abc", "boltzmann:gamma=1",
+                 "myopic:gamma=0", "equal:threshold=-1", "skip:threshold=nan", "mistake:eps"):
+        with pytest.raises(ValueError) as e:
+            make_teacher(junk)
+        assert "\n" not in str(e.value) and "oracle, boltzmann" in str(e.value), junk
