@@ -10,6 +10,8 @@ initial labelling and pretraining are included) at that moment. Results are kept
 runs/ablations/results.json, so an interrupted ablation continues where it stopped.
 
     python -m benchmarks.ablations                  # all settings, seeds 0 1 2
+    python -m benchmarks.ablations --settings baseline sorting "sorting + implied pairs" \
+        "sorting + rank loss"                       # pairs against sorting
     python -m benchmarks.ablations --report_only    # table and plot from what is done
 """
 from __future__ import annotations
@@ -44,6 +46,10 @@ SETTINGS: dict[str, list[str]] = {
     "annealed schedule, 1500 labels": ["--label_schedule", "annealed", "--max_labels", "1500",
                                        "--anneal_every_frames", "2e5"],
     "teacher errs 10%": ["--teacher", "mistake:eps=0.1"],
+    # rl-teacher-atari's sorting instead of blind pairs, and what its order may add
+    "sorting": ["--queries", "sort"],
+    "sorting + implied pairs": ["--queries", "sort", "--implied_pairs"],
+    "sorting + rank loss": ["--queries", "sort", "--predictor_loss", "both"],
 }
 OUT = ROOT / "runs" / "ablations"
 
