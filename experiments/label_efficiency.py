@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""What N labels teach the predictor, without RL: blind pairs against sorted clips.
+
+For each `--queries` mode: gather `max(--labels)` labels from the untrained policy with the
+synthetic oracle (`run.py gather_initial_prefs ENV --synthetic_prefs --queries Q`), then for each
+N of `--labels` pretrain a predictor on the first N of them (`run.py pretrain_reward_predictor`,
+the environment's own predictor settings), and score it on fresh random play as
+`experiments.probe_predictor` does: clip agreement (for random pairs of 25-step clips whose true
+returns differ, how often r̂ orders them as the game does) and the per-clip correlation.
+
+    python -m experiments.label_efficiency PongNoFrameskip-v4 --labels 250 500 1000 \\
+        --runs_dir ~/runs/label_efficiency
+
+Runs that exist are reused (the gathered stores and the pretrained predictors), so the command
+continues after a stop. Prints one table and writes `results.json` in `--runs_dir`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from launch.rundir import PREDICTOR_FILE, PREFS_FILE  # noqa: E402
+from pref_interface.store import PreferenceStore, stored_labels  # noqa: E402
+
+
+def run_py(*args: str) -> None:
+    print("python run.py " + " ".join(args), flush=True)
+    subprocess.run([sys.executable, "run.py", *args], cwd=ROOT, check=True)
+
+
+def first_labels(src: Path, n: int, dst: Path) -> None:
+    """A store in `dst` holding the first `n` labels of `src`'s store (the rest deleted)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    with PreferenceStore(src / PREFS_FILE, create=False) as store:
+        store.backup_to(dst / PREFS_FILE)
+    with PreferenceStore(dst / PREFS_FILE, create=False) as store:
+        for label_id in store.all_ids()[n:]:
+            store.delete(label_id)
+
+
+def agreement(run_dir: Path, steps: int, n_envs: int, seed: int) -> dict:
+    """The predictor of `run_dir` on fresh random play: clip agreement and correlation."""
+    from experiments.probe_predictor import collect, load_run
+
+    env, reward_fn, act = load_run(run_dir, "random", n_envs, seed)
+    try:
+        probe = collect(env, reward_fn, act, steps)
+    finally:
+        env.close()
+    return {"clip_agreement": probe.clip_agreement(), "clip_correlation": probe.clip_correlation()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p.add_argument("env_id")
+    p.add_argument("--queries", nargs="+", default=["pairs", "sort"], choices=["pairs", "sort"])
+    p.add_argument("--labels", type=int, nargs="+", default=[250, 500, 1000])
+    p.add_argument("--epochs", type=int, default=None,
+                   help="pretraining epochs (default: the environment's own)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--probe_steps", type=int, default=1000, help="steps of each probe env")
+    p.add_argument("--probe_envs", type=int, default=8)
+    p.add_argument("--runs_dir", type=Path, default=ROOT / "runs" / "label_efficiency")
+    p.add_argument("--extra", default="", help="more run.py flags for every run, quoted")
+    a = p.parse_args(argv)
+    if min(a.labels) < 2:
+        p.error("--labels must be at least 2")
+    out = a.runs_dir.expanduser()
+    extra = a.extra.split() + (["--n_initial_epochs", str(a.epochs)] if a.epochs else [])
+    rows = []
+    for queries in a.queries:
+        gather = out / f"{queries}-gather"
+        wanted = max(a.labels)
+        have = stored_labels(gather / PREFS_FILE) if (gather / PREFS_FILE).is_file() else 0
+        if have < wanted:
+            run_py(*(["--resume", str(gather), "--n_initial_prefs", str(wanted)] if have else
+                     ["gather_initial_prefs", a.env_id, "--synthetic_prefs", "--queries",
+                      queries, "--n_initial_prefs", str(wanted), "--seed", str(a.seed),
+                      "--log_dir", str(gather)]))
+        for n in sorted(a.labels):
+            labels, trained = out / f"{queries}-{n}-labels", out / f"{queries}-{n}-predictor"
+            if not (trained / "reward_predictor" / PREDICTOR_FILE).is_file():
+                first_labels(gather, n, labels)
+                run_py("pretrain_reward_predictor", a.env_id, "--load_prefs_dir", str(labels),
+                       "--seed", str(a.seed), "--log_dir", str(trained), *extra)
+            rows.append({"queries": queries, "labels": n,
+                         **agreement(trained, a.probe_steps, a.probe_envs, a.seed + 1)})
+            print(json.dumps(rows[-1]), flush=True)
+    (out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
+    print(f"\n{a.env_id}: the predictor after N labels, on fresh random play "
+          f"({a.probe_steps} steps x {a.probe_envs} envs)")
+    print("| queries | labels | clip agreement | per-clip correlation |\n|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['queries']} | {r['labels']:,} | {r['clip_agreement']:.3f} | "
+              f"{r['clip_correlation']:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
