@@ -1,9 +1,8 @@
 """The paper's loop: open this module first (Christiano et al. 2017, Fig. 1 and §2.2).
 
-    agent (A2C) ──clips──▶ labelling ──labels──▶ predictor trainer
-        ▲   │ clips        │ label store           │ preferences
-        │   └─ clip source    ▼ (prefs.sqlite)         │
-        └────────── r̂ and its pace ◀── reward_weights ─┘
+    agent (A2C) ───── clips ─────▶ labelling ───── preferences ─────▶ predictor trainer
+        ▲                              │ label store (prefs.sqlite)           │
+        └──────── r̂ and its pace ◀──────────── reward_weights ───────────────┘
 
 Three processes run at once, each one of the loops below, and are joined by named channels
 (`Channels`). The roles, and where each one lives:
@@ -11,7 +10,8 @@ Three processes run at once, each one of the loops below, and are joined by name
 - clip source: `pref_interface.process.ClipObserver`, in the agent's process; it cuts 25-step
   clips from every rollout and sends them on `clips` (dropped rather than waited for).
 - pair selection: `pref_interface.pairs.ClipBuffer` with `pref_interface.selection` (random or
-  by the ensemble's disagreement, §2.2.4), run by `Labelling.draw_pairs`.
+  by the ensemble's disagreement, §2.2.4), or with `--queries sort` each new clip placed among
+  the sorted ones by comparisons (`pref_interface.sorting`), run by `Labelling.draw_pairs`.
 - labeller: a person or a scripted teacher (`pref_interface.teachers`), `Labelling.label`.
 - label store: `pref_interface.store.PreferenceStore` (SQLite); `Labelling.commit` stores every
   label before it goes on `preferences` to the trainer (never dropped).
