@@ -215,11 +215,9 @@ class RewardPredictorTrainer:
         held = [i for i, key in enumerate(keys) if key in self.clips]
         if self.loss == "preference" or len(held) < 2:
             return None
-        out = []
-        for _ in range(self.ensemble.n_members):
-            idx = self.rng.choice(held, 2 * self.batch_size)
-            out.append(([self.clips.get(keys[i]).expand() for i in idx], targets[idx]))
-        return out
+        drawn = [self.rng.choice(held, 2 * self.batch_size) for _ in range(self.ensemble.n_members)]
+        expanded = {i: self.clips.get(keys[i]).expand() for i in np.unique(np.concatenate(drawn))}
+        return [([expanded[i] for i in idx], targets[idx]) for idx in drawn]  # each clip once
 
     def train_steps(self, n: int = 1) -> dict:
         """`n` optimiser steps per member; returns the metrics of the last one."""
