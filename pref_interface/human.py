@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import math
 import queue
-from typing import Any
+from typing import Any, Callable
 
-from pref_interface.keys import (ANSWER_KEYS, ENTER, EOF, REPLAY_KEY, PairAnswer, ReopenLabel,
-                                 answer_of)
+from pref_interface.keys import (ANSWER_KEYS, ENTER, EOF, REPLAY_KEY, PairAnswer, ReinsertClip,
+                                 ReopenLabel, answer_of)
 from pref_interface.player import FPS, ClipPlayer, Playback, clip_frames, make_player
 from pref_interface.labelling import InterfaceStats, LabelEditor, LabellingStopped
 from pref_interface.clip import LabelEdit, Clip
@@ -53,6 +53,9 @@ class HumanLabeller(Labeller):
         keep_typed_ahead: let keys typed before a pair appeared answer it (piped answers);
             False drops them, so a double key press never labels a pair nobody has seen.
         labels: the stored labels, for the page's edits (`LabelEdit`, `ReopenLabel` tokens).
+
+    With `--queries sort` the interface sets `reinsert(is_validation, clip_id) -> message`, which
+    the page's `ReinsertClip` tokens call, and `show_order(sorters)` reaches the page.
     """
 
     source = "human"
@@ -69,6 +72,7 @@ class HumanLabeller(Labeller):
         self.target, self.has_trainer, self.fps = target, has_trainer, fps
         self.keep_typed_ahead = keep_typed_ahead
         self.labels = labels
+        self.reinsert: Callable[[bool, int], str] | None = None
         self._upcoming: tuple[Clip, Clip] | None = None
         self.n_pairs = 0
         self.last = ""
@@ -90,6 +94,12 @@ class HumanLabeller(Labeller):
         """The pair that comes after the one about to be asked: a player that can (the page)
         loads it ahead, so it shows the moment the person answers."""
         self._upcoming = left, right
+
+    def show_order(self, sorters: dict) -> None:
+        """The sorted clips of each split (`--queries sort`), for a player that draws them."""
+        show = getattr(self._make_player(), "show_order", None)
+        if show is not None:
+            show(sorters)
 
     def _make_player(self) -> ClipPlayer:
         if self.player is None:
@@ -120,8 +130,8 @@ class HumanLabeller(Labeller):
                                         self.stop_event)
             if token is None:
                 return None
-            if isinstance(token, LabelEdit):
-                hint = self._edit(token)
+            if isinstance(token, (LabelEdit, ReinsertClip)):
+                hint = self._apply(token)
                 continue
             if isinstance(token, ReopenLabel):
                 hint = self._reopen(token.label_id) if again is None else hint
@@ -145,6 +155,14 @@ class HumanLabeller(Labeller):
                 return ANSWER_KEYS[key]
             else:
                 hint = invalid_key_hint(token)
+
+    def _apply(self, token: LabelEdit | ReinsertClip) -> str:
+        """A request from the page not tied to the pair shown; what the prompt says about it."""
+        if isinstance(token, LabelEdit):
+            return self._edit(token)
+        if self.reinsert is None:
+            return "clips are not sorted in this run (--queries sort)"
+        return self.reinsert(token.is_validation, token.clip_id)
 
     def _edit(self, edit: LabelEdit) -> str:
         """Apply a change to a stored label; what the prompt says about it."""
@@ -209,8 +227,8 @@ class HumanLabeller(Labeller):
                 return
             if token == EOF:
                 self._stop()
-            if isinstance(token, LabelEdit):  # not tied to a pair: still wanted
-                self.last = self._edit(token)
+            if isinstance(token, (LabelEdit, ReinsertClip)):  # not tied to a pair: still wanted
+                self.last = self._apply(token)
 
     def _stop(self) -> None:
         self.answers.put(EOF)  # sticky: a later phase's labeller stops too

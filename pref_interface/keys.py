@@ -13,7 +13,8 @@ one line without its newline when stdin is a pipe or file. `EOF` (Ctrl-D, or the
 is the last token: after it the reader stops and the terminal is restored.
 
 The labelling page (`pref_interface.web`) puts tokens of its own on the same queue: `PairAnswer`
-(an answer tied to the pair it was shown with), `ReopenLabel` and `clip.LabelEdit`.
+(an answer tied to the pair it was shown with), `ReopenLabel`, `ReinsertClip` and
+`clip.LabelEdit`.
 """
 from __future__ import annotations
 
@@ -47,6 +48,14 @@ class ReopenLabel:
     """Show a stored label's pair again; the answer replaces the label (incomparable deletes it)."""
 
     label_id: int
+
+
+@dataclass(frozen=True)
+class ReinsertClip:
+    """Take a sorted clip (`--queries sort`) out of its split's order and insert it again."""
+
+    is_validation: bool
+    clip_id: int
 
 
 def split_keys(text: str) -> list[str]:

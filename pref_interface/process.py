@@ -108,6 +108,8 @@ class Labelling:
             config, answers, stop_event, stats, val_accuracy, self.n_stored,
             LabelEditor(self.store, pref_queue), has_trainer=self.has_trainer)
         self.person = self.labeller.source == "human"
+        if self.person and self.sorters is not None:
+            self.labeller.reinsert = self.reinsert
         self.telemetry = Telemetry(log_dir, every_s=LOG_EVERY_S)
         self.n_at_dump = self.n_stored
         predictor = make_predictor() if make_predictor and config.selection != "random" else None
@@ -178,7 +180,21 @@ class Labelling:
                 queries.append(query)
                 self.sort_split[query[0]] = split
                 self.sort_asked[split] += 1
+        self._show_order()
         return queries
+
+    def reinsert(self, is_validation: bool, clip_id: int) -> str:
+        """A person's request to take a sorted clip out and insert it again; the prompt's
+        reply."""
+        if not self.sorters[is_validation].reinsert(clip_id):
+            return f"clip {clip_id} is not sorted now"
+        self._show_order()
+        return f"clip {clip_id} is inserted again once the clip being placed now is"
+
+    def _show_order(self) -> None:
+        """A person sees the sorted clips (on the labelling page) after every query and answer."""
+        if self.person:
+            self.labeller.show_order(self.sorters)
 
     def label(self, pair: tuple) -> Preference | None:
         """The labeller's answer as a label; None for an incomparable pair (§2.2.2: not
@@ -209,6 +225,7 @@ class Labelling:
         sorter.answer(mu)
         if not split and sorter.inserting is None:
             self._send_order()
+        self._show_order()
 
     def _send_order(self) -> None:
         if self.has_trainer:

@@ -9,13 +9,15 @@ label for every two clips in different classes (`implied_pairs`).
 The caller drives it, one query at a time, and stores each answer as an ordinary label with the
 new clip on the left: `offer` clips, then `next_query` / `answer` until `next_query` is None.
 A sorter serves one split (training or validation); the caller keeps one per split, as labels are
-only made within a split. After a resume, `rebuild_sorters` replays the stored labels.
+only made within a split. After a resume, `rebuild_sorters` replays the stored labels. A sorted
+clip a person thinks misplaced can be taken out and inserted again (`reinsert`); its earlier
+labels stay in the store.
 """
 from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 import numpy as np
@@ -37,6 +39,7 @@ class _Insertion:
     hi: int
     depth: int = 0  # comparisons answered so far
     asked: bool = False  # a query on it is out and not answered yet
+    path: list[tuple[int, float]] = field(default_factory=list)  # (sorted clip's id, mu) so far
 
     @property
     def mid(self) -> int:
@@ -65,12 +68,14 @@ class ClipSorter:
         self._clips: OrderedDict[int, Clip] = OrderedDict()  # sorted clips, oldest sorted first
         self._waiting: OrderedDict[int, Clip] = OrderedDict()  # offered, oldest first
         self._insertion: _Insertion | None = None
+        self._reinserts: list[int] = []  # sorted clips to take out and insert again, in turn
         self._replay_ids = itertools.count(-1, -1)  # replayed clips' ids: never a buffer's (>= 0)
         self._last_label_id: int | None = None
         self.n_comparisons = 0  # answers taken, one per query asked (replayed ones included)
         self.n_inserted = 0  # clips that entered the order
         self.n_dropped = 0  # insertions ended by an incomparable answer, or cut short on replay
         self.n_evicted = 0
+        self.n_reinserted = 0  # sorted clips taken out to be inserted again
         self.n_skipped = 0  # replayed labels that were no query this sorter would ask
         self.last_depth = 0  # comparisons the last finished insertion took
 
@@ -92,10 +97,9 @@ class ClipSorter:
         """The comparison to ask now (the same one until it is answered); None: nothing waits."""
         ins = self._insertion
         if ins is None:
-            if not self._waiting:
+            ins = self._insertion = self._next_insertion()
+            if ins is None:
                 return None
-            clip_id, clip = self._waiting.popitem(last=False)
-            ins = self._insertion = _Insertion(clip_id, clip, 0, len(self._classes))
         rep = self._classes[ins.mid][-1]  # the class's newest clip: the last to be evicted
         ins.asked = True
         return ins.clip_id, ins.clip, rep, self._clips[rep]
@@ -110,6 +114,7 @@ class ClipSorter:
             raise ValueError(f"mu must be one of {ANSWERS} or None, got {mu}")
         ins.asked = False
         ins.depth += 1
+        ins.path.append((self._classes[ins.mid][-1], None if mu is None else float(mu)))
         self.n_comparisons += 1
         if mu is None:
             self._insertion = None
@@ -120,6 +125,15 @@ class ClipSorter:
             ins.lo, ins.hi = (ins.mid + 1, ins.hi) if float(mu) == 1.0 else (ins.lo, ins.mid)
             if ins.lo == ins.hi:
                 self._finish(ins, ins.lo, join=False)
+
+    def reinsert(self, clip_id: int) -> bool:
+        """Take a sorted clip out of the order and insert it again, by fresh comparisons, once
+        the insertion under way (if any) ends; False if the clip is not sorted now."""
+        if clip_id not in self._clips:
+            return False
+        if clip_id not in self._reinserts:
+            self._reinserts.append(clip_id)
+        return True
 
     # ---- the order ----------------------------------------------------------------------------
 
@@ -142,8 +156,21 @@ class ClipSorter:
         return np.concatenate(parts) if parts else np.empty((0, 2), np.int64)
 
     def clip(self, clip_id: int) -> Clip:
-        """A sorted clip; KeyError if it is not sorted (now)."""
-        return self._clips[clip_id]
+        """A sorted clip, or the clip being inserted; KeyError for any other id."""
+        ins = self._insertion
+        return ins.clip if ins is not None and ins.clip_id == clip_id else self._clips[clip_id]
+
+    def view(self) -> dict:
+        """The order as the labelling page draws it: `classes` (ids, worst class first), the
+        clip being inserted (`inserting`, or None), the comparisons it took so far (`path`:
+        [sorted clip's id, mu]) and the classes it may still join or go between (`interval`:
+        gaps lo..hi, gap g just below class g), and the clips waiting to be inserted again."""
+        ins = self._insertion
+        return {"classes": self.classes(),
+                "inserting": None if ins is None else ins.clip_id,
+                "path": [] if ins is None else [list(step) for step in ins.path],
+                "interval": None if ins is None else [ins.lo, ins.hi],
+                "reinserting": list(self._reinserts)}
 
     def __len__(self) -> int:
         return len(self._clips)
@@ -169,6 +196,28 @@ class ClipSorter:
 
     # ---- inside -------------------------------------------------------------------------------
 
+    def _next_insertion(self) -> _Insertion | None:
+        """The next clip to insert: a clip asked to be inserted again (taken out of the order
+        now), else the oldest waiting clip."""
+        while self._reinserts:
+            clip_id = self._reinserts.pop(0)
+            if clip_id in self._clips and len(self._clips) > 1:
+                clip = self._take_out(clip_id)
+                self.n_reinserted += 1
+                return _Insertion(clip_id, clip, 0, len(self._classes))
+        if not self._waiting:
+            return None
+        clip_id, clip = self._waiting.popitem(last=False)
+        return _Insertion(clip_id, clip, 0, len(self._classes))
+
+    def _take_out(self, clip_id: int) -> Clip:
+        """Remove a sorted clip from its class (and the class if it is left empty)."""
+        k = next(k for k, c in enumerate(self._classes) if clip_id in c)
+        self._classes[k].remove(clip_id)
+        if not self._classes[k]:
+            del self._classes[k]
+        return self._clips.pop(clip_id)
+
     def _finish(self, ins: _Insertion, index: int, join: bool) -> None:
         self._insertion = None
         self.last_depth = ins.depth
@@ -183,11 +232,7 @@ class ClipSorter:
         self._clips[clip_id] = clip
         self.n_inserted += 1
         while len(self._clips) > self.max_clips:
-            old, _ = self._clips.popitem(last=False)
-            k = next(k for k, c in enumerate(self._classes) if old in c)
-            self._classes[k].remove(old)
-            if not self._classes[k]:
-                del self._classes[k]
+            self._take_out(next(iter(self._clips)))
             self.n_evicted += 1
 
     def _replay(self, pref: Preference) -> None:
@@ -205,6 +250,10 @@ class ClipSorter:
             self._drop_insertion()
             if not self._classes:  # the live sorter's first clip, placed without a comparison
                 self._place(next(self._replay_ids), pref.right, 0, join=False)
+            again = next((i for i, c in self._clips.items() if c.key == pref.left.key), None)
+            if again is not None and len(self._clips) > 1:  # a sorted clip inserted again
+                self._take_out(again)
+                self.n_reinserted += 1
             self._insertion = _Insertion(next(self._replay_ids), pref.left, 0, len(self._classes))
         _, _, _, rep = self.next_query()  # type: ignore[misc]
         if rep.key != pref.right.key or float(pref.mu) not in ANSWERS:

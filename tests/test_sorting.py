@@ -240,6 +240,51 @@ def test_an_unfinished_last_insertion_is_dropped_on_replay(seed):
     assert rebuilt[False].inserting is None and rebuilt[False].next_query() is None
 
 
+def test_a_clip_inserted_again_leaves_the_order_once_the_insertion_under_way_ends():
+    s = ClipSorter(100)
+    clips = [make_clip(i, float(r)) for i, r in enumerate([2, 0, 4, 1, 3])]
+    insert_all(s, clips[:4])
+    s.offer(4, clips[4])
+    new_id, _, _, _ = s.next_query()
+    assert new_id == 4 and not s.reinsert(99) and s.reinsert(1)  # 99 is not sorted
+    assert 1 in s.ranks() and s.view()["reinserting"] == [1]  # still sorted meanwhile
+    drive(s, exact)  # clip 4's insertion ends, then clip 1's starts and is answered anew
+    assert s.n_reinserted == 1 and s.view()["reinserting"] == []
+    assert [i for c in s.classes() for i in c] == [1, 3, 0, 4, 2]
+
+
+def test_a_misplaced_clip_inserted_again_finds_its_place_and_replay_repeats_it():
+    s = ClipSorter(100)
+    labels: list[Preference] = []
+    clips = [make_clip(i, float(r)) for i, r in enumerate([1, 3, 4, 0])]
+    insert_all(s, clips[:2], labels=labels)
+    s.offer(2, clips[2])
+    drive(s, lambda new, old: 0.0, labels)  # clip 2 (return 4) is wrongly judged the worst
+    assert s.ranks()[2] == 0
+    assert s.reinsert(2) and s.view()["inserting"] is None
+    new_id, _, _, _ = s.next_query()
+    assert new_id == 2 and 2 not in s.ranks() and s.clip(2) is clips[2]
+    drive(s, exact, labels)
+    insert_all(s, clips[3:], labels=labels, first_id=3)
+    assert [i for c in s.classes() for i in c] == [3, 0, 1, 2]
+    rebuilt = rebuild_sorters(labels, max_clips=100)[False]
+    assert key_order(rebuilt) == key_order(s) and rebuilt.n_reinserted == 1
+    assert rebuilt.n_skipped == 0
+
+
+def test_the_view_marks_the_clip_being_inserted_its_path_and_interval():
+    s = ClipSorter(100)
+    insert_all(s, [make_clip(i, float(i)) for i in range(7)])  # 7 classes
+    s.offer(7, make_clip(7, 2.5))
+    _, _, first, _ = s.next_query()
+    s.answer(0.0)
+    _, _, second, _ = s.next_query()
+    view = s.view()
+    assert view["inserting"] == 7 and view["path"] == [[first, 0.0]]
+    assert first == 3 and second == 1 and view["interval"] == [0, 3]
+    assert view["classes"] == [[i] for i in range(7)]
+
+
 def test_a_label_that_is_no_query_is_skipped():
     live, labels, clips = live_run(3, max_clips=1000, n=20, incomparable=0.0)
     stray = Preference(make_clip(500, 0.0), make_clip(501, 1.0), 0.0)  # a blind pair

@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 
 from pref_interface.human import HumanLabeller
-from pref_interface.keys import ENTER, PairAnswer, ReopenLabel
+from pref_interface.keys import ENTER, PairAnswer, ReinsertClip, ReopenLabel
 from pref_interface.labelling import LabelEditor
 from pref_interface.clip import LabelEdit, Preference
+from pref_interface.sorting import ClipSorter, rebuild_sorters
 from pref_interface.store import PreferenceStore
 from pref_interface.web.headless import browser_missing, headless_page, start_labelling_run
-from pref_interface.web.player import WebPlayer
+from pref_interface.web.player import WebPlayer, clip_name, parse_clip_name
 from pref_interface.web.server import LabellingPage
 from pref_interface.web.sprites import sprite_png
 from reward_predictor import MovingDotRewardNet, RewardPredictorEnsemble, RewardPredictorTrainer
@@ -165,6 +166,50 @@ def test_only_listed_labels_can_be_edited_or_shown_again_and_only_once_per_reque
     assert drained(page.answers) == [LabelEdit(7, 0.5), LabelEdit(7, None), ReopenLabel(7)]
 
 
+def sorted_page(page: LabellingPage, classes: list[list[str]], thumbs: dict) -> None:
+    page.apply({"order": [{"split": "training", "classes": classes, "inserting": None,
+                           "path": [], "interval": None, "reinserting": []}], "thumbs": thumbs})
+
+
+def test_only_sorted_clips_thumbnails_are_served_and_only_they_can_be_inserted_again(page):
+    sorted_page(page, [["t1"], ["t2", "t3"]], {"t1": b"1", "t2": b"2", "t3": b"3"})
+    assert request(page, "/thumb?clip=t2") == (200, b"2")
+    sorted_page(page, [["t1"], ["t3"]], {})  # t2 evicted: its thumbnail goes too
+    assert request(page, "/thumb?clip=t2")[0] == 404 and request(page, "/thumb?clip=t3")[0] == 200
+    nonce = secrets.token_hex(8)
+    assert request(page, "/reinsert", {"clip": "t3", "nonce": nonce})[0] == 200
+    assert request(page, "/reinsert", {"clip": "t3", "nonce": nonce})[0] == 409
+    for bad, status in (("t2", 404), ("v1", 404), ("x1", 400), (3, 400)):
+        assert request(page, "/reinsert", {"clip": bad, "nonce": secrets.token_hex(8)})[0] == status
+    assert drained(page.answers) == [ReinsertClip(False, 3)]
+
+
+def test_the_player_names_sorted_clips_by_split_and_sends_each_thumbnail_once():
+    assert parse_clip_name(clip_name(True, -4)) == (True, -4) and parse_clip_name("t") is None
+    sorters = {False: ClipSorter(10), True: ClipSorter(10)}
+    for i in range(3):
+        sorters[False].offer(i, clip(40 * i + 10))
+    sorters[True].offer(7, clip(250))
+    query = sorters[False].next_query()
+    updates: queue.Queue = queue.Queue()
+    player = WebPlayer(updates)
+    player.show_order(sorters)
+    first = updates.get_nowait()
+    training, validation = first["order"]
+    assert training["classes"] == [["t0"]] and training["inserting"] == f"t{query[0]}"
+    assert validation == {"split": "validation", "classes": [["v7"]], "inserting": None,
+                          "path": [], "interval": None, "reinserting": []}
+    assert set(first["thumbs"]) == {"t0", "t1", "v7"}
+    assert sprite_png(sorters[False].clip(1).frames()) == first["thumbs"]["t1"]
+    sorters[False].answer(1.0)
+    player.show_order(sorters)
+    second = updates.get_nowait()
+    assert second["order"][0]["classes"] == [["t0"], ["t1"]] and second["thumbs"] == {}
+    sorters[False].next_query()  # clip 2's insertion starts: only its thumbnail is new
+    player.show_order(sorters)
+    assert set(updates.get_nowait()["thumbs"]) == {"t2"}
+
+
 # ---- the labeller and the store ----------------------------------------------------------------
 
 class PagePlayer(RecordingPlayer):
@@ -181,6 +226,18 @@ def test_an_answer_from_the_page_labels_only_the_pair_it_was_given_for():
         answers.put(token)
     lab = HumanLabeller(answers, PagePlayer(), fps=200.0, keep_typed_ahead=True)
     assert lab.label(clip(255), clip(128)) == 0.0  # the stale answer for p0 was dropped
+
+
+def test_a_reinsert_from_the_page_reaches_the_interface_and_leaves_the_pair_up():
+    answers: queue.Queue = queue.Queue()
+    for token in (ReinsertClip(True, 5), PairAnswer("p1", "L")):
+        answers.put(token)
+    player = PagePlayer()
+    lab = HumanLabeller(answers, player, fps=200.0, keep_typed_ahead=True)
+    asked = []
+    lab.reinsert = lambda split, clip_id: asked.append((split, clip_id)) or "queued"
+    assert lab.label(clip(255), clip(128)) == 1.0
+    assert asked == [(True, 5)] and len(player.loaded) == 1
 
 
 def stored_labels(path: str, n: int) -> list[int]:
@@ -289,3 +346,54 @@ def request_url(url: str) -> tuple[int | None, bytes]:
         return e.code, e.read()
     except OSError:
         return None, b""
+
+
+@pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing()))
+def test_a_person_sorting_clips_sees_them_in_order_and_inserts_one_again(tmp_path):
+    log = open(tmp_path / "run.log", "w+")
+    proc, url = start_labelling_run(["gather_initial_prefs", "MovingDotNoFrameskip-v0",
+                                     "--n_initial_prefs", "12", "--queries", "sort",
+                                     "--log_dir", str(tmp_path / "run")], log)
+    chosen, seen_inserting = None, False
+    try:
+        with headless_page() as page:
+            page.goto(url)
+            shown = None
+            for _ in range(40):
+                page.wait_for_function(
+                    "(window.labelling.canAnswer() && "
+                    f"window.labelling.shownPair !== {json.dumps(shown)}) || "
+                    f"({json.dumps(shown)} !== null && "
+                    "document.getElementById('notice').style.display === 'block')",
+                    timeout=60_000)
+                if not page.evaluate("window.labelling.canAnswer()"):
+                    break  # the last label was stored: the run has ended
+                shown = page.evaluate("window.labelling.shownPair")
+                training = page.evaluate("window.labelling.order")[0]
+                seen_inserting = seen_inserting or training["inserting"] == chosen
+                sorted_clips = [n for c in training["classes"] for n in c]
+                if chosen is None and len(sorted_clips) >= 3:
+                    # the thumbnails play: drawn again and again, and not blank
+                    drawn = page.evaluate("window.labelling.thumbsDrawn")
+                    page.wait_for_function(f"window.labelling.thumbsDrawn > {drawn + 20}")
+                    assert page.evaluate("""() => [...document.querySelectorAll('.cls canvas')]
+                        .some((c) => c.getContext('2d').getImageData(0, 0, 84, 84).data
+                                      .some((v, i) => i % 4 !== 3 && v > 0))""")
+                    chosen = sorted_clips[0]
+                    page.click(f'button[data-reinsert="{chosen}"]')
+                    page.wait_for_function(
+                        "(({n}) => {const o = window.labelling.order[0];"
+                        " return o.reinserting.includes(n) || o.inserting === n;})"
+                        f"({{n: {json.dumps(chosen)}}})")
+                page.keyboard.press("L")
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(60)
+        log.close()
+    assert chosen is not None and seen_inserting
+    with PreferenceStore(tmp_path / "run" / "prefs.sqlite", create=False) as store:
+        assert len(store) == 12
+        rebuilt = rebuild_sorters(store.iter_latest(len(store)), max_clips=3000)
+    assert rebuilt[False].n_reinserted == 1 and rebuilt[False].n_skipped == 0

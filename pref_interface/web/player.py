@@ -1,10 +1,12 @@
 """The interface process's side of the labelling page: a `ClipPlayer` that sends each pair, the
-prompt and the list of recent labels to the page's server in the main process.
+prompt, the list of recent labels and (`--queries sort`) the sorted clips to the page's server in
+the main process.
 
 The browser plays the clips itself, so `draw` only forwards the prompt when it changes.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import os
@@ -25,6 +27,7 @@ class WebPlayer:
         self._ids = (f"{os.getpid()}-{n}" for n in itertools.count(1))  # unique across phases
         self._status: list[str] | None = None
         self._next: tuple[bytes, str] | None = None  # the preloaded pair: content key, id
+        self._thumbs_sent: set[str] = set()  # sorted clips whose thumbnails the page holds
 
     def preload(self, left: np.ndarray, right: np.ndarray) -> None:
         """Send the pair that follows the one shown now, so that the page has it before the
@@ -54,10 +57,47 @@ class WebPlayer:
         """The newest labels, (id, mu) newest first, for the page's list."""
         self.page_updates.put({"history": [{"id": i, "mu": mu} for i, mu in entries]})
 
+    def show_order(self, sorters: dict) -> None:
+        """Each split's sorted clips (`ClipSorter.view`, ids as `clip_name`s), training first,
+        with a thumbnail sprite for every clip the page has not had yet."""
+        orders, thumbs, shown = [], {}, set()
+        for split in (False, True):
+            sorter = sorters[split]
+            view = sorter.view()
+            name = functools.partial(clip_name, split)
+            ids = [i for c in view["classes"] for i in c] + [view["inserting"]] * (
+                view["inserting"] is not None)
+            for i in ids:
+                shown.add(name(i))
+                if name(i) not in self._thumbs_sent:
+                    thumbs[name(i)] = sprite_png(sorter.clip(i).frames())
+            orders.append({
+                "split": "validation" if split else "training",
+                "classes": [[name(i) for i in c] for c in view["classes"]],
+                "inserting": None if view["inserting"] is None else name(view["inserting"]),
+                "path": [[name(i), mu] for i, mu in view["path"]],
+                "interval": view["interval"],
+                "reinserting": [name(i) for i in view["reinserting"]]})
+        self._thumbs_sent = shown
+        self.page_updates.put({"order": orders, "thumbs": thumbs})
+
     def close(self, message: str | None = None) -> None:
         self.pair_id, self._next = None, None
         self.page_updates.put({"pair": None, "next": None,
                                "notice": message or "no pair to label now"})
+
+
+def clip_name(is_validation: bool, clip_id: int) -> str:
+    """A sorted clip's name on the page: its split's letter and its id, e.g. "t12", "v-3"."""
+    return f"{'v' if is_validation else 't'}{clip_id}"
+
+
+def parse_clip_name(name: str) -> tuple[bool, int] | None:
+    """(is_validation, clip id) of a `clip_name`, or None."""
+    try:
+        return {"t": False, "v": True}[name[0]], int(name[1:])
+    except (KeyError, IndexError, ValueError, TypeError):
+        return None
 
 
 def _content_key(left: np.ndarray, right: np.ndarray) -> bytes:

@@ -11,9 +11,11 @@ and only the first answer to the pair shown now is taken, whichever tab or termi
                                             the pair, the next pair (loaded ahead), the prompt,
                                             the recent labels
     GET  /clip?token=T&pair=P&side=left     a clip of the pair as a sprite PNG (sprites.py)
+    GET  /thumb?token=T&clip=C              a sorted clip's sprite (--queries sort)
     POST /answer?token=T  {"pair", "key": "L"|"R"|"E"|"incomparable", "nonce"}
     POST /edit?token=T    {"label", "answer": "L"|"R"|"E"|"delete", "nonce"}
     POST /reopen?token=T  {"label", "nonce"}     show a listed label's pair again
+    POST /reinsert?token=T {"clip", "nonce"}     take a sorted clip out and insert it again
 """
 from __future__ import annotations
 
@@ -28,8 +30,9 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from pref_interface.keys import ANSWER_KEYS, ENTER, PairAnswer, ReopenLabel
+from pref_interface.keys import ANSWER_KEYS, ENTER, PairAnswer, ReinsertClip, ReopenLabel
 from pref_interface.clip import LabelEdit
+from pref_interface.web.player import parse_clip_name
 
 LONG_POLL_S = 20.0
 MAX_BODY_BYTES = 4096
@@ -61,9 +64,10 @@ class LabellingPage:
         self.token = token or secrets.token_urlsafe(18)
         self._cond = threading.Condition()
         self._state: dict = {"version": 1, "pair": None, "next": None, "answered": False,
-                             "status": [],
-                             "history": [], "notice": "waiting for the first pair of clips"}
+                             "status": [], "history": [], "order": None,
+                             "notice": "waiting for the first pair of clips"}
         self._sprites: dict[str, tuple[bytes, bytes]] = {}
+        self._thumbs: dict[str, bytes] = {}  # the sorted clips' sprites, by clip name
         self._nonces: set[str] = set()
         self._running = threading.Event()
         self._server = ThreadingHTTPServer((host, port), _make_handler(self))
@@ -98,7 +102,12 @@ class LabellingPage:
         """Merge a change (from the `WebPlayer`, or `notice` from the run) into the state."""
         update = dict(update)
         sprites = update.pop("sprites", None)
+        thumbs = update.pop("thumbs", None)
         with self._cond:
+            if thumbs is not None:  # comes with "order": keep the thumbnails of the clips shown
+                self._thumbs.update(thumbs)
+                shown = set(_clips_shown(update["order"]))
+                self._thumbs = {k: v for k, v in self._thumbs.items() if k in shown}
             if sprites is not None:  # for the pair or the preloaded next one
                 self._sprites[(update.get("next") or update["pair"])["id"]] = sprites
                 while len(self._sprites) > SPRITES_KEPT:
@@ -129,6 +138,13 @@ class LabellingPage:
             raise RequestError(HTTPStatus.NOT_FOUND, "no such clip")
         return sprites[side == "right"]
 
+    def thumb(self, name: str) -> bytes:
+        with self._cond:
+            png = self._thumbs.get(name)
+        if png is None:
+            raise RequestError(HTTPStatus.NOT_FOUND, "no such clip")
+        return png
+
     # ---- what the person does ---------------------------------------------------------------
 
     def answer(self, body: dict) -> None:
@@ -154,6 +170,19 @@ class LabellingPage:
 
     def reopen(self, body: dict) -> None:
         self.answers.put(ReopenLabel(self._listed_label(body)))
+
+    def reinsert(self, body: dict) -> None:
+        name = body.get("clip")
+        parsed = parse_clip_name(name) if isinstance(name, str) else None
+        if parsed is None:
+            raise RequestError(HTTPStatus.BAD_REQUEST, "a re-insertion needs a clip")
+        with self._cond:
+            sorted_now = {n for order in self._state["order"] or ()
+                          for cls in order["classes"] for n in cls}
+            if name not in sorted_now:
+                raise RequestError(HTTPStatus.NOT_FOUND, f"clip {name} is not sorted now")
+            self._use_nonce(body)
+        self.answers.put(ReinsertClip(*parsed))
 
     def _listed_label(self, body: dict) -> int:
         label_id = body.get("label")
@@ -186,7 +215,8 @@ class LabellingPage:
 
 
 def _make_handler(page: LabellingPage) -> type[BaseHTTPRequestHandler]:
-    posts = {"/answer": page.answer, "/edit": page.edit, "/reopen": page.reopen}
+    posts = {"/answer": page.answer, "/edit": page.edit, "/reopen": page.reopen,
+             "/reinsert": page.reinsert}
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "rlhf-labelling"
@@ -206,6 +236,9 @@ def _make_handler(page: LabellingPage) -> type[BaseHTTPRequestHandler]:
                 self._send_json(HTTPStatus.OK, page.state(since))
             elif path == "/clip":
                 png = page.sprite(query.get("pair", [""])[0], query.get("side", [""])[0])
+                self._send(HTTPStatus.OK, png, "image/png", cache="private, max-age=3600")
+            elif path == "/thumb":
+                png = page.thumb(query.get("clip", [""])[0])
                 self._send(HTTPStatus.OK, png, "image/png", cache="private, max-age=3600")
             else:
                 raise RequestError(HTTPStatus.NOT_FOUND, "no such page")
@@ -255,6 +288,12 @@ def _make_handler(page: LabellingPage) -> type[BaseHTTPRequestHandler]:
             pass  # the terminal belongs to the labelling prompt
 
     return Handler
+
+
+def _clips_shown(orders: list[dict]) -> list[str]:
+    """The names of the clips an "order" update shows: sorted ones and those being inserted."""
+    return [n for o in orders for n in [*(n for c in o["classes"] for n in c), o["inserting"]]
+            if n is not None]
 
 
 def _int(text: str) -> int:
