@@ -206,21 +206,14 @@ def bench_sb3(env_id: str, num_envs: int, steps: int, warmup_steps: int, torch_t
 def machine_header() -> str:
     """Where the figures come from: cores, CPU model, library versions, load."""
     import ale_py
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     try:
         import stable_baselines3
         sb3_version = stable_baselines3.__version__
     except ImportError:
         sb3_version = "not installed"
+    from runtime.machine import processor
     from runtime.precision import bf16_is_fast
-    return (f"machine: nproc {os.cpu_count()}, CPU {cpu}, native bf16 (AVX512-BF16): "
+    return (f"machine: {processor()}, native bf16 (AVX512-BF16): "
             f"{'yes' if bf16_is_fast() else 'no'}, {platform.platform()}\n"
             f"python {platform.python_version()}, torch {torch.__version__}, "
             f"ale-py {ale_py.__version__}, stable-baselines3 {sb3_version}\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,8 @@ if TYPE_CHECKING:
 
 PREFS_FILE = "prefs.sqlite"  # a run's label store
 PREDICTOR_FILE = "reward_predictor.pt"  # a run's predictor checkpoint, under reward_predictor/
+COMMAND_FILE = "command.txt"  # one line per start: the exact command
+MACHINES_FILE = "machines.txt"  # one line per start: when, the processor, the devices
 
 
 @dataclass
@@ -41,12 +44,18 @@ class Run:
 
 
 def make_run_dir(run: Run) -> Path:
-    """Create the run directory and record the exact command and settings (a resumed run
-    appends its command and writes the flags it overrode into the settings file, so that the
-    next resume keeps them)."""
+    """Create the run directory and record the exact command, the machine and the settings (a
+    resumed run appends its command and machine and writes the flags it overrode into the
+    settings file, so that the next resume keeps them)."""
+    from runtime.machine import processor
+
     run.dir.mkdir(parents=True, exist_ok=run.resumed)
-    with open(run.dir / "command.txt", "a") as f:
+    with open(run.dir / COMMAND_FILE, "a") as f:
         f.write(shlex.join([sys.executable] + sys.argv) + "\n")
+    with open(run.dir / MACHINES_FILE, "a") as f:
+        started = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        f.write(f"{started}\t{processor()}\tpolicy on {run.policy_device}, "
+                f"predictor on {run.predictor_device}\n")
     tmp = run.dir / "settings.json.tmp"
     tmp.write_text(json.dumps(run.settings.to_json(), indent=2) + "\n")
     tmp.replace(run.dir / "settings.json")  # never a half-written settings file

@@ -96,6 +96,9 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
     newest = sorted((d / "policy").glob("policy-*.pt"))[-1]
     assert torch.load(newest, weights_only=True)["timesteps"] == 8000
     assert len((d / "command.txt").read_text().splitlines()) == 2
+    starts = [line.split("\t") for line in (d / "machines.txt").read_text().splitlines()]
+    assert len(starts) == 2 and all(len(s) == 3 and s[2] == "policy on cpu, predictor on cpu"
+                                    for s in starts)
     # The flags given on resuming are the run's settings from now on (a later --resume keeps them);
     # settings newer than the run are written with the defaults it ran with.
     assert json.loads((d / "settings.json").read_text()) == {

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""One game's reproduction at a glance: every run's true score against agent steps, the runs
+from preferences and from the true reward on the same axes, and a table row per run.
+
+    python -m experiments.reproduction Pong --prefs ~/runs/pong_prefs_seed1 ~/runs/pong_prefs_seed2 \\
+        --true ~/runs/pong_true_seed0 --level 19 --out docs/pong_seeds.png
+
+A row gives the run's seed, agent steps, labels, hours of training (stops not counted), the
+processors it ran on and how often it was resumed (`machines.txt` and `command.txt` of the run
+directory), when the mean of `--window` episodes first reached `--level`, its best mean of
+`--window` episodes and its final one. The policies themselves are scored by
+`experiments.evaluate` (greedy and sampled play of the best and the final checkpoints).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from experiments.runlog import RunLog, smooth  # noqa: E402
+from launch.rundir import COMMAND_FILE, MACHINES_FILE  # noqa: E402
+
+KINDS = {"prefs": ("from preferences", "tab:blue"), "true": ("true reward", "tab:orange")}
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+@dataclass
+class RunRow:
+    kind: str  # "prefs" or "true"
+    path: Path
+    seed: int | None
+    steps: float
+    labels: float | None
+    hours: float
+    machines: list[str]  # the distinct processors it ran on, in order
+    starts: int  # 1 + times resumed
+    reached: tuple[float, float | None] | None  # (agent steps, labels) when the level was reached
+    best: tuple[float, float] | None  # (mean of the window, agent steps at its end)
+    final: float | None
+
+    def markdown(self) -> str:
+        cells = [KINDS[self.kind][0], "-" if self.seed is None else str(self.seed),
+                 f"{self.steps / 1e6:.2f}M", "-" if self.labels is None else f"{self.labels:,.0f}",
+                 f"{self.hours:.1f} h", "; ".join(self.machines) or "not recorded",
+                 str(self.starts - 1),
+                 "not yet" if self.reached is None else
+                 f"{self.reached[0] / 1e6:.2f}M" + ("" if self.reached[1] is None
+                                                    else f", {self.reached[1]:,.0f} labels"),
+                 "-" if self.best is None else f"{self.best[0]:+.1f} at {self.best[1] / 1e6:.2f}M",
+                 "-" if self.final is None else f"{self.final:+.1f}"]
+        return "| " + " | ".join(cells) + " |"
+
+
+def table_head(window: int, level: float | None) -> str:
+    names = ["run", "seed", "agent steps", "labels", "training", "machine", "resumed",
+             "mean of {w} first ≥ {level}", "best mean of {w}", "final mean of {w}"]
+    names = [n.format(w=window, level="-" if level is None else f"{level:g}") for n in names]
+    return "| " + " | ".join(names) + " |\n|" + "---|" * len(names)
+
+
+def read_run(kind: str, path: Path, level: float | None, window: int) -> RunRow:
+    """A run directory's row; ValueError with a one-line reason if it is no run directory."""
+    if not (path / "settings.json").is_file():
+        raise ValueError(f"{path} is not a run directory (no settings.json)")
+    seed = json.loads((path / "settings.json").read_text()).get("seed")
+    log = RunLog(path)
+    steps, values = log.returns()
+    last_step = max(steps[-1] if len(steps) else 0.0, log.sps[-1, 1] if len(log.sps) else 0.0)
+    _, n_labels = log.labels()
+    hit = log.first_time_at(level, window) if level is not None and len(values) else None
+    means = smooth(values, window)[window - 1:]
+    best = None
+    if len(means):
+        i = int(np.argmax(means))
+        best = float(means[i]), float(steps[i + window - 1])
+    return RunRow(kind, path, seed, float(last_step),
+                  float(n_labels[-1]) if len(n_labels) else None, log.wall_clock_s() / 3600,
+                  _machines(path), _lines(path / COMMAND_FILE),
+                  None if hit is None else (hit[0], log.labels_at(hit[0])), best,
+                  float(means[-1]) if len(means) else None)
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.is_file() else 0
+
+
+def _machines(path: Path) -> list[str]:
+    seen: list[str] = []
+    if (path / MACHINES_FILE).is_file():
+        for line in (path / MACHINES_FILE).read_text().splitlines():
+            fields = line.split("\t")
+            if len(fields) >= 2 and fields[1] not in seen:
+                seen.append(fields[1])
+    return seen
+
+
+def plot(rows: list[RunRow], game: str, out: str, window: int, level: float | None) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import EngFormatter
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for kind in KINDS:
+        for k, row in enumerate(r for r in rows if r.kind == kind):
+            steps, values = RunLog(row.path).returns()
+            ax.plot(steps, smooth(values, window), color=KINDS[kind][1],
+                    ls=LINESTYLES[k % len(LINESTYLES)], lw=1.3,
+                    label=f"{KINDS[kind][0]}, seed {row.seed}")
+    if level is not None:
+        ax.axhline(level, color="grey", ls="--", lw=1, label=f"level {level:g}")
+    ax.set(xlabel="agent steps", ylabel=f"true episode return (mean of {window})", title=game)
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=80)
+    plt.close(fig)
+    print(f"wrote {out}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p.add_argument("game", help="the figure's title, e.g. Pong")
+    p.add_argument("--prefs", nargs="*", type=Path, default=[], help="runs from preferences")
+    p.add_argument("--true", nargs="*", type=Path, default=[], help="runs on the true reward")
+    p.add_argument("--level", type=float, default=None, help="the milestone's level, if any")
+    p.add_argument("--window", type=int, default=10, help="episodes averaged (default 10)")
+    p.add_argument("--out", default=None, help="the figure (default: no figure)")
+    a = p.parse_args(argv)
+    if not a.prefs and not a.true:
+        p.error("give run directories with --prefs and/or --true")
+    try:
+        rows = [read_run(kind, path.expanduser(), a.level, a.window)
+                for kind, paths in (("prefs", a.prefs), ("true", a.true)) for path in paths]
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(table_head(a.window, a.level))
+    for row in rows:
+        print(row.markdown())
+    if a.out:
+        plot(rows, a.game, a.out, a.window, a.level)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

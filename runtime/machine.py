@@ -1,0 +1,30 @@
+"""The machine a figure or a run came from, in one line (figures are compared only from one
+machine: the processors seen so far differ twofold in bf16 speed)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# The flags that matter here, in the order named: bf16 convolutions are about twice as fast
+# with AMX, and faster with AVX512-BF16 than with AVX2 alone.
+FLAGS_NAMED = ("amx_bf16", "avx512_bf16", "avx2")
+
+
+def processor(cpuinfo: str | None = None) -> str:
+    """E.g. "AMD EPYC, 2 cores, avx512_bf16": the CPU's model name, the cores this process may
+    use, and the fastest of FLAGS_NAMED it has (from /proc/cpuinfo, or the text given)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    model, flags = "unknown CPU", set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and model == "unknown CPU":
+            model = value.strip()
+        elif key.strip() == "flags" and not flags:
+            flags = set(value.split())
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    best = next((f for f in FLAGS_NAMED if f in flags), None)
+    return f"{model}, {cores} cores" + (f", {best}" if best else "")
