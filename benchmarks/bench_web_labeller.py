@@ -4,10 +4,13 @@ Starts `run.py gather_initial_prefs ENV --clip_player web` for each environment,
 headless Chromium (pref_interface/web/headless.py), and answers --pairs pairs, one every
 --think_s seconds (a person watches a clip for 1.7 s, App. A.2). For each answer it reads the
 page's own measure: from the key press to the frame in which the next pair is first painted. Also
-prints how long the answer's POST took. Target (issue 20): under 100 ms locally.
+prints how long the answer's POST took. Target (issue 20): under 100 ms locally. With `--queries
+sort` each comparison depends on the answer before it, so the next pair cannot be loaded ahead:
+it is drawn, sent and loaded after the answer.
 
     .venv/bin/python -m benchmarks.bench_web_labeller
     .venv/bin/python -m benchmarks.bench_web_labeller --envs PongNoFrameskip-v4 --screenshot docs/labelling.png
+    .venv/bin/python -m benchmarks.bench_web_labeller --queries pairs sort   # blind pairs, then sorting
 """
 from __future__ import annotations
 
@@ -39,12 +42,13 @@ RECORD_POSTS = """() => {
 }"""
 
 
-def measure(env_id: str, pairs: int, think_s: float, screenshot: str | None) -> dict:
+def measure(env_id: str, pairs: int, think_s: float, screenshot: str | None,
+            queries: str = "pairs") -> dict:
     """Answer `pairs` pairs on a fresh run's page; the page's timings in ms."""
     with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryFile("w+") as log:
         proc, url = start_labelling_run(
             ["gather_initial_prefs", env_id, "--n_initial_prefs", str(pairs + 5),
-             "--log_dir", str(Path(tmp) / "run")], log)
+             "--queries", queries, "--log_dir", str(Path(tmp) / "run")], log)
         try:
             with headless_page() as page:
                 page.goto(url)
@@ -81,15 +85,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--think_s", type=float, default=1.7,
                    help="seconds the page plays a pair before it is answered (one 1.7 s clip)")
     p.add_argument("--screenshot", help="save the page as it shows the fourth pair (last env)")
+    p.add_argument("--queries", nargs="+", default=["pairs"], choices=["pairs", "sort"],
+                   help="query modes to measure, each on every env (run.py's --queries)")
     args = p.parse_args(argv)
     missing = browser_missing()
     if missing:
         print(f"bench_web_labeller: {missing}", file=sys.stderr)
         return 2
     print(machine_header())
-    for env_id in args.envs:
-        print(f"{env_id}: answering {args.pairs} pairs, {args.think_s} s each ...", flush=True)
-        ms = measure(env_id, args.pairs, args.think_s, args.screenshot)
+    for queries, env_id in ((q, e) for q in args.queries for e in args.envs):
+        print(f"{env_id}, --queries {queries}: answering {args.pairs} pairs, {args.think_s} s "
+              "each ...", flush=True)
+        ms = measure(env_id, args.pairs, args.think_s, args.screenshot, queries)
         print(f"  answer -> next pair painted: {summary(ms['swap'])}")
         print(f"  answer POST round trip:      {summary(ms['post'])}")
         slow = [k + 1 for k, x in enumerate(ms["swap"]) if x >= 100]

@@ -156,21 +156,26 @@ class ClipSorter:
         return np.concatenate(parts) if parts else np.empty((0, 2), np.int64)
 
     def clip(self, clip_id: int) -> Clip:
-        """A sorted clip, or the clip being inserted; KeyError for any other id."""
+        """A sorted clip, the clip being inserted or a waiting one; KeyError for any other id."""
         ins = self._insertion
-        return ins.clip if ins is not None and ins.clip_id == clip_id else self._clips[clip_id]
+        if ins is not None and ins.clip_id == clip_id:
+            return ins.clip
+        return self._clips[clip_id] if clip_id in self._clips else self._waiting[clip_id]
 
     def view(self) -> dict:
         """The order as the labelling page draws it: `classes` (ids, worst class first), the
         clip being inserted (`inserting`, or None), the comparisons it took so far (`path`:
         [sorted clip's id, mu]) and the classes it may still join or go between (`interval`:
-        gaps lo..hi, gap g just below class g), and the clips waiting to be inserted again."""
+        gaps lo..hi, gap g just below class g), the clips waiting to be inserted again, and the
+        clip to be inserted after this one (`upcoming`, or None; the page loads it ahead)."""
         ins = self._insertion
+        again = [i for i in self._reinserts if i in self._clips and len(self._clips) > 1]
         return {"classes": self.classes(),
                 "inserting": None if ins is None else ins.clip_id,
                 "path": [] if ins is None else [list(step) for step in ins.path],
                 "interval": None if ins is None else [ins.lo, ins.hi],
-                "reinserting": list(self._reinserts)}
+                "reinserting": list(self._reinserts),
+                "upcoming": again[0] if again else next(iter(self._waiting), None)}
 
     def __len__(self) -> int:
         return len(self._clips)

@@ -248,9 +248,11 @@ def test_a_clip_inserted_again_leaves_the_order_once_the_insertion_under_way_end
     new_id, _, _, _ = s.next_query()
     assert new_id == 4 and not s.reinsert(99) and s.reinsert(1)  # 99 is not sorted
     assert 1 in s.ranks() and s.view()["reinserting"] == [1]  # still sorted meanwhile
+    s.offer(5, make_clip(5, 9.0))
+    assert s.view()["upcoming"] == 1 and s.clip(5).true_return == 9.0  # a re-insertion first
     drive(s, exact)  # clip 4's insertion ends, then clip 1's starts and is answered anew
     assert s.n_reinserted == 1 and s.view()["reinserting"] == []
-    assert [i for c in s.classes() for i in c] == [1, 3, 0, 4, 2]
+    assert [i for c in s.classes() for i in c] == [1, 3, 0, 4, 2, 5]
 
 
 def test_a_misplaced_clip_inserted_again_finds_its_place_and_replay_repeats_it():
@@ -280,7 +282,7 @@ def test_the_view_marks_the_clip_being_inserted_its_path_and_interval():
     s.answer(0.0)
     _, _, second, _ = s.next_query()
     view = s.view()
-    assert view["inserting"] == 7 and view["path"] == [[first, 0.0]]
+    assert view["inserting"] == 7 and view["path"] == [[first, 0.0]] and view["upcoming"] is None
     assert first == 3 and second == 1 and view["interval"] == [0, 3]
     assert view["classes"] == [[i] for i in range(7)]
 

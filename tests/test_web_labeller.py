@@ -17,6 +17,7 @@ import pytest
 
 from pref_interface.human import HumanLabeller
 from pref_interface.keys import ENTER, PairAnswer, ReinsertClip, ReopenLabel
+from pref_interface.player import clip_frames
 from pref_interface.labelling import LabelEditor
 from pref_interface.clip import LabelEdit, Preference
 from pref_interface.sorting import ClipSorter, rebuild_sorters
@@ -196,18 +197,29 @@ def test_the_player_names_sorted_clips_by_split_and_sends_each_thumbnail_once():
     player.show_order(sorters)
     first = updates.get_nowait()
     training, validation = first["order"]
-    assert training["classes"] == [["t0"]] and training["inserting"] == f"t{query[0]}"
+    assert training["classes"] == [["t0"]] and training["inserting"] == f"t{query[0]}" == "t1"
+    assert training["upcoming"] == "t2"  # the next clip to place: its thumbnail is sent ahead
     assert validation == {"split": "validation", "classes": [["v7"]], "inserting": None,
-                          "path": [], "interval": None, "reinserting": []}
-    assert set(first["thumbs"]) == {"t0", "t1", "v7"}
-    assert sprite_png(sorters[False].clip(1).frames()) == first["thumbs"]["t1"]
+                          "upcoming": None, "path": [], "interval": None, "reinserting": []}
+    assert set(first["thumbs"]) == {"t0", "t1", "t2", "v7"}
+    played = [clip_frames(sorters[False].clip(i).frames()) for i in (0, 1)]
+    assert sprite_png(played[1]) == first["thumbs"]["t1"]  # the frames a pair plays
+    player.load(played[1], played[0])  # a pair of clips the page holds: sent by name
+    pair = updates.get_nowait()
+    assert pair["pair"]["thumbs"] == ["t1", "t0"] and "sprites" not in pair
     sorters[False].answer(1.0)
     player.show_order(sorters)
     second = updates.get_nowait()
     assert second["order"][0]["classes"] == [["t0"], ["t1"]] and second["thumbs"] == {}
-    sorters[False].next_query()  # clip 2's insertion starts: only its thumbnail is new
+    player.show_order(sorters)  # nothing changed: nothing sent
+    assert updates.empty()
+    sorters[False].next_query()  # clip 2's insertion starts: the page has its thumbnail
+    sorters[False].offer(3, clip(77))
     player.show_order(sorters)
-    assert set(updates.get_nowait()["thumbs"]) == {"t2"}
+    third = updates.get_nowait()
+    assert third["order"][0]["inserting"] == "t2" and set(third["thumbs"]) == {"t3"}
+    player.load(played[0], clip(99).frames()[3:])  # not a sorted clip: sprites sent
+    assert "sprites" in updates.get_nowait()
 
 
 # ---- the labeller and the store ----------------------------------------------------------------

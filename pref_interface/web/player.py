@@ -2,7 +2,8 @@
 prompt, the list of recent labels and (`--queries sort`) the sorted clips to the page's server in
 the main process.
 
-The browser plays the clips itself, so `draw` only forwards the prompt when it changes.
+The browser plays the clips itself, so `draw` only forwards the prompt when it changes. A pair of
+two clips the page already holds as thumbnails (a sorting query) is sent by their names alone.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from pref_interface.player import clip_frames
 from pref_interface.web.sprites import sprite_png
 
 
@@ -27,7 +29,8 @@ class WebPlayer:
         self._ids = (f"{os.getpid()}-{n}" for n in itertools.count(1))  # unique across phases
         self._status: list[str] | None = None
         self._next: tuple[bytes, str] | None = None  # the preloaded pair: content key, id
-        self._thumbs_sent: set[str] = set()  # sorted clips whose thumbnails the page holds
+        self._thumbs: dict[bytes, str] = {}  # the page's thumbnails: content key -> clip name
+        self._orders: list[dict] | None = None  # the sorted clips the page shows
 
     def preload(self, left: np.ndarray, right: np.ndarray) -> None:
         """Send the pair that follows the one shown now, so that the page has it before the
@@ -39,13 +42,16 @@ class WebPlayer:
 
     def load(self, left: np.ndarray, right: np.ndarray) -> None:
         update: dict = {"next": None}  # a preload for what follows this pair comes after it
-        if self._next is not None and self._next[0] == _content_key(left, right):
-            self.pair_id = self._next[1]  # the page has its clips already
-        else:
-            self.pair_id = next(self._ids)
-            update["sprites"] = sprite_png(left), sprite_png(right)
+        preloaded = self._next is not None and self._next[0] == _content_key(left, right)
+        self.pair_id = self._next[1] if preloaded else next(self._ids)
         self._next = None
-        update["pair"] = {"id": self.pair_id, "frames": [len(left), len(right)]}
+        pair = {"id": self.pair_id, "frames": [len(left), len(right)]}
+        thumbs = [self._thumbs.get(_content_key(frames)) for frames in (left, right)]
+        if None not in thumbs:  # both are sorted clips: the page plays their thumbnails
+            pair["thumbs"] = thumbs
+        elif not preloaded:
+            update["sprites"] = sprite_png(left), sprite_png(right)
+        update["pair"] = pair
         self.page_updates.put(update)
 
     def draw(self, t: int, status: list[str]) -> None:
@@ -61,24 +67,31 @@ class WebPlayer:
         """Each split's sorted clips (`ClipSorter.view`, ids as `clip_name`s), training first,
         with a thumbnail sprite for every clip the page has not had yet."""
         orders, thumbs, shown = [], {}, set()
+        sent = set(self._thumbs.values())
         for split in (False, True):
             sorter = sorters[split]
             view = sorter.view()
             name = functools.partial(clip_name, split)
-            ids = [i for c in view["classes"] for i in c] + [view["inserting"]] * (
-                view["inserting"] is not None)
+            ids = [i for c in view["classes"] for i in c] + [
+                i for i in (view["inserting"], view["upcoming"]) if i is not None]
             for i in ids:
                 shown.add(name(i))
-                if name(i) not in self._thumbs_sent:
-                    thumbs[name(i)] = sprite_png(sorter.clip(i).frames())
+                if name(i) not in sent:
+                    frames = clip_frames(sorter.clip(i).frames())
+                    thumbs[name(i)] = sprite_png(frames)
+                    self._thumbs[_content_key(frames)] = name(i)
             orders.append({
                 "split": "validation" if split else "training",
                 "classes": [[name(i) for i in c] for c in view["classes"]],
                 "inserting": None if view["inserting"] is None else name(view["inserting"]),
+                "upcoming": None if view["upcoming"] is None else name(view["upcoming"]),
                 "path": [[name(i), mu] for i, mu in view["path"]],
                 "interval": view["interval"],
                 "reinserting": [name(i) for i in view["reinserting"]]})
-        self._thumbs_sent = shown
+        if orders == self._orders and not thumbs:
+            return  # nothing new to show
+        self._thumbs = {k: n for k, n in self._thumbs.items() if n in shown}
+        self._orders = orders
         self.page_updates.put({"order": orders, "thumbs": thumbs})
 
     def close(self, message: str | None = None) -> None:
@@ -100,8 +113,9 @@ def parse_clip_name(name: str) -> tuple[bool, int] | None:
         return None
 
 
-def _content_key(left: np.ndarray, right: np.ndarray) -> bytes:
+def _content_key(*clips: np.ndarray) -> bytes:
+    """What identifies the frames of a pair (or of one clip) on the page."""
     digest = hashlib.blake2b(digest_size=16)
-    for frames in (left, right):
+    for frames in clips:
         digest.update(np.ascontiguousarray(frames).data)
     return digest.digest()

@@ -291,8 +291,10 @@ def _make_handler(page: LabellingPage) -> type[BaseHTTPRequestHandler]:
 
 
 def _clips_shown(orders: list[dict]) -> list[str]:
-    """The names of the clips an "order" update shows: sorted ones and those being inserted."""
-    return [n for o in orders for n in [*(n for c in o["classes"] for n in c), o["inserting"]]
+    """The names of the clips an "order" update shows: sorted ones, those being inserted and
+    those to be inserted next (loaded ahead)."""
+    return [n for o in orders
+            for n in [*(n for c in o["classes"] for n in c), o["inserting"], o.get("upcoming")]
             if n is not None]
 
 
