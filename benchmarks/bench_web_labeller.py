@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_a2c import machine_header  # noqa: E402
 from pref_interface.web.headless import (browser_missing, headless_page,  # noqa: E402
-                                         start_labelling_run)
+                                         labelling_run)
 
 KEYS = "LRE"
 RECORD_POSTS = """() => {
@@ -45,32 +45,28 @@ RECORD_POSTS = """() => {
 def measure(env_id: str, pairs: int, think_s: float, screenshot: str | None,
             queries: str = "pairs") -> dict:
     """Answer `pairs` pairs on a fresh run's page; the page's timings in ms."""
-    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryFile("w+") as log:
-        proc, url = start_labelling_run(
+    with tempfile.TemporaryDirectory() as tmp, labelling_run(
             ["gather_initial_prefs", env_id, "--n_initial_prefs", str(pairs + 5),
-             "--queries", queries, "--log_dir", str(Path(tmp) / "run")], log)
-        try:
-            with headless_page() as page:
-                page.goto(url)
-                page.evaluate(RECORD_POSTS)
-                shown = None
-                for k in range(pairs):
-                    page.wait_for_function(
-                        "window.labelling.canAnswer() && window.labelling.shownPair !== "
-                        + json.dumps(shown),
-                        timeout=120_000)
-                    shown = page.evaluate("window.labelling.shownPair")
-                    time.sleep(think_s)
-                    if k == min(3, pairs - 1) and screenshot:  # a few labels in the list
-                        page.screenshot(path=screenshot)
-                    page.keyboard.press(KEYS[k % len(KEYS)])
-                page.wait_for_function(f"window.labelling.swapMs.length >= {pairs}",
-                                       timeout=60_000)
-                return {"swap": page.evaluate("window.labelling.swapMs"),
-                        "post": page.evaluate("window.postMs")}
-        finally:
-            proc.terminate()
-            proc.wait(60)
+             "--queries", queries, "--log_dir", str(Path(tmp) / "run")],
+            tempfile.TemporaryFile("w+")) as (_, url):
+        with headless_page() as page:
+            page.goto(url)
+            page.evaluate(RECORD_POSTS)
+            shown = None
+            for k in range(pairs):
+                page.wait_for_function(
+                    "window.labelling.canAnswer() && window.labelling.shownPair !== "
+                    + json.dumps(shown),
+                    timeout=120_000)
+                shown = page.evaluate("window.labelling.shownPair")
+                time.sleep(think_s)
+                if k == min(3, pairs - 1) and screenshot:  # a few labels in the list
+                    page.screenshot(path=screenshot)
+                page.keyboard.press(KEYS[k % len(KEYS)])
+            page.wait_for_function(f"window.labelling.swapMs.length >= {pairs}",
+                                   timeout=60_000)
+            return {"swap": page.evaluate("window.labelling.swapMs"),
+                    "post": page.evaluate("window.postMs")}
 
 
 def summary(values: list[float]) -> str:

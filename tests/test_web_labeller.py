@@ -22,7 +22,7 @@ from pref_interface.labelling import LabelEditor
 from pref_interface.clip import LabelEdit, Preference
 from pref_interface.sorting import ClipSorter, rebuild_sorters
 from pref_interface.store import PreferenceStore
-from pref_interface.web.headless import browser_missing, headless_page, start_labelling_run
+from pref_interface.web.headless import browser_missing, headless_page, labelling_run
 from pref_interface.web.player import WebPlayer, clip_name, parse_clip_name
 from pref_interface.web.server import LabellingPage
 from pref_interface.web.sprites import sprite_png
@@ -307,11 +307,9 @@ def test_the_trainer_applies_an_edit_to_the_label_it_holds():
 
 @pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing()))
 def test_a_person_labels_in_the_browser_and_the_store_holds_exactly_what_was_pressed(tmp_path):
-    log = open(tmp_path / "run.log", "w+")
-    proc, url = start_labelling_run(["gather_initial_prefs", "MovingDotNoFrameskip-v0",
-                                     "--n_initial_prefs", "4", "--log_dir", str(tmp_path / "run")],
-                                    log)
-    try:
+    with labelling_run(["gather_initial_prefs", "MovingDotNoFrameskip-v0", "--n_initial_prefs",
+                        "4", "--log_dir", str(tmp_path / "run")],
+                       open(tmp_path / "run.log", "w+")) as (proc, url):
         with headless_page() as page:
             page.goto(url)
             shown = None
@@ -338,11 +336,6 @@ def test_a_person_labels_in_the_browser_and_the_store_holds_exactly_what_was_pre
                 if k < len(keys) - 1:  # the last label ends the gathering: no next pair
                     shown = next_pair()
         assert proc.wait(60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(60)
-        log.close()
     with PreferenceStore(tmp_path / "run" / "prefs.sqlite", create=False) as store:
         assert [mu for _, mu in reversed(store.recent_answers(10))] == [1.0, 0.0, 0.0, 0.5]
         assert all(p.source == "human" for p in store.latest(10))
@@ -362,12 +355,10 @@ def request_url(url: str) -> tuple[int | None, bytes]:
 
 @pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing()))
 def test_a_person_sorting_clips_sees_them_in_order_and_inserts_one_again(tmp_path):
-    log = open(tmp_path / "run.log", "w+")
-    proc, url = start_labelling_run(["gather_initial_prefs", "MovingDotNoFrameskip-v0",
-                                     "--n_initial_prefs", "12", "--queries", "sort",
-                                     "--log_dir", str(tmp_path / "run")], log)
     chosen, seen_inserting = None, False
-    try:
+    with labelling_run(["gather_initial_prefs", "MovingDotNoFrameskip-v0", "--n_initial_prefs",
+                        "12", "--queries", "sort", "--log_dir", str(tmp_path / "run")],
+                       open(tmp_path / "run.log", "w+")) as (proc, url):
         with headless_page() as page:
             page.goto(url)
             shown = None
@@ -399,11 +390,6 @@ def test_a_person_sorting_clips_sees_them_in_order_and_inserts_one_again(tmp_pat
                         f"({{n: {json.dumps(chosen)}}})")
                 page.keyboard.press("L")
         assert proc.wait(60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(60)
-        log.close()
     assert chosen is not None and seen_inserting
     with PreferenceStore(tmp_path / "run" / "prefs.sqlite", create=False) as store:
         assert len(store) == 12

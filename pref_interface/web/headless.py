@@ -72,3 +72,20 @@ def start_labelling_run(args: list[str], log: IO[str], timeout_s: float = 120.0
     proc.kill()
     log.seek(0)
     raise RuntimeError(f"run.py printed no page address:\n{log.read()[-2000:]}")
+
+
+@contextmanager
+def labelling_run(args: list[str], log: IO[str], timeout_s: float = 120.0
+                  ) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`start_labelling_run` for a `with` block: the run is stopped (SIGTERM) on the way out if
+    it is still going, and `log` closed."""
+    try:
+        proc, url = start_labelling_run(args, log, timeout_s)
+        try:
+            yield proc, url
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(60)
+    finally:
+        log.close()
