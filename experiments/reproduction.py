@@ -2,8 +2,8 @@
 """One game's reproduction at a glance: every run's true score against agent steps, the runs
 from preferences and from the true reward on the same axes, and a table row per run.
 
-    python -m experiments.reproduction Pong --prefs ~/runs/pong_prefs_seed1 ~/runs/pong_prefs_seed2 \\
-        --true ~/runs/pong_true_seed0 --level 19 --out docs/pong_seeds.png
+    python -m experiments.reproduction Pong --level 19 --out docs/pong_seeds.png \\
+        --prefs ~/runs/pong_prefs_seed1 ~/runs/pong_prefs_seed2 --true ~/runs/pong_true_seed0
 
 A row gives the run's seed, agent steps, labels, hours of training (stops not counted), the
 processors it ran on and how often it was resumed (`machines.txt` and `command.txt` of the run
