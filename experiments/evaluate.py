@@ -6,11 +6,14 @@ paper's 0-30 no-op starts and without, and print one table.
     python -m experiments.evaluate ~/runs/pong_prefs_seed1_policies --env PongNoFrameskip-v4 \\
         --all_checkpoints --grid greedy:30 --episodes 10      # score against agent steps
     python -m experiments.evaluate models/pong_prefs_run8.pt --env PongNoFrameskip-v4 --videos 2
+    python -m experiments.evaluate ~/runs/pong_prefs_seed1 --best_and_final --grid greedy:30 sampled:30
 
 Each POLICY is a run directory (its newest checkpoint; its env from settings.json), a folder of
 checkpoints (`policy-*.pt`), a checkpoint file or a weights file (`run_checkpoint.py
 --save_weights`). With `--all_checkpoints` a run directory or folder gives every checkpoint in it,
-so that the score can be drawn against agent steps: whether a level was held or only touched.
+so that the score can be drawn against agent steps: whether a level was held or only touched;
+with `--best_and_final` a run directory gives its newest checkpoint and the one that played its
+best `--best_window` consecutive training episodes (the newest saved before the last of them).
 The episodes of one cell are played at once, one per env of a vector env, on env seeds apart
 from training's (`--seed`); an episode still going after `--max_steps` is cut and counted as it
 stands (the table says how many were). The figures go to `--out` (default: eval.json in the first
@@ -73,9 +76,11 @@ def parse_grid(cells: list[str]) -> list[tuple[str, int]]:
     return out
 
 
-def find_policies(path: Path, all_checkpoints: bool) -> tuple[list[Path], str | None, Path | None]:
+def find_policies(path: Path, all_checkpoints: bool, best_window: int | None = None
+                  ) -> tuple[list[Path], str | None, Path | None]:
     """The checkpoint files behind one POLICY argument, the env id its run directory names (or
-    None) and the run directory (or None). ValueError when there is nothing to play."""
+    None) and the run directory (or None); `best_window`: a run directory's best and newest
+    checkpoints (see the module doc). ValueError when there is nothing to play."""
     from a2c.checkpoint import PREFIX
 
     run_dir = path if (path / "settings.json").is_file() else None
@@ -86,7 +91,29 @@ def find_policies(path: Path, all_checkpoints: bool) -> tuple[list[Path], str | 
     found = sorted(folder.glob(f"{PREFIX}*.pt")) if folder.is_dir() else []
     if not found:
         raise ValueError(f"no policy checkpoint in {path}")
-    return (found if all_checkpoints else found[-1:]), env_id, run_dir
+    if best_window is None:
+        return (found if all_checkpoints else found[-1:]), env_id, run_dir
+    if run_dir is None:
+        raise ValueError(f"{path}: --best_and_final needs a run directory (its training curve)")
+    return _best_and_final(run_dir, found, best_window), env_id, run_dir
+
+
+def _best_and_final(run_dir: Path, found: list[Path], window: int) -> list[Path]:
+    from experiments.runlog import RunLog, best_window
+
+    best = best_window(*RunLog(run_dir).returns(), window)
+    if best is None:
+        raise ValueError(f"{run_dir}: fewer than {window} episodes to find the best ones in")
+    before = [f for f in found if _agent_steps(f) <= best[1]]
+    if not before:
+        raise ValueError(f"{run_dir}: no checkpoint kept from before its best episodes "
+                         f"(at {best[1]:,.0f} agent steps)")
+    return list(dict.fromkeys([before[-1], found[-1]]))  # one file when the newest is the best
+
+
+def _agent_steps(checkpoint: Path) -> int:
+    """The agent steps in a checkpoint's name (policy-<steps>.pt)."""
+    return int(checkpoint.stem.rsplit("-", 1)[-1])
 
 
 def play(env_id: str, weights: dict, episodes: int, greedy: bool, noop_max: int, seed: int,
@@ -183,6 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "start with 0 to NOOPS no-ops (App. A.2: 30)")
     p.add_argument("--all_checkpoints", action="store_true",
                    help="every checkpoint of a run directory or folder, not only the newest")
+    p.add_argument("--best_and_final", action="store_true",
+                   help="a run directory's newest checkpoint and the one behind its best "
+                        "--best_window training episodes")
+    p.add_argument("--best_window", type=int, default=10,
+                   help="consecutive training episodes whose mean picks the best checkpoint")
     p.add_argument("--seed", type=int, default=EVAL_SEED, help="env seed of the evaluation")
     p.add_argument("--max_steps", type=int, default=27_000,
                    help="agent steps at most per episode (108,000 frames, ALE's own limit)")
@@ -202,9 +234,13 @@ def main(argv: list[str] | None = None) -> int:
         if a.episodes <= 0 or a.max_steps <= 0 or a.videos < 0 or a.videos > a.episodes:
             raise ValueError("--episodes and --max_steps must be positive, --videos from 0 to "
                              "--episodes")
+        if a.best_and_final and (a.all_checkpoints or a.best_window <= 0):
+            raise ValueError("--best_and_final takes a positive --best_window and no "
+                             "--all_checkpoints")
         policies, run_dirs = [], []
         for arg in a.policies:
-            files, env_id, run_dir = find_policies(Path(arg), a.all_checkpoints)
+            files, env_id, run_dir = find_policies(
+                Path(arg), a.all_checkpoints, a.best_window if a.best_and_final else None)
             env_id = a.env or env_id
             if env_id is None:
                 raise ValueError(f"{arg}: give --env (only a run directory names its env)")

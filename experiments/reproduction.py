@@ -19,12 +19,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.runlog import RunLog, smooth  # noqa: E402
+from experiments.runlog import RunLog, best_window, smooth  # noqa: E402
 from launch.rundir import COMMAND_FILE, MACHINES_FILE  # noqa: E402
 
 KINDS = {"prefs": ("from preferences", "tab:blue"), "true": ("true reward", "tab:orange")}
@@ -76,14 +75,11 @@ def read_run(kind: str, path: Path, level: float | None, window: int) -> RunRow:
     _, n_labels = log.labels()
     hit = log.first_time_at(level, window) if level is not None and len(values) else None
     means = smooth(values, window)[window - 1:]
-    best = None
-    if len(means):
-        i = int(np.argmax(means))
-        best = float(means[i]), float(steps[i + window - 1])
     return RunRow(kind, path, seed, float(last_step),
                   float(n_labels[-1]) if len(n_labels) else None, log.wall_clock_s() / 3600,
                   _machines(path), _lines(path / COMMAND_FILE),
-                  None if hit is None else (hit[0], log.labels_at(hit[0])), best,
+                  None if hit is None else (hit[0], log.labels_at(hit[0])),
+                  best_window(steps, values, window),
                   float(means[-1]) if len(means) else None)
 
 

@@ -130,6 +130,17 @@ class RunLog:
         return float(r[i, 1]), float(self._active_s(r[i:i + 1, 0])[0])
 
 
+def best_window(steps: np.ndarray, values: np.ndarray, window: int
+                ) -> tuple[float, float] | None:
+    """(mean, agent steps at its last episode) of the `window` consecutive episodes whose mean
+    true return is highest; None with fewer than `window` episodes."""
+    means = smooth(values, window)[window - 1:]
+    if len(means) == 0:
+        return None
+    i = int(np.argmax(means))
+    return float(means[i]), float(steps[i + window - 1])
+
+
 def smooth(values: np.ndarray, window: int) -> np.ndarray:
     """Trailing mean over up to `window` points."""
     if len(values) == 0:

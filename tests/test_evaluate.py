@@ -69,6 +69,31 @@ def test_every_checkpoint_of_a_run_is_scored_at_its_agent_steps_into_json_and_te
     assert points[:, 1].tolist() == [1000, 2000]
 
 
+def test_best_and_final_are_the_newest_checkpoint_and_the_one_behind_the_best_episodes(tmp_path):
+    from experiments.evaluate import find_policies
+    from runtime.scalars import ScalarWriter
+
+    run = tmp_path / "run"
+    (run / "policy").mkdir(parents=True)
+    (run / "settings.json").write_text(json.dumps({"env_id": "MovingDotNoFrameskip-v0"}))
+    for steps in (1000, 2000, 3000, 4000):
+        (run / "policy" / f"policy-{steps:012d}.pt").write_bytes(b"")
+    a2c = ScalarWriter(str(run / "tb"))
+    for steps, ret in ((900, 1.0), (1500, 5.0), (2100, 9.0), (2500, 9.0), (3500, 2.0),
+                       (4100, 3.0)):
+        a2c.add_scalar("charts/episodic_return", ret, steps)
+    a2c.close()
+    files, env_id, _ = find_policies(run, False, best_window=2)
+    assert [f.name for f in files] == ["policy-000000002000.pt", "policy-000000004000.pt"]
+    assert env_id == "MovingDotNoFrameskip-v0"
+    files, _, _ = find_policies(run, False, best_window=1)  # 2100: the first of the two 9s
+    assert [f.name for f in files] == ["policy-000000002000.pt", "policy-000000004000.pt"]
+    with pytest.raises(ValueError, match="fewer than 7 episodes"):
+        find_policies(run, False, best_window=7)
+    with pytest.raises(ValueError, match="needs a run directory"):
+        find_policies(run / "policy", False, best_window=2)
+
+
 @pytest.mark.parametrize("args, message", [
     (["{tmp}/damaged.pt", "--env", "PongNoFrameskip-v4"], "cannot read policy checkpoint"),
     (["{tmp}/dot.pt", "--env", "PongNoFrameskip-v4"], "does not fit the env"),
