@@ -189,7 +189,7 @@ class Labelling:
         if not self.sorters[is_validation].reinsert(clip_id):
             return f"clip {clip_id} is not sorted now"
         self._show_order()
-        return f"clip {clip_id} is inserted again once the clip being placed now is"
+        return f"clip {clip_id} is placed again next"
 
     def _show_order(self) -> None:
         """A person sees the sorted clips (on the labelling page) after every query and answer."""

@@ -39,7 +39,7 @@ class _Insertion:
     hi: int
     depth: int = 0  # comparisons answered so far
     asked: bool = False  # a query on it is out and not answered yet
-    path: list[tuple[int, float]] = field(default_factory=list)  # (sorted clip's id, mu) so far
+    path: list[tuple[int, float | None]] = field(default_factory=list)  # (sorted id, mu) so far
 
     @property
     def mid(self) -> int:
