@@ -18,7 +18,9 @@ The episodes of one cell are played at once, one per env of a vector env, on env
 from training's (`--seed`); an episode still going after `--max_steps` is cut and counted as it
 stands (the table says how many were). The figures go to `--out` (default: eval.json in the first
 run directory, else in the current one), to the run's TensorBoard (`RUN_DIR/tb/eval`, at the
-policy's agent steps) and, with `--videos K`, the first K episodes of each cell to GIFs.
+policy's agent steps) and, with `--videos K`, the first K episodes of each cell to GIFs. On
+Enduro each cell also gives the share of its steps in which the player's car is level with
+another car (the paper's "keep alongside other cars", `pref_interface.alongside`).
 """
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ class Cell:
     returns: list[float]
     lengths: list[int]
     cut: int  # episodes stopped at --max_steps, counted as they stood
+    alongside: float | None = None  # Enduro: share of steps level with another car
 
     @property
     def mean(self) -> float:
@@ -61,7 +64,8 @@ class Cell:
         return (f"| {self.policy} | {self.agent_steps:,} | {self.actions} | {self.noop_max} | "
                 f"{len(r)}{f' ({self.cut} cut)' if self.cut else ''} | "
                 f"{r.mean():+.1f} ± {r.std():.1f} | {r.min():+g} | {r.max():+g} | "
-                f"{np.mean(self.lengths):,.0f} |")
+                f"{np.mean(self.lengths):,.0f} | "
+                f"{'-' if self.alongside is None else f'{self.alongside:.1%}'} |")
 
 
 def parse_grid(cells: list[str]) -> list[tuple[str, int]]:
@@ -117,14 +121,17 @@ def _agent_steps(checkpoint: Path) -> int:
 
 
 def play(env_id: str, weights: dict, episodes: int, greedy: bool, noop_max: int, seed: int,
-         max_steps: int, record: int = 0) -> tuple[list[float], list[int], int, list[list]]:
+         max_steps: int, record: int = 0
+         ) -> tuple[list[float], list[int], int, list[list], float | None]:
     """`episodes` episodes at once, one per env; their true returns and lengths, how many were
-    cut at `max_steps`, and the newest 84x84 frame of each step of the first `record` episodes."""
+    cut at `max_steps`, the newest 84x84 frame of each step of the first `record` episodes, and
+    on Enduro the share of all their steps level with another car (else None)."""
     import torch
 
     from a2c.policies import make_policy
     from a2c.rollout import sample_actions
     from envs import env_kind, make_vec_env
+    from pref_interface.alongside import is_alongside
 
     env = make_vec_env(env_id, episodes, seed=seed, num_threads=1, noop_max=noop_max)
     policy = make_policy(env_kind(env_id), env.num_actions)
@@ -134,11 +141,14 @@ def play(env_id: str, weights: dict, episodes: int, greedy: bool, noop_max: int,
     returns, lengths = np.zeros(episodes), np.zeros(episodes, dtype=np.int64)
     done = np.zeros(episodes, dtype=bool)
     frames: list[list] = [[] for _ in range(record)]
+    alongside = 0 if env_id.startswith("Enduro") else None
     with torch.no_grad():
         for _ in range(max_steps):
             for i in range(record):
                 if not done[i]:
                     frames[i].append(obs[i, -1].copy())
+            if alongside is not None:
+                alongside += sum(is_alongside(obs[i, -1]) for i in np.flatnonzero(~done))
             result = env.step(sample_actions(policy, obs, greedy))
             obs = result.obs
             returns[~done] += result.rewards[~done]
@@ -148,7 +158,8 @@ def play(env_id: str, weights: dict, episodes: int, greedy: bool, noop_max: int,
             if done.all():
                 break
     env.close()
-    return returns.tolist(), lengths.tolist(), int((~done).sum()), frames
+    share = None if alongside is None else alongside / max(1, int(lengths.sum()))
+    return returns.tolist(), lengths.tolist(), int((~done).sum()), frames, share
 
 
 def evaluate(policies: list[tuple[str, Path, str]], grid: list[tuple[str, int]], episodes: int,
@@ -162,15 +173,16 @@ def evaluate(policies: list[tuple[str, Path, str]], grid: list[tuple[str, int]],
     torch.set_num_threads(1)
     cells = []
     print("| policy | agent steps | actions | no-ops at most | episodes | mean ± std | min | max "
-          "| mean length |")
-    print("|---|---|---|---|---|---|---|---|---|", flush=True)
+          "| mean length | level with a car |")
+    print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
     for name, path, env_id in policies:
         state = load_policy_weights(path)
         for actions, noops in grid:
-            returns, lengths, cut, frames = play(env_id, state["policy"], episodes,
-                                                 actions == "greedy", noops, seed, max_steps,
-                                                 record=videos)
-            cell = Cell(name, int(state["timesteps"]), actions, noops, returns, lengths, cut)
+            returns, lengths, cut, frames, alongside = play(
+                env_id, state["policy"], episodes, actions == "greedy", noops, seed, max_steps,
+                record=videos)
+            cell = Cell(name, int(state["timesteps"]), actions, noops, returns, lengths, cut,
+                        alongside)
             cells.append(cell)
             print(cell.row(), flush=True)
             if videos and video_dir is not None:

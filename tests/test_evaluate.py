@@ -94,6 +94,25 @@ def test_best_and_final_are_the_newest_checkpoint_and_the_one_behind_the_best_ep
         find_policies(run / "policy", False, best_window=2)
 
 
+def test_on_enduro_each_cell_measures_the_share_of_steps_level_with_a_car(tmp_path):
+    from a2c.policies import make_policy
+    from experiments.evaluate import Cell, play
+    from pref_interface.alongside import alongside_share
+
+    torch.manual_seed(0)
+    weights = make_policy("atari", 9).state_dict()
+    returns, lengths, cut, frames, share = play("EnduroNoFrameskip-v4", weights, 2, False, 0,
+                                                seed=3, max_steps=600, record=2)
+    assert cut == 2 and lengths == [600, 600]
+    # the same frames judged one by one (the recorded ones are those the policy acted on)
+    assert share == pytest.approx(np.mean([alongside_share(np.array(f)) for f in frames]))
+    assert 0.0 < share < 1.0
+    row = Cell("p", 0, "sampled", 0, returns, lengths, cut, share).row()
+    assert row.endswith(f"| {share:.1%} |")
+    assert play("MovingDotNoFrameskip-v0", make_policy("moving_dot", 5).state_dict(), 1, True, 0,
+                seed=0, max_steps=10)[4] is None
+
+
 @pytest.mark.parametrize("args, message", [
     (["{tmp}/damaged.pt", "--env", "PongNoFrameskip-v4"], "cannot read policy checkpoint"),
     (["{tmp}/dot.pt", "--env", "PongNoFrameskip-v4"], "does not fit the env"),
