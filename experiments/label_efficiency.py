@@ -11,8 +11,9 @@ returns differ, how often r̂ orders them as the game does) and the per-clip cor
     python -m experiments.label_efficiency PongNoFrameskip-v4 --labels 250 500 1000 \\
         --runs_dir ~/runs/label_efficiency
 
-Runs that exist are reused (the gathered stores and the pretrained predictors), so the command
-continues after a stop. Prints one table and writes `results.json` in `--runs_dir`.
+Runs that exist are reused (the gathered stores, the pretrained predictors and their scores in
+`results.json`), so the command continues after a stop. Prints one table, writes `results.json` in `--runs_dir` and, with
+`--plot`, a figure of both measures against the labels, one line per mode.
 """
 from __future__ import annotations
 
@@ -68,11 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probe_envs", type=int, default=8)
     p.add_argument("--runs_dir", type=Path, default=ROOT / "runs" / "label_efficiency")
     p.add_argument("--extra", default="", help="more run.py flags for every run, quoted")
+    p.add_argument("--plot", help="write a figure of the table here (e.g. docs/label_efficiency.png)")
     a = p.parse_args(argv)
     if min(a.labels) < 2:
         p.error("--labels must be at least 2")
     out = a.runs_dir.expanduser()
     extra = a.extra.split() + (["--n_initial_epochs", str(a.epochs)] if a.epochs else [])
+    done = json.loads((out / "results.json").read_text()) if (out / "results.json").is_file() else []
     rows = []
     for queries in a.queries:
         gather = out / f"{queries}-gather"
@@ -84,12 +87,18 @@ def main(argv: list[str] | None = None) -> int:
                       queries, "--n_initial_prefs", str(wanted), "--seed", str(a.seed),
                       "--log_dir", str(gather)]))
         for n in sorted(a.labels):
+            probe = {"probe_steps": a.probe_steps, "probe_envs": a.probe_envs, "seed": a.seed}
+            scored = [r for r in done if (r["queries"], r["labels"]) == (queries, n)
+                      and all(r.get(k) == v for k, v in probe.items())]
+            if scored:
+                rows.append(scored[0])
+                continue
             labels, trained = out / f"{queries}-{n}-labels", out / f"{queries}-{n}-predictor"
             if not (trained / "reward_predictor" / PREDICTOR_FILE).is_file():
                 first_labels(gather, n, labels)
                 run_py("pretrain_reward_predictor", a.env_id, "--load_prefs_dir", str(labels),
                        "--seed", str(a.seed), "--log_dir", str(trained), *extra)
-            rows.append({"queries": queries, "labels": n,
+            rows.append({"queries": queries, "labels": n, **probe,
                          **agreement(trained, a.probe_steps, a.probe_envs, a.seed + 1)})
             print(json.dumps(rows[-1]), flush=True)
     (out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
@@ -99,7 +108,28 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"| {r['queries']} | {r['labels']:,} | {r['clip_agreement']:.3f} | "
               f"{r['clip_correlation']:.3f} |")
+    if a.plot:
+        plot(rows, a.env_id, a.plot)
     return 0
+
+
+def plot(rows: list[dict], env_id: str, out: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    for ax, key, name in zip(axes, ("clip_agreement", "clip_correlation"),
+                             ("clip agreement with the game", "per-clip correlation")):
+        for queries in dict.fromkeys(r["queries"] for r in rows):
+            mine = [r for r in rows if r["queries"] == queries]
+            ax.plot([r["labels"] for r in mine], [r[key] for r in mine], "o-",
+                    label="sorting" if queries == "sort" else "blind pairs")
+        ax.set(xlabel="labels", ylabel=name, title=f"{env_id}: r̂ on fresh random play")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=80)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
