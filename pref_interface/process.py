@@ -180,7 +180,8 @@ class Labelling:
                 queries.append(query)
                 self.sort_split[query[0]] = split
                 self.sort_asked[split] += 1
-        self._show_order()
+        if queries:
+            self._show_order()
         return queries
 
     def reinsert(self, is_validation: bool, clip_id: int) -> str:

@@ -40,6 +40,7 @@ class _Insertion:
     depth: int = 0  # comparisons answered so far
     asked: bool = False  # a query on it is out and not answered yet
     path: list[tuple[int, float | None]] = field(default_factory=list)  # (sorted id, mu) so far
+    home: tuple[int, int, bool] | None = None  # a sorted clip placed again: where it was
 
     @property
     def mid(self) -> int:
@@ -117,8 +118,7 @@ class ClipSorter:
         ins.path.append((self._classes[ins.mid][-1], None if mu is None else float(mu)))
         self.n_comparisons += 1
         if mu is None:
-            self._insertion = None
-            self.n_dropped += 1
+            self._drop_insertion()
         elif float(mu) == 0.5:
             self._finish(ins, ins.mid, join=True)
         else:
@@ -128,8 +128,10 @@ class ClipSorter:
 
     def reinsert(self, clip_id: int) -> bool:
         """Take a sorted clip out of the order and insert it again, by fresh comparisons, once
-        the insertion under way (if any) ends; False if the clip is not sorted now."""
-        if clip_id not in self._clips:
+        the insertion under way (if any) ends; False if it cannot be (not sorted now, or the
+        only sorted clip). An incomparable answer, or a stop, during its insertion leaves it
+        where it was."""
+        if not self._can_reinsert(clip_id):
             return False
         if clip_id not in self._reinserts:
             self._reinserts.append(clip_id)
@@ -169,12 +171,12 @@ class ClipSorter:
         gaps lo..hi, gap g just below class g), the clips waiting to be inserted again, and the
         clip to be inserted after this one (`upcoming`, or None; the page loads it ahead)."""
         ins = self._insertion
-        again = [i for i in self._reinserts if i in self._clips and len(self._clips) > 1]
+        again = [i for i in self._reinserts if self._can_reinsert(i)]
         return {"classes": self.classes(),
                 "inserting": None if ins is None else ins.clip_id,
                 "path": [] if ins is None else [list(step) for step in ins.path],
                 "interval": None if ins is None else [ins.lo, ins.hi],
-                "reinserting": list(self._reinserts),
+                "reinserting": again,
                 "upcoming": again[0] if again else next(iter(self._waiting), None)}
 
     def __len__(self) -> int:
@@ -206,14 +208,23 @@ class ClipSorter:
         now), else the oldest waiting clip."""
         while self._reinserts:
             clip_id = self._reinserts.pop(0)
-            if clip_id in self._clips and len(self._clips) > 1:
-                clip = self._take_out(clip_id)
-                self.n_reinserted += 1
-                return _Insertion(clip_id, clip, 0, len(self._classes))
+            if self._can_reinsert(clip_id):
+                return self._start_reinsertion(clip_id, clip_id)
         if not self._waiting:
             return None
         clip_id, clip = self._waiting.popitem(last=False)
         return _Insertion(clip_id, clip, 0, len(self._classes))
+
+    def _can_reinsert(self, clip_id: int) -> bool:
+        return clip_id in self._clips and len(self._clips) > 1
+
+    def _start_reinsertion(self, clip_id: int, new_id: int) -> _Insertion:
+        """Take a sorted clip out to place it again (as `new_id`), remembering where it was."""
+        k = next(k for k, c in enumerate(self._classes) if clip_id in c)
+        home = k, self._classes[k].index(clip_id), len(self._classes[k]) == 1
+        clip = self._take_out(clip_id)
+        self.n_reinserted += 1
+        return _Insertion(new_id, clip, 0, len(self._classes), home=home)
 
     def _take_out(self, clip_id: int) -> Clip:
         """Remove a sorted clip from its class (and the class if it is left empty)."""
@@ -237,7 +248,10 @@ class ClipSorter:
         self._clips[clip_id] = clip
         self.n_inserted += 1
         while len(self._clips) > self.max_clips:
-            self._take_out(next(iter(self._clips)))
+            old = next(iter(self._clips))
+            self._take_out(old)
+            if old in self._reinserts:
+                self._reinserts.remove(old)
             self.n_evicted += 1
 
     def _replay(self, pref: Preference) -> None:
@@ -256,10 +270,11 @@ class ClipSorter:
             if not self._classes:  # the live sorter's first clip, placed without a comparison
                 self._place(next(self._replay_ids), pref.right, 0, join=False)
             again = next((i for i, c in self._clips.items() if c.key == pref.left.key), None)
-            if again is not None and len(self._clips) > 1:  # a sorted clip inserted again
-                self._take_out(again)
-                self.n_reinserted += 1
-            self._insertion = _Insertion(next(self._replay_ids), pref.left, 0, len(self._classes))
+            if again is not None and self._can_reinsert(again):  # a sorted clip placed again
+                self._insertion = self._start_reinsertion(again, next(self._replay_ids))
+            else:
+                self._insertion = _Insertion(next(self._replay_ids), pref.left, 0,
+                                             len(self._classes))
         _, _, _, rep = self.next_query()  # type: ignore[misc]
         if rep.key != pref.right.key or float(pref.mu) not in ANSWERS:
             self._drop_insertion()
@@ -268,9 +283,19 @@ class ClipSorter:
         self.answer(pref.mu)
 
     def _drop_insertion(self) -> None:
-        if self._insertion is not None:
-            self._insertion = None
-            self.n_dropped += 1
+        """End the insertion under way without placing its clip: a new clip is dropped, a
+        sorted one being placed again goes back where it was."""
+        ins, self._insertion = self._insertion, None
+        if ins is None:
+            return
+        self.n_dropped += 1
+        if ins.home is not None:
+            k, pos, alone = ins.home
+            if alone:
+                self._classes.insert(k, [ins.clip_id])
+            else:
+                self._classes[k].insert(pos, ins.clip_id)
+            self._clips[ins.clip_id] = ins.clip
 
 
 def rebuild_sorters(labels: Iterable[Preference], max_clips: int,

@@ -274,6 +274,39 @@ def test_a_misplaced_clip_inserted_again_finds_its_place_and_replay_repeats_it()
     assert rebuilt.n_skipped == 0
 
 
+@pytest.mark.parametrize("end", ["incomparable", "stopped"])
+def test_a_clip_placed_again_goes_back_where_it_was_when_its_placing_ends_early(end):
+    s = ClipSorter(100)
+    labels: list[Preference] = []
+    clips = [make_clip(i, float(r)) for i, r in enumerate([1, 3, 4, 5, 0, 2])]
+    insert_all(s, clips[:5], labels=labels)  # classes [4] [0] [1] [2] [3]: 1 takes 2 answers
+    before = key_order(s)
+    assert s.reinsert(1) and not s.reinsert(77)
+    _, new, _, old = s.next_query()
+    labels.append(Preference(new, old, exact(new, old)))  # one comparison stored ...
+    s.answer(exact(new, old))
+    assert s.inserting == 1 and s.next_query() is not None
+    if end == "incomparable":  # ... then "can't tell": not stored
+        s.answer(None)
+        assert key_order(s) == before and s.inserting is None
+        insert_all(s, clips[5:], labels=labels, first_id=5)
+    rebuilt = rebuild_sorters(labels, max_clips=100)[False]
+    if end == "stopped":  # the run stopped there: the replay ends the placing early
+        assert key_order(rebuilt) == before
+    else:
+        assert key_order(rebuilt) == key_order(s) and rebuilt.n_skipped == 0
+
+
+def test_a_clip_waiting_to_be_placed_again_and_evicted_is_forgotten():
+    s = ClipSorter(3)
+    insert_all(s, [make_clip(i, float(i)) for i in range(3)])
+    assert s.reinsert(0) and s.view()["reinserting"] == [0]
+    s.offer(3, make_clip(3, 9.0))
+    drive(s, exact)  # clip 0 is placed again first, then clip 3 evicts the oldest sorted clip
+    assert s.n_reinserted == 1 and s.view()["reinserting"] == []
+    assert len(s) == 3
+
+
 def test_the_view_marks_the_clip_being_inserted_its_path_and_interval():
     s = ClipSorter(100)
     insert_all(s, [make_clip(i, float(i)) for i in range(7)])  # 7 classes

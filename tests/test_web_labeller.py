@@ -186,7 +186,7 @@ def test_only_sorted_clips_thumbnails_are_served_and_only_they_can_be_inserted_a
 
 
 def test_the_player_names_sorted_clips_by_split_and_sends_each_thumbnail_once():
-    assert parse_clip_name(clip_name(True, -4)) == (True, -4) and parse_clip_name("t") is None
+    assert parse_clip_name(clip_name(True, -4, "9")) == (True, -4) and parse_clip_name("t") is None
     sorters = {False: ClipSorter(10), True: ClipSorter(10)}
     for i in range(3):
         sorters[False].offer(i, clip(40 * i + 10))
@@ -194,32 +194,47 @@ def test_the_player_names_sorted_clips_by_split_and_sends_each_thumbnail_once():
     query = sorters[False].next_query()
     updates: queue.Queue = queue.Queue()
     player = WebPlayer(updates)
+    assert clip_name(False, 0, WebPlayer(updates).prefix) == clip_name(False, 0, player.prefix)
+    player.prefix = "p"  # each phase's player has its own (clip ids start again at 0)
+
+    def n(names):  # "t0" -> "p:t0", in lists and lists of lists
+        return [n(x) for x in names] if isinstance(names, list) else f"p:{names}"
+
     player.show_order(sorters)
     first = updates.get_nowait()
     training, validation = first["order"]
-    assert training["classes"] == [["t0"]] and training["inserting"] == f"t{query[0]}" == "t1"
-    assert training["upcoming"] == "t2"  # the next clip to place: its thumbnail is sent ahead
-    assert validation == {"split": "validation", "classes": [["v7"]], "inserting": None,
+    assert training["classes"] == n([["t0"]]) and training["inserting"] == n(f"t{query[0]}") == n("t1")
+    assert training["upcoming"] == n("t2")  # the next clip to place: its thumbnail is sent ahead
+    assert validation == {"split": "validation", "classes": n([["v7"]]), "inserting": None,
                           "upcoming": None, "path": [], "interval": None, "reinserting": []}
-    assert set(first["thumbs"]) == {"t0", "t1", "t2", "v7"}
+    assert set(first["thumbs"]) == set(n(["t0", "t1", "t2", "v7"]))
     played = [clip_frames(sorters[False].clip(i).frames()) for i in (0, 1)]
-    assert sprite_png(played[1]) == first["thumbs"]["t1"]  # the frames a pair plays
+    assert sprite_png(played[1]) == first["thumbs"][n("t1")]  # the frames a pair plays
     player.load(played[1], played[0])  # a pair of clips the page holds: sent by name
     pair = updates.get_nowait()
-    assert pair["pair"]["thumbs"] == ["t1", "t0"] and "sprites" not in pair
+    assert pair["pair"]["thumbs"] == n(["t1", "t0"]) and "sprites" not in pair
     sorters[False].answer(1.0)
     player.show_order(sorters)
     second = updates.get_nowait()
-    assert second["order"][0]["classes"] == [["t0"], ["t1"]] and second["thumbs"] == {}
+    assert second["order"][0]["classes"] == n([["t0"], ["t1"]]) and second["thumbs"] == {}
     player.show_order(sorters)  # nothing changed: nothing sent
     assert updates.empty()
     sorters[False].next_query()  # clip 2's insertion starts: the page has its thumbnail
     sorters[False].offer(3, clip(77))
     player.show_order(sorters)
     third = updates.get_nowait()
-    assert third["order"][0]["inserting"] == "t2" and set(third["thumbs"]) == {"t3"}
+    assert third["order"][0]["inserting"] == n("t2") and set(third["thumbs"]) == {n("t3")}
     player.load(played[0], clip(99).frames()[3:])  # not a sorted clip: sprites sent
     assert "sprites" in updates.get_nowait()
+    twin = ClipSorter(10)  # two sorted clips with the same frames: each thumbnail sent once
+    twin.offer(20, clip(50))
+    twin.offer(21, clip(50))
+    twin.next_query()
+    twin.answer(0.5)
+    player.show_order({False: twin, True: ClipSorter(10)})
+    assert len(updates.get_nowait()["thumbs"]) == 2
+    player.show_order({False: twin, True: ClipSorter(10)})
+    assert updates.empty()
 
 
 # ---- the labeller and the store ----------------------------------------------------------------

@@ -26,10 +26,12 @@ class WebPlayer:
     def __init__(self, page_updates: Any) -> None:
         self.page_updates = page_updates
         self.pair_id: str | None = None
-        self._ids = (f"{os.getpid()}-{n}" for n in itertools.count(1))  # unique across phases
+        self.prefix = str(os.getpid())  # each phase has a player (and a process) of its own
+        self._ids = (f"{self.prefix}-{n}" for n in itertools.count(1))  # unique across phases
         self._status: list[str] | None = None
         self._next: tuple[bytes, str] | None = None  # the preloaded pair: content key, id
         self._thumbs: dict[bytes, str] = {}  # the page's thumbnails: content key -> clip name
+        self._names_sent: set[str] = set()  # the clips whose thumbnails the page holds
         self._orders: list[dict] | None = None  # the sorted clips the page shows
 
     def preload(self, left: np.ndarray, right: np.ndarray) -> None:
@@ -67,16 +69,15 @@ class WebPlayer:
         """Each split's sorted clips (`ClipSorter.view`, ids as `clip_name`s), training first,
         with a thumbnail sprite for every clip the page has not had yet."""
         orders, thumbs, shown = [], {}, set()
-        sent = set(self._thumbs.values())
         for split in (False, True):
             sorter = sorters[split]
             view = sorter.view()
-            name = functools.partial(clip_name, split)
+            name = functools.partial(clip_name, split, prefix=self.prefix)
             ids = [i for c in view["classes"] for i in c] + [
                 i for i in (view["inserting"], view["upcoming"]) if i is not None]
             for i in ids:
                 shown.add(name(i))
-                if name(i) not in sent:
+                if name(i) not in self._names_sent:
                     frames = clip_frames(sorter.clip(i).frames())
                     thumbs[name(i)] = sprite_png(frames)
                     self._thumbs[_content_key(frames)] = name(i)
@@ -91,6 +92,7 @@ class WebPlayer:
         if orders == self._orders and not thumbs:
             return  # nothing new to show
         self._thumbs = {k: n for k, n in self._thumbs.items() if n in shown}
+        self._names_sent = shown
         self._orders = orders
         self.page_updates.put({"order": orders, "thumbs": thumbs})
 
@@ -100,15 +102,17 @@ class WebPlayer:
                                "notice": message or "no pair to label now"})
 
 
-def clip_name(is_validation: bool, clip_id: int) -> str:
-    """A sorted clip's name on the page: its split's letter and its id, e.g. "t12", "v-3"."""
-    return f"{'v' if is_validation else 't'}{clip_id}"
+def clip_name(is_validation: bool, clip_id: int, prefix: str = "") -> str:
+    """A sorted clip's name on the page: the player's prefix (clip ids start again in each
+    phase), its split's letter and its id, e.g. "4021:t12", "4021:v-3"."""
+    return f"{prefix}:{'v' if is_validation else 't'}{clip_id}"
 
 
 def parse_clip_name(name: str) -> tuple[bool, int] | None:
     """(is_validation, clip id) of a `clip_name`, or None."""
+    _, _, local = name.rpartition(":")
     try:
-        return {"t": False, "v": True}[name[0]], int(name[1:])
+        return {"t": False, "v": True}[local[0]], int(local[1:])
     except (KeyError, IndexError, ValueError, TypeError):
         return None
 
