@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                       queries, "--n_initial_prefs", str(wanted), "--seed", str(a.seed),
                       "--log_dir", str(gather)]))
         for n in sorted(a.labels):
-            probe = {"probe_steps": a.probe_steps, "probe_envs": a.probe_envs, "seed": a.seed}
+            probe = {"env_id": a.env_id, "epochs": a.epochs, "extra": a.extra,
+                     "probe_steps": a.probe_steps, "probe_envs": a.probe_envs, "seed": a.seed}
             scored = [r for r in done if (r["queries"], r["labels"]) == (queries, n)
                       and all(r.get(k) == v for k, v in probe.items())]
             if scored:
@@ -101,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"queries": queries, "labels": n, **probe,
                          **agreement(trained, a.probe_steps, a.probe_envs, a.seed + 1)})
             print(json.dumps(rows[-1]), flush=True)
-    (out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
+    kept = [r for r in done if r not in rows]  # scores of other sizes or settings stay
+    (out / "results.json").write_text(json.dumps(kept + rows, indent=1) + "\n")
     print(f"\n{a.env_id}: the predictor after N labels, on fresh random play "
           f"({a.probe_steps} steps x {a.probe_envs} envs)")
     print("| queries | labels | clip agreement | per-clip correlation |\n|---|---|---|---|")

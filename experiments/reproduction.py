@@ -39,7 +39,7 @@ class RunRow:
     labels: float | None
     hours: float
     machines: list[str]  # the distinct processors it ran on, in order
-    starts: int  # 1 + times resumed
+    starts: int  # 1 + times resumed (0: not recorded)
     reached: tuple[float, float | None] | None  # (agent steps, labels) when the level was reached
     best: tuple[float, float] | None  # (mean of the window, agent steps at its end)
     final: float | None
@@ -48,7 +48,7 @@ class RunRow:
         cells = [KINDS[self.kind][0], "-" if self.seed is None else str(self.seed),
                  f"{self.steps / 1e6:.2f}M", "-" if self.labels is None else f"{self.labels:,.0f}",
                  f"{self.hours:.1f} h", "; ".join(self.machines) or "not recorded",
-                 str(self.starts - 1),
+                 "-" if self.starts == 0 else str(self.starts - 1),
                  "not yet" if self.reached is None else
                  f"{self.reached[0] / 1e6:.2f}M" + ("" if self.reached[1] is None
                                                     else f", {self.reached[1]:,.0f} labels"),
@@ -74,13 +74,12 @@ def read_run(kind: str, path: Path, level: float | None, window: int) -> RunRow:
     last_step = max(steps[-1] if len(steps) else 0.0, log.sps[-1, 1] if len(log.sps) else 0.0)
     _, n_labels = log.labels()
     hit = log.first_time_at(level, window) if level is not None and len(values) else None
-    means = smooth(values, window)[window - 1:]
     return RunRow(kind, path, seed, float(last_step),
                   float(n_labels[-1]) if len(n_labels) else None, log.wall_clock_s() / 3600,
                   _machines(path), _lines(path / COMMAND_FILE),
                   None if hit is None else (hit[0], log.labels_at(hit[0])),
                   best_window(steps, values, window),
-                  float(means[-1]) if len(means) else None)
+                  float(values[-window:].mean()) if len(values) >= window else None)
 
 
 def _lines(path: Path) -> int:

@@ -25,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.runlog import RunLog, smooth  # noqa: E402
+from experiments.runlog import RunLog, best_window  # noqa: E402
 
 # (heading, tag, process, how a window is reduced, format)
 COLUMNS = [
@@ -80,10 +80,9 @@ def levels_reached(log: RunLog, levels: list[float], window: int) -> str:
     steps, values = log.returns()
     if len(values) < window:
         return f"fewer than {window} episodes so far"
-    means = smooth(values, window)[window - 1:]
-    at = steps[window - 1:] / 1e6
-    lines = [f"mean of {window} episodes: best {means.max():+.1f} at {at[means.argmax()]:.2f}M "
-             f"steps, last {means[-1]:+.1f} at {at[-1]:.2f}M"]
+    best, best_at = best_window(steps, values, window)
+    lines = [f"mean of {window} episodes: best {best:+.1f} at {best_at / 1e6:.2f}M "
+             f"steps, last {values[-window:].mean():+.1f} at {steps[-1] / 1e6:.2f}M"]
     for level in levels:
         hit = log.first_time_at(level, window)
         if hit is None:

@@ -1,11 +1,11 @@
 """The processes' configurations, built from a checked run (launch/rundir.py's Run)."""
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING, Any
 
 from launch.rundir import PREDICTOR_FILE
+from runtime.machine import usable_cores
 
 if TYPE_CHECKING:
     from launch.rundir import Run
@@ -52,14 +52,6 @@ def trainer_config(run: Run, load_from: str | None, save: bool = True):
         threads_while_agent_idle=min(s.reward_predictor_threads + s.torch_threads, usable_cores()),
         # MovingDot's small net reads sub-pixel dot positions: bf16's 8-bit mantissa blurs them.
         precision=s.precision if run.env_kind == "atari" else "fp32")
-
-
-def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity; all of them where that is unknown)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def trainer_environ(config) -> dict[str, str]:

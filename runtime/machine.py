@@ -10,6 +10,14 @@ from pathlib import Path
 FLAGS_NAMED = ("amx_bf16", "avx512_bf16", "avx2")
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity; all of them where that is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def processor(cpuinfo: str | None = None) -> str:
     """E.g. "AMD EPYC, 2 cores, avx512_bf16": the CPU's model name, the cores this process may
     use, and the fastest of FLAGS_NAMED it has (from /proc/cpuinfo, or the text given)."""
@@ -25,6 +33,6 @@ def processor(cpuinfo: str | None = None) -> str:
             model = value.strip()
         elif key.strip() == "flags" and not flags:
             flags = set(value.split())
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = usable_cores()
     best = next((f for f in FLAGS_NAMED if f in flags), None)
     return f"{model}, {cores} cores" + (f", {best}" if best else "")

@@ -5,28 +5,39 @@ from experiments import reproduction
 from runtime.scalars import ScalarWriter
 
 
-def fake_run(d, seed, returns, starts, labels=None, machines=("AMD EPYC, 2 cores, avx2",)):
+def fake_run(d, seed, returns, starts, monkeypatch, labels=None,
+             machines=("AMD EPYC, 2 cores, avx2",)):
+    import runtime.scalars
+
+    clock = [0.0]
+    monkeypatch.setattr(runtime.scalars.time, "time", lambda: clock[0])
     (d / "tb").mkdir(parents=True)
     (d / "settings.json").write_text(json.dumps({"seed": seed}))
     (d / "command.txt").write_text("python run.py ...\n" * starts)
     (d / "machines.txt").write_text("".join(f"2026-11-25T19:00:00Z\t{m}\tpolicy on cpu, "
                                             "predictor on cpu\n" for m in machines))
+    # An episode every 100k agent steps; the labels process logs its count beside each one
+    # (its points are put on the step axis through their wall-clock times).
     a2c = ScalarWriter(str(d / "tb"))
+    writer = ScalarWriter(str(d / "tb" / "labels")) if labels is not None else None
     for k, ret in enumerate(returns):
-        a2c.add_scalar("charts/episodic_return", ret, 1000 * (k + 1))
-        a2c.add_scalar("charts/SPS", 100.0, 1000 * (k + 1))
+        clock[0] = 10.0 * (k + 1)  # an episode every 10 s
+        a2c.add_scalar("charts/episodic_return", ret, 100_000 * (k + 1))
+        a2c.add_scalar("charts/SPS", 100.0, 100_000 * (k + 1))
+        a2c.flush()
+        if writer is not None:
+            writer.add_scalar("labels/total", labels * (k + 1), k)
+            writer.flush()
     a2c.close()
-    if labels is not None:
-        writer = ScalarWriter(str(d / "tb" / "labels"))
-        writer.add_scalar("labels/total", labels, 1)
+    if writer is not None:
         writer.close()
 
 
-def test_a_row_per_run_and_one_figure_of_every_seed(tmp_path, capsys):
-    fake_run(tmp_path / "p1", 1, [-21, -20, 19, 20, 17, 15], starts=3,
+def test_a_row_per_run_and_one_figure_of_every_seed(tmp_path, capsys, monkeypatch):
+    fake_run(tmp_path / "p1", 1, [-21, -20, 19, 20, 17, 15], starts=3, monkeypatch=monkeypatch, labels=100,
              machines=("AMD EPYC, 2 cores, avx2", "AMD EPYC, 2 cores, avx2",
                        "Intel Xeon, 2 cores, amx_bf16"))
-    fake_run(tmp_path / "t0", 0, [-21, -21, -20], starts=1)
+    fake_run(tmp_path / "t0", 0, [-21, -21, -20], starts=1, monkeypatch=monkeypatch)
     out = tmp_path / "pong.png"
     assert reproduction.main(["Pong", "--prefs", str(tmp_path / "p1"), "--true",
                               str(tmp_path / "t0"), "--level", "19", "--window", "2",
@@ -34,11 +45,12 @@ def test_a_row_per_run_and_one_figure_of_every_seed(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("| run | seed |") and "first ≥ 19" in lines[0]
     prefs, true = ([c.strip() for c in line.strip("|").split("|")] for line in lines[2:4])
-    assert prefs[:3] == ["from preferences", "1", "0.01M"]
+    assert prefs[:4] == ["from preferences", "1", "0.60M", "600"]
     assert prefs[5] == "AMD EPYC, 2 cores, avx2; Intel Xeon, 2 cores, amx_bf16" and prefs[6] == "2"
-    assert prefs[7].startswith("0.00M") and prefs[8] == "+19.5 at 0.00M" and prefs[9] == "+16.0"
-    assert true[:2] == ["true reward", "0"] and true[6] == "0" and true[7] == "not yet"
-    assert true[9] == "-20.5" and out.stat().st_size > 0
+    # the mean of 2 first reaches 19 with the episodes at 0.3M and 0.4M, best there too
+    assert prefs[7] == "0.40M, 400 labels" and prefs[8] == "+19.5 at 0.40M" and prefs[9] == "+16.0"
+    assert true[:4] == ["true reward", "0", "0.30M", "-"] and true[6] == "0"
+    assert true[7] == "not yet" and true[9] == "-20.5" and out.stat().st_size > 0
 
 
 def test_a_directory_that_is_no_run_is_a_one_line_error(tmp_path, capsys):
