@@ -10,7 +10,7 @@ it is drawn, sent and loaded after the answer.
 
     .venv/bin/python -m benchmarks.bench_web_labeller
     .venv/bin/python -m benchmarks.bench_web_labeller --envs PongNoFrameskip-v4 --screenshot docs/labelling.png
-    .venv/bin/python -m benchmarks.bench_web_labeller --queries pairs sort   # blind pairs, then sorting
+    .venv/bin/python -m benchmarks.bench_web_labeller --queries pairs sort  # pairs, then sorting
 """
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ paper's 0-30 no-op starts and without, and print one table.
     python -m experiments.evaluate ~/runs/pong_prefs_seed1_policies --env PongNoFrameskip-v4 \\
         --all_checkpoints --grid greedy:30 --episodes 10      # score against agent steps
     python -m experiments.evaluate models/pong_prefs_run8.pt --env PongNoFrameskip-v4 --videos 2
-    python -m experiments.evaluate ~/runs/pong_prefs_seed1 --best_and_final --grid greedy:30 sampled:30
+    python -m experiments.evaluate ~/runs/pong_prefs_seed1 --best_and_final --grid greedy:30 \\
+        sampled:30
 
 Each POLICY is a run directory (its newest checkpoint; its env from settings.json), a folder of
 checkpoints (`policy-*.pt`), a checkpoint file or a weights file (`run_checkpoint.py

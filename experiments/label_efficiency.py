@@ -12,8 +12,9 @@ returns differ, how often r̂ orders them as the game does) and the per-clip cor
         --runs_dir ~/runs/label_efficiency
 
 Runs that exist are reused (the gathered stores, the pretrained predictors and their scores in
-`results.json`), so the command continues after a stop. Prints one table, writes `results.json` in `--runs_dir` and, with
-`--plot`, a figure of both measures against the labels, one line per mode.
+`results.json`), so the command continues after a stop. Prints one table, writes `results.json`
+in `--runs_dir` and, with `--plot`, a figure of both measures against the labels, one line per
+mode.
 """
 from __future__ import annotations
 
@@ -69,13 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probe_envs", type=int, default=8)
     p.add_argument("--runs_dir", type=Path, default=ROOT / "runs" / "label_efficiency")
     p.add_argument("--extra", default="", help="more run.py flags for every run, quoted")
-    p.add_argument("--plot", help="write a figure of the table here (e.g. docs/label_efficiency.png)")
+    p.add_argument("--plot", help="a figure of the table (e.g. docs/label_efficiency.png)")
     a = p.parse_args(argv)
     if min(a.labels) < 2:
         p.error("--labels must be at least 2")
     out = a.runs_dir.expanduser()
     extra = a.extra.split() + (["--n_initial_epochs", str(a.epochs)] if a.epochs else [])
-    done = json.loads((out / "results.json").read_text()) if (out / "results.json").is_file() else []
+    kept_file = out / "results.json"
+    done = json.loads(kept_file.read_text()) if kept_file.is_file() else []
     rows = []
     for queries in a.queries:
         gather = out / f"{queries}-gather"

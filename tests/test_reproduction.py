@@ -34,7 +34,8 @@ def fake_run(d, seed, returns, starts, monkeypatch, labels=None,
 
 
 def test_a_row_per_run_and_one_figure_of_every_seed(tmp_path, capsys, monkeypatch):
-    fake_run(tmp_path / "p1", 1, [-21, -20, 19, 20, 17, 15], starts=3, monkeypatch=monkeypatch, labels=100,
+    fake_run(tmp_path / "p1", 1, [-21, -20, 19, 20, 17, 15], starts=3, monkeypatch=monkeypatch,
+             labels=100,
              machines=("AMD EPYC, 2 cores, avx2", "AMD EPYC, 2 cores, avx2",
                        "Intel Xeon, 2 cores, amx_bf16"))
     fake_run(tmp_path / "t0", 0, [-21, -21, -20], starts=1, monkeypatch=monkeypatch)

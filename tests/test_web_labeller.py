@@ -203,7 +203,8 @@ def test_the_player_names_sorted_clips_by_split_and_sends_each_thumbnail_once():
     player.show_order(sorters)
     first = updates.get_nowait()
     training, validation = first["order"]
-    assert training["classes"] == n([["t0"]]) and training["inserting"] == n(f"t{query[0]}") == n("t1")
+    assert training["classes"] == n([["t0"]])
+    assert training["inserting"] == n(f"t{query[0]}") == n("t1")
     assert training["upcoming"] == n("t2")  # the next clip to place: its thumbnail is sent ahead
     assert validation == {"split": "validation", "classes": n([["v7"]]), "inserting": None,
                           "upcoming": None, "path": [], "interval": None, "reinserting": []}
