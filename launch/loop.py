@@ -75,6 +75,7 @@ def labelling_loop(labelling: Any, stop_event: Any) -> None:
                 return
             pairs = labelling.draw_pairs()
             if not pairs:
+                labelling.idle()
                 time.sleep(IDLE_SLEEP_S)
             for pair in pairs:
                 pref = labelling.label(pair)

@@ -101,6 +101,13 @@ class HumanLabeller(Labeller):
         if show is not None:
             show(sorters)
 
+    def idle(self) -> None:
+        """Between pairs: apply the page's edits and re-insertions now. Keys typed meanwhile
+        answer no pair and are dropped, as the next pair would drop them; piped answers
+        (`keep_typed_ahead`) are left for the pairs they are meant for."""
+        if not self.keep_typed_ahead:
+            self._discard_typed_ahead()
+
     def _make_player(self) -> ClipPlayer:
         if self.player is None:
             self.player = make_player(self._player_spec)

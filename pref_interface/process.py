@@ -248,6 +248,12 @@ class Labelling:
         if self.person:  # a person may have deleted labels meanwhile
             self.n_stored = self.stats.labels_stored.value = len(self.store)
 
+    def idle(self) -> None:
+        """No pair to ask now: a person's edits and re-insertions from the page are taken
+        anyway (and Ctrl-D stops labelling) rather than waiting for the next pair."""
+        if self.person:
+            self.labeller.idle()
+
     def close(self) -> None:
         self.store.close()
         self.telemetry.close()

@@ -268,6 +268,27 @@ def test_a_reinsert_from_the_page_reaches_the_interface_and_leaves_the_pair_up()
     assert asked == [(True, 5)] and len(player.loaded) == 1
 
 
+def test_between_pairs_the_pages_requests_are_taken_and_stray_keys_dropped():
+    from pref_interface.keys import EOF
+    from pref_interface.labelling import LabellingStopped
+
+    answers: queue.Queue = queue.Queue()
+    for token in ("L", ReinsertClip(False, 3), "R"):
+        answers.put(token)
+    lab = HumanLabeller(answers, PagePlayer(), fps=200.0)
+    asked = []
+    lab.reinsert = lambda split, clip_id: asked.append((split, clip_id)) or "queued"
+    lab.idle()
+    assert asked == [(False, 3)] and answers.empty() and lab.last == "queued"
+    answers.put(EOF)
+    with pytest.raises(LabellingStopped):
+        lab.idle()
+    piped: queue.Queue = queue.Queue()
+    piped.put("L")
+    HumanLabeller(piped, PagePlayer(), keep_typed_ahead=True).idle()
+    assert piped.get_nowait() == "L"  # piped answers wait for their pair
+
+
 def stored_labels(path: str, n: int) -> list[int]:
     left = clip(200)
     with PreferenceStore(path) as store:
