@@ -194,8 +194,7 @@ class Labelling:
 
     def _show_order(self) -> None:
         """A person sees the sorted clips (on the labelling page) after every query and answer."""
-        if self.person:
-            self.labeller.show_order(self.sorters)
+        self.labeller.show_order(self.sorters)
 
     def label(self, pair: tuple) -> Preference | None:
         """The labeller's answer as a label; None for an incomparable pair (§2.2.2: not
@@ -251,8 +250,7 @@ class Labelling:
     def idle(self) -> None:
         """No pair to ask now: a person's edits and re-insertions from the page are taken
         anyway (and Ctrl-D stops labelling) rather than waiting for the next pair."""
-        if self.person:
-            self.labeller.idle()
+        self.labeller.idle()
 
     def close(self) -> None:
         self.store.close()

@@ -40,6 +40,12 @@ class Labeller(Protocol):
     def stored(self, label_id: int) -> None:
         """The last answer is in the store as `label_id` (a person may change labels)."""
 
+    def idle(self) -> None:
+        """No pair to ask now (a person's page may still send edits)."""
+
+    def show_order(self, sorters: dict) -> None:
+        """The sorted clips of each split, after a sorting query or answer (`--queries sort`)."""
+
     def close(self) -> None:
         """Labelling is over."""
 
