@@ -53,9 +53,8 @@ class HumanLabeller(Labeller):
         keep_typed_ahead: let keys typed before a pair appeared answer it (piped answers);
             False drops them, so a double key press never labels a pair nobody has seen.
         labels: the stored labels, for the page's edits (`LabelEdit`, `ReopenLabel` tokens).
-
-    With `--queries sort` the interface sets `reinsert(is_validation, clip_id) -> message`, which
-    the page's `ReinsertClip` tokens call, and `show_order(sorters)` reaches the page.
+        reinsert: with `--queries sort`, `reinsert(is_validation, clip_id) -> message`, which
+            the page's `ReinsertClip` tokens call; `show_order(sorters)` reaches the page.
     """
 
     source = "human"
@@ -64,7 +63,8 @@ class HumanLabeller(Labeller):
                  stop_event: Any | None = None, stats: InterfaceStats | None = None,
                  val_accuracy: Any | None = None, target: int | None = None,
                  has_trainer: bool = False, keep_typed_ahead: bool = False,
-                 fps: float = FPS, labels: LabelEditor | None = None) -> None:
+                 fps: float = FPS, labels: LabelEditor | None = None,
+                 reinsert: Callable[[bool, int], str] | None = None) -> None:
         self.answers = answers
         self._player_spec = player
         self.player: ClipPlayer | None = None if isinstance(player, str) else player
@@ -72,7 +72,7 @@ class HumanLabeller(Labeller):
         self.target, self.has_trainer, self.fps = target, has_trainer, fps
         self.keep_typed_ahead = keep_typed_ahead
         self.labels = labels
-        self.reinsert: Callable[[bool, int], str] | None = None
+        self.reinsert = reinsert
         self._upcoming: tuple[Clip, Clip] | None = None
         self.n_pairs = 0
         self.last = ""

@@ -37,12 +37,12 @@ FIRST_PAIR_HOLD_S = 3.0
 def make_labeller(config: InterfaceConfig, answers: Any | None = None, stop_event: Any | None = None,
                   stats: InterfaceStats | None = None, val_accuracy: Any | None = None,
                   n_stored: int = 0, labels: LabelEditor | None = None,
-                  has_trainer: bool = True) -> Labeller:
+                  has_trainer: bool = True, reinsert: Any | None = None) -> Labeller:
     """The labeller the config asks for. A person (`synthetic=False`) needs `answers`, the queue
     of key tokens from the process that owns the terminal; `stop_event`, `stats`, `val_accuracy`
     (the trainer's, or None), `n_stored` (labels already in the store) and `has_trainer` (a
     trainer takes the labels) feed the prompt; `labels` lets the person change stored labels
-    (the labelling page)."""
+    and `reinsert` place a sorted clip again (the labelling page)."""
     if config.synthetic:
         return make_teacher(config.teacher, rng=np.random.default_rng(
             np.random.SeedSequence(config.seed).spawn(3)[2]),
@@ -59,7 +59,8 @@ def make_labeller(config: InterfaceConfig, answers: Any | None = None, stop_even
         player = WebPlayer(config.page_updates)
     return HumanLabeller(answers, player, stop_event, stats, val_accuracy, target,
                          has_trainer=has_trainer,
-                         keep_typed_ahead=config.keep_typed_ahead, labels=labels)
+                         keep_typed_ahead=config.keep_typed_ahead, labels=labels,
+                         reinsert=reinsert)
 
 
 class Labelling:
@@ -106,10 +107,9 @@ class Labelling:
         self.n_stored = stats.labels_stored.value = len(self.store)
         self.labeller = labeller if labeller is not None else make_labeller(
             config, answers, stop_event, stats, val_accuracy, self.n_stored,
-            LabelEditor(self.store, pref_queue), has_trainer=self.has_trainer)
+            LabelEditor(self.store, pref_queue), has_trainer=self.has_trainer,
+            reinsert=self.reinsert if self.sorters is not None else None)
         self.person = self.labeller.source == "human"
-        if self.person and self.sorters is not None:
-            self.labeller.reinsert = self.reinsert
         self.telemetry = Telemetry(log_dir, every_s=LOG_EVERY_S)
         self.n_at_dump = self.n_stored
         predictor = make_predictor() if make_predictor and config.selection != "random" else None
