@@ -8,13 +8,14 @@ from preferences and from the true reward on the same axes, and a table row per 
 A row gives the run's seed, agent steps, labels, hours of training (stops not counted), the
 processors it ran on and how often it was resumed (`machines.txt` and `command.txt` of the run
 directory), when the mean of `--window` episodes first reached `--level`, its best mean of
-`--window` episodes and its final one. The policies themselves are scored by
+`--window` episodes and its final one. A run is given by its directory or by the record of it
+kept in the repository (`docs/run_records/NAME.json`, written by `--save_records
+docs/run_records`: see `experiments.runrecord`). The policies themselves are scored by
 `experiments.evaluate` (greedy and sampled play of the best and the final checkpoints).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.runlog import RunLog, best_window, smooth  # noqa: E402
-from launch.rundir import COMMAND_FILE, MACHINES_FILE  # noqa: E402
+from experiments.runlog import best_window, smooth  # noqa: E402
+from experiments.runrecord import RunRecord  # noqa: E402
 
 KINDS = {"prefs": ("from preferences", "tab:blue"), "true": ("true reward", "tab:orange")}
 LINESTYLES = ("-", "--", ":", "-.")
@@ -33,7 +34,7 @@ LINESTYLES = ("-", "--", ":", "-.")
 @dataclass
 class RunRow:
     kind: str  # "prefs" or "true"
-    path: Path
+    record: RunRecord
     seed: int | None
     steps: float
     labels: float | None
@@ -65,35 +66,16 @@ def table_head(window: int, level: float | None) -> str:
 
 
 def read_run(kind: str, path: Path, level: float | None, window: int) -> RunRow:
-    """A run directory's row; ValueError with a one-line reason if it is no run directory."""
-    if not (path / "settings.json").is_file():
-        raise ValueError(f"{path} is not a run directory (no settings.json)")
-    seed = json.loads((path / "settings.json").read_text()).get("seed")
-    log = RunLog(path)
-    steps, values = log.returns()
-    last_step = max(steps[-1] if len(steps) else 0.0, log.sps[-1, 1] if len(log.sps) else 0.0)
-    _, n_labels = log.labels()
-    hit = log.first_time_at(level, window) if level is not None and len(values) else None
-    return RunRow(kind, path, seed, float(last_step),
-                  float(n_labels[-1]) if len(n_labels) else None, log.wall_clock_s() / 3600,
-                  _machines(path), _lines(path / COMMAND_FILE),
-                  None if hit is None else (hit[0], log.labels_at(hit[0])),
+    """The row of a run directory or of a saved record; ValueError with a one-line reason if
+    `path` is neither."""
+    rec = RunRecord.read(path)
+    steps, values = rec.episode_steps, rec.episode_returns
+    hit = rec.first_at(level, window) if level is not None else None
+    return RunRow(kind, rec, rec.seed, rec.agent_steps, rec.labels, rec.training_s / 3600,
+                  rec.processors, len(rec.commands),
+                  None if hit is None else (hit[0], rec.labels_at(hit[0])),
                   best_window(steps, values, window),
                   float(values[-window:].mean()) if len(values) >= window else None)
-
-
-def _lines(path: Path) -> int:
-    return len(path.read_text().splitlines()) if path.is_file() else 0
-
-
-def _machines(path: Path) -> list[str]:
-    seen: list[str] = []
-    if (path / MACHINES_FILE).is_file():
-        for line in (path / MACHINES_FILE).read_text().splitlines():
-            fields = line.split("\t")
-            if len(fields) >= 2 and fields[1] not in seen:
-                seen.append(fields[1])
-    return seen
 
 
 def plot(rows: list[RunRow], game: str, out: str, window: int, level: float | None) -> None:
@@ -105,8 +87,8 @@ def plot(rows: list[RunRow], game: str, out: str, window: int, level: float | No
     fig, ax = plt.subplots(figsize=(7, 4))
     for kind in KINDS:
         for k, row in enumerate(r for r in rows if r.kind == kind):
-            steps, values = RunLog(row.path).returns()
-            ax.plot(steps, smooth(values, window), color=KINDS[kind][1],
+            rec = row.record
+            ax.plot(rec.episode_steps, smooth(rec.episode_returns, window), color=KINDS[kind][1],
                     ls=LINESTYLES[k % len(LINESTYLES)], lw=1.3,
                     label=f"{KINDS[kind][0]}, seed {row.seed}")
     if level is not None:
@@ -123,20 +105,31 @@ def plot(rows: list[RunRow], game: str, out: str, window: int, level: float | No
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("game", help="the figure's title, e.g. Pong")
-    p.add_argument("--prefs", nargs="*", type=Path, default=[], help="runs from preferences")
-    p.add_argument("--true", nargs="*", type=Path, default=[], help="runs on the true reward")
+    p.add_argument("--prefs", nargs="*", type=Path, default=[],
+                   help="runs from preferences (run directories or records)")
+    p.add_argument("--true", nargs="*", type=Path, default=[],
+                   help="runs on the true reward (run directories or records)")
     p.add_argument("--level", type=float, default=None, help="the milestone's level, if any")
     p.add_argument("--window", type=int, default=10, help="episodes averaged (default 10)")
     p.add_argument("--out", default=None, help="the figure (default: no figure)")
+    p.add_argument("--save_records", type=Path, default=None, metavar="DIR",
+                   help="write each run directory's record to DIR/NAME.json (for the repository: "
+                        "the table and the figure can be made again from the records alone)")
     a = p.parse_args(argv)
     if not a.prefs and not a.true:
         p.error("give run directories with --prefs and/or --true")
+    runs = [(kind, path.expanduser()) for kind, paths in (("prefs", a.prefs), ("true", a.true))
+            for path in paths]
     try:
-        rows = [read_run(kind, path.expanduser(), a.level, a.window)
-                for kind, paths in (("prefs", a.prefs), ("true", a.true)) for path in paths]
+        rows = [read_run(kind, path, a.level, a.window) for kind, path in runs]
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if a.save_records:
+        for (_, path), row in zip(runs, rows):
+            if path.is_dir():
+                row.record.save(out := a.save_records / f"{row.record.name}.json")
+                print(f"wrote {out}")
     print(table_head(a.window, a.level))
     for row in rows:
         print(row.markdown())

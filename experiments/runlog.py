@@ -118,16 +118,24 @@ class RunLog:
         """Seconds of policy training from the first to the last A2C point (stops excluded)."""
         return float(self._active_s(self.sps[-1:, 0])[0]) if len(self.sps) > 1 else 0.0
 
+    def episode_training_s(self) -> np.ndarray:
+        """Seconds of policy training (stops not counted) at the end of each of `returns`."""
+        return self._active_s(self._scalars(self.tb, "charts/episodic_return")[:, 0])
+
     def first_time_at(self, level: float, window: int = 64) -> tuple[float, float] | None:
         """(agent steps, seconds since training started) when the mean of the last `window`
         episodes' true returns first reaches `level` (time stopped not counted); None if it never
         does."""
         r = self._scalars(self.tb, "charts/episodic_return")
-        reached = np.flatnonzero(smooth(r[:, 2], window)[window - 1:] >= level)
-        if len(reached) == 0:
-            return None
-        i = reached[0] + window - 1
-        return float(r[i, 1]), float(self._active_s(r[i:i + 1, 0])[0])
+        i = first_reached(r[:, 2], level, window)
+        return None if i is None else (float(r[i, 1]), float(self._active_s(r[i:i + 1, 0])[0]))
+
+
+def first_reached(values: np.ndarray, level: float, window: int) -> int | None:
+    """Index of the episode with which the mean of the last `window` episodes first reaches
+    `level`; None if it never does (nor before `window` episodes)."""
+    reached = np.flatnonzero(smooth(values, window)[window - 1:] >= level)
+    return None if len(reached) == 0 else int(reached[0]) + window - 1
 
 
 def best_window(steps: np.ndarray, values: np.ndarray, window: int

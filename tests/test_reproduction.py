@@ -57,3 +57,28 @@ def test_a_row_per_run_and_one_figure_of_every_seed(tmp_path, capsys, monkeypatc
 def test_a_directory_that_is_no_run_is_a_one_line_error(tmp_path, capsys):
     assert reproduction.main(["Pong", "--prefs", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+def test_a_saved_record_gives_the_same_row_as_its_run_directory(tmp_path, capsys, monkeypatch):
+    """The repository keeps each long run's record (docs/run_records/): a machine that loses ~/runs
+    loses no row of the table and no curve of the figure."""
+    fake_run(tmp_path / "p1", 1, [-21, -20, 19, 20, 17, 15], starts=3, monkeypatch=monkeypatch,
+             labels=100)
+    args = ["Pong", "--level", "19", "--window", "2"]
+    assert reproduction.main(args + ["--prefs", str(tmp_path / "p1"),
+                                     "--save_records", str(tmp_path / "records")]) == 0
+    from_dir = capsys.readouterr().out.splitlines()
+    assert from_dir[0] == f"wrote {tmp_path / 'records' / 'p1.json'}"
+    assert reproduction.main(args + ["--prefs", str(tmp_path / "records" / "p1.json")]) == 0
+    assert capsys.readouterr().out.splitlines() == from_dir[1:]
+    # the labels are kept only where they change, and the hours of training with the record
+    rec = reproduction.RunRecord.load(tmp_path / "records" / "p1.json")
+    assert list(rec.label_totals) == [100, 200, 300, 400, 500, 600]
+    assert rec.training_s == 50.0 and list(rec.episode_training_s) == [0, 10, 20, 30, 40, 50]
+
+
+def test_a_record_of_another_format_is_a_one_line_error(tmp_path, capsys):
+    (tmp_path / "old.json").write_text('{"format": 0}')
+    assert reproduction.main(["Pong", "--prefs", str(tmp_path / "old.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "format 0" in err and err.count("\n") == 0

@@ -1,0 +1,124 @@
+"""A long run's record in one small file, kept in the repository (`docs/run_records/NAME.json`),
+so that the reproduction's table and figure survive a machine that loses `~/runs`.
+
+A record holds what `experiments.reproduction` reads: the run's seed, its commands and machines,
+every episode's true return with the agent steps and seconds of training at its end, and the
+number of labels against agent steps. It does not hold the policy (see `models/`).
+
+    python -m experiments.reproduction Pong --prefs ~/runs/pong_prefs_seed1 \\
+        --save_records docs/run_records
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from experiments.runlog import RunLog, first_reached
+from launch.rundir import COMMAND_FILE, MACHINES_FILE
+
+FORMAT = 1
+
+
+@dataclass
+class RunRecord:
+    name: str  # the run directory's name
+    seed: int | None
+    env_id: str | None
+    commands: list[str]  # command.txt: the start, then one line per resume
+    machines: list[str]  # machines.txt: "UTC time<TAB>processor<TAB>devices" per start
+    agent_steps: float
+    training_s: float  # seconds of policy training, stops not counted
+    episode_steps: np.ndarray  # agent steps at each episode's end
+    episode_returns: np.ndarray  # its true return
+    episode_training_s: np.ndarray  # seconds of training at its end
+    label_steps: np.ndarray  # agent steps at which the labels in the store were counted
+    label_totals: np.ndarray
+
+    @classmethod
+    def read(cls, path: Path) -> "RunRecord":
+        """From a run directory or a saved record (`.json`); ValueError with a one-line reason if
+        `path` is neither."""
+        if path.suffix == ".json" and path.is_file():
+            return cls.load(path)
+        if not (path / "settings.json").is_file():
+            raise ValueError(f"{path} is neither a run directory (no settings.json) "
+                             "nor a run record (.json)")
+        return cls.from_run_dir(path)
+
+    @classmethod
+    def from_run_dir(cls, path: Path) -> "RunRecord":
+        settings = json.loads((path / "settings.json").read_text())
+        log = RunLog(path)
+        steps, returns = log.returns()
+        label_steps, label_totals = log.labels()
+        last_step = max(steps[-1] if len(steps) else 0.0, log.sps[-1, 1] if len(log.sps) else 0.0)
+        return cls(name=path.name, seed=settings.get("seed"), env_id=settings.get("env_id"),
+                   commands=_lines(path / COMMAND_FILE), machines=_lines(path / MACHINES_FILE),
+                   agent_steps=float(last_step), training_s=log.wall_clock_s(),
+                   episode_steps=steps, episode_returns=returns,
+                   episode_training_s=log.episode_training_s(),
+                   label_steps=label_steps, label_totals=label_totals)
+
+    @classmethod
+    def load(cls, path: Path) -> "RunRecord":
+        d = json.loads(path.read_text())
+        if d.get("format") != FORMAT:
+            raise ValueError(f"{path}: a run record of format {d.get('format')}, "
+                             f"this code reads {FORMAT}")
+        ep, lab = d["episodes"], d["labels"]
+        return cls(name=d["name"], seed=d["seed"], env_id=d["env_id"], commands=d["commands"],
+                   machines=d["machines"], agent_steps=d["agent_steps"],
+                   training_s=d["training_s"],
+                   episode_steps=np.array(ep["steps"], float),
+                   episode_returns=np.array(ep["returns"], float),
+                   episode_training_s=np.array(ep["training_s"], float),
+                   label_steps=np.array(lab["steps"], float),
+                   label_totals=np.array(lab["totals"], float))
+
+    def save(self, path: Path) -> None:
+        """Write the record; the label count is kept only where it changes (a few thousand
+        points for a Pong run, about 100 KB in all)."""
+        changed = np.flatnonzero(np.diff(self.label_totals, prepend=np.nan) != 0)
+        d = {"format": FORMAT, "name": self.name, "seed": self.seed, "env_id": self.env_id,
+             "commands": self.commands, "machines": self.machines,
+             "agent_steps": self.agent_steps, "training_s": round(self.training_s, 1),
+             "episodes": {"steps": [int(s) for s in self.episode_steps],
+                          "returns": [round(float(r), 3) for r in self.episode_returns],
+                          "training_s": [round(float(t)) for t in self.episode_training_s]},
+             "labels": {"steps": [int(s) for s in self.label_steps[changed]],
+                        "totals": [int(n) for n in self.label_totals[changed]]}}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(d, separators=(",", ":")) + "\n")
+
+    @property
+    def processors(self) -> list[str]:
+        """The distinct processors the run was trained on, in order."""
+        seen: list[str] = []
+        for line in self.machines:
+            fields = line.split("\t")
+            if len(fields) >= 2 and fields[1] not in seen:
+                seen.append(fields[1])
+        return seen
+
+    @property
+    def labels(self) -> float | None:
+        return float(self.label_totals[-1]) if len(self.label_totals) else None
+
+    def labels_at(self, steps: float) -> float | None:
+        """Labels in the store when A2C was at `steps` agent steps; None before the first count."""
+        before = self.label_totals[self.label_steps <= steps]
+        return float(before[-1]) if len(before) else None
+
+    def first_at(self, level: float, window: int) -> tuple[float, float] | None:
+        """(agent steps, seconds of training) when the mean of `window` episodes first reached
+        `level`; None if it never did."""
+        i = first_reached(self.episode_returns, level, window)
+        return None if i is None else (float(self.episode_steps[i]),
+                                       float(self.episode_training_s[i]))
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.is_file() else []
