@@ -53,6 +53,8 @@ def parse_args(argv: list[str]) -> Run:
 
 def given_flags(argv: list[str]) -> dict[str, Any]:
     """The flags (and positionals) given on the command line, without the parser's defaults."""
+    if "-h" in argv or "--help" in argv:
+        build_parser().parse_args(["--help"])  # the help with every default; exits
     return vars(build_parser(with_defaults=False).parse_args(argv))
 
 

@@ -208,3 +208,16 @@ def test_the_status_line_shows_a_dash_before_the_first_episode_ends():
     assert a2c_status(stats).endswith("return -") and "nan" not in a2c_status(stats)
     stats.recent_return = value(-20.5)
     assert a2c_status(stats).endswith("return -20.5")
+
+
+def test_help_shows_every_flags_default(capsys):
+    """The parser that reads a command line has no defaults (a flag not given is left to the
+    environment's settings or the saved run), so --help is answered by the one that has them."""
+    from launch.cli import given_flags
+
+    with pytest.raises(SystemExit) as stop:
+        given_flags(["train_policy_with_preferences", "PongNoFrameskip-v4", "-h"])
+    assert stop.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "RMSProp learning rate (default: 0.0007)" in out
+    assert "parallel environments (default: 16)" in out
