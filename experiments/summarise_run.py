@@ -10,8 +10,10 @@ Each row gives the means over the window of what tells a preference run's health
 the true episode return and length, the policy's entropy, the spread of the reward A2C trains on
 (`--reward_std` is its target), A2C's speed and the share of time it waited for the predictor
 (over the window's time, long waits included), labels in the store and the predictor's
-validation accuracy at the window's end, and the mean of the members' L2 weights (adaptive L2,
-App. A). A column whose curve the run did not log shows "-".
+validation accuracy at the window's end, how well the reward A2C was given ordered the policy's
+own episodes (`rhat_corr`: the correlation of each episode's summed r̂ with its true return), and
+the mean of the members' L2 weights (adaptive L2, App. A). A column whose curve the run did not
+log shows "-".
 """
 from __future__ import annotations
 
@@ -40,12 +42,22 @@ COLUMNS = [
     ("val_acc", "reward_predictor/val_accuracy", "reward_predictor", "last", "{:.0%}"),
 ]
 L2_TAG = "reward_predictor/l2_member{}"
+PREDICTED_TAG = "charts/predicted_return"
+
+
+def correlation(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Pearson's correlation; None with fewer than 3 points or no spread in either."""
+    if len(a) < 3 or a.std() == 0 or b.std() == 0:
+        return None
+    return float(np.corrcoef(a, b)[0, 1])
 
 
 def windows(log: RunLog, every: int) -> list[dict[str, str]]:
     """One dict of formatted cells per window of `every` agent steps that holds any A2C point."""
     curves = {heading: log.timed(tag) if how == "timed" else (*log.curve(tag, process), None)
               for heading, tag, process, how, _ in COLUMNS}
+    true_steps, true_returns = log.returns()
+    _, predicted = log.curve(PREDICTED_TAG)  # logged beside each true return, episode by episode
     l2 = [log.curve(L2_TAG.format(i), "reward_predictor") for i in range(16)]
     l2 = [c for c in l2 if len(c[0])]
     sps_steps = curves["steps/s"][0]
@@ -67,6 +79,10 @@ def windows(log: RunLog, every: int) -> list[dict[str, str]]:
                 row[heading] = fmt.format(np.average(inside, weights=weights[window]))
             else:
                 row[heading] = fmt.format(np.nanmean(inside) if how != "last" else inside[-1])
+        in_window = (true_steps >= start) & (true_steps < end)
+        corr = (correlation(predicted[in_window], true_returns[in_window])
+                if len(predicted) == len(true_returns) else None)
+        row["rhat_corr"] = "-" if corr is None else f"{corr:+.2f}"
         last_l2 = [v[(s >= start) & (s < end)][-1:] for s, v in l2]
         last_l2 = [float(v[0]) for v in last_l2 if len(v)]
         row["log10_l2"] = f"{math.log10(np.mean(last_l2)):.1f}" if last_l2 else "-"

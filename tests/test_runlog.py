@@ -107,3 +107,21 @@ def test_steps_per_second_and_waiting_count_each_point_for_the_time_it_stands_fo
     cells = dict(zip(head, row))
     # 990 steps in 18 s (the first point has no time before it), 8.1 of them waiting
     assert (cells["steps/s"], cells["waiting"]) == ("55", "45%")
+
+
+def test_summarise_run_says_how_well_rhat_ordered_the_policys_own_episodes(tmp_path, capsys):
+    from experiments import summarise_run
+
+    a2c = ScalarWriter(str(tmp_path / "tb"))
+    # window 1: r̂ rises with the true return; window 2: it falls as the true return rises
+    for step, true, predicted in ((100, -21, -3.0), (200, -15, -1.0), (300, -10, 2.0),
+                                  (1100, -5, 2.0), (1200, 0, 1.0), (1300, 5, -1.0)):
+        a2c.add_scalar("charts/episodic_return", true, step)
+        a2c.add_scalar("charts/predicted_return", predicted, step)
+    for step in range(0, 1600, 100):
+        a2c.add_scalar("charts/SPS", 100.0, step)
+    a2c.close()
+    assert summarise_run.main([str(tmp_path), "--every", "1000"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    first, second = (dict(zip(lines[0].split(), line.split())) for line in lines[1:])
+    assert float(first["rhat_corr"]) > 0.9 and float(second["rhat_corr"]) < -0.9
