@@ -135,7 +135,8 @@ def leg(name: str, seconds: int, out_dir: Path, extra: list[str], root: Path = R
         os.killpg(proc.pid, signal.SIGTERM)  # the run saves everything and stops
         proc.wait()
     print(f"leg: {time.time() - started:.0f} s, exit status {proc.returncode}", flush=True)
-    return _send_back(run_dir, before, out_dir)
+    sent = _send_back(run_dir, before, out_dir)  # whatever the run did, what it saved comes back
+    return sent or (0 if proc.returncode in (0, 128 + signal.SIGTERM) else proc.returncode)
 
 
 def _send_back(run_dir: Path, before: set[str], out_dir: Path) -> int:
