@@ -3,7 +3,7 @@ that labelling stopped, and a person's edits of stored labels."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from pref_interface.clip import LabelEdit, Preference
 from pref_interface.store import PreferenceStore
@@ -45,10 +45,12 @@ class LabellingStopped(Exception):
 
 class LabelEditor:
     """A person's changes to stored labels: each goes to the store first, then to the trainer
-    (when one takes labels), which holds a copy."""
+    (when one takes labels), which holds a copy; `after_edit` then gets the label as it was
+    (sorting places its clip again)."""
 
-    def __init__(self, store: PreferenceStore, pref_queue: Any | None) -> None:
-        self.store, self.pref_queue = store, pref_queue
+    def __init__(self, store: PreferenceStore, pref_queue: Any | None,
+                 after_edit: Callable[[Preference], None] | None = None) -> None:
+        self.store, self.pref_queue, self.after_edit = store, pref_queue, after_edit
 
     def recent(self, n: int) -> list[tuple[int, float]]:
         """(id, mu) of the newest `n` labels, newest first."""
@@ -63,6 +65,7 @@ class LabelEditor:
     def edit(self, edit: LabelEdit) -> bool:
         """Change or delete a stored label; False when there is no such label."""
         try:
+            before = self.store.get(edit.label_id) if self.after_edit is not None else None
             if edit.mu is None:
                 self.store.delete(edit.label_id)
             else:
@@ -71,4 +74,6 @@ class LabelEditor:
             return False
         if self.pref_queue is not None:
             self.pref_queue.put(edit)
+        if before is not None:
+            self.after_edit(before)
         return True

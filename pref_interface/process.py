@@ -105,9 +105,13 @@ class Labelling:
         if self.sorters is not None:
             self._send_order()  # a resumed trainer starts from the rebuilt order
         self.n_stored = stats.labels_stored.value = len(self.store)
+        # A person's changes to stored labels; with sorting, a changed comparison's clip is
+        # placed again, so that the order agrees with the labels (and with their replay).
+        self.editor = LabelEditor(self.store, pref_queue, after_edit=self._label_edited
+                                  if self.sorters is not None else None)
         self.labeller = labeller if labeller is not None else make_labeller(
-            config, answers, stop_event, stats, val_accuracy, self.n_stored,
-            LabelEditor(self.store, pref_queue), has_trainer=self.has_trainer,
+            config, answers, stop_event, stats, val_accuracy, self.n_stored, self.editor,
+            has_trainer=self.has_trainer,
             reinsert=self.reinsert if self.sorters is not None else None)
         self.person = self.labeller.source == "human"
         self.telemetry = Telemetry(log_dir, every_s=LOG_EVERY_S)
@@ -191,6 +195,13 @@ class Labelling:
             return f"clip {clip_id} is not sorted now"
         self._show_order()
         return f"clip {clip_id} is placed again next"
+
+    def _label_edited(self, before: Preference) -> None:
+        """A sorting comparison was changed or deleted: the clip it placed (its left), if sorted
+        now, is placed again by fresh comparisons (a clip still being placed keeps its path)."""
+        clip_id = self.sorters[before.is_validation].sorted_id(before.left.key)
+        if clip_id is not None:
+            self.reinsert(before.is_validation, clip_id)
 
     def _show_order(self) -> None:
         """A person sees the sorted clips (on the labelling page) after every query and answer."""

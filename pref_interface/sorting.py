@@ -157,6 +157,10 @@ class ClipSorter:
             below = np.concatenate([below, ids])
         return np.concatenate(parts) if parts else np.empty((0, 2), np.int64)
 
+    def sorted_id(self, key: bytes) -> int | None:
+        """The id of the sorted clip with this content key; None if none is sorted now."""
+        return next((i for i, c in self._clips.items() if c.key == key), None)
+
     def clip(self, clip_id: int) -> Clip:
         """A sorted clip, the clip being inserted or a waiting one; KeyError for any other id."""
         ins = self._insertion
@@ -263,24 +267,30 @@ class ClipSorter:
                                  f"after {self._last_label_id}")
             self._last_label_id = pref.label_id
         ins = self._insertion
-        if ins is None or ins.clip.key != pref.left.key:
-            # A new insertion: the one before ended with an incomparable answer (never stored)
-            # or was cut short; either way it is not in the order, as in the live sorter.
+        if ins is None or ins.clip.key != pref.left.key or not self._replay_expects(pref):
+            # A new insertion. The one before ended with an incomparable answer (never stored)
+            # or was cut short (by a stop, or a person's change to one of its comparisons, after
+            # which the live sorter placed the clip again); either way it is not in the order,
+            # as in the live sorter.
             self._drop_insertion()
             if not self._classes:  # the live sorter's first clip, placed without a comparison
                 self._place(next(self._replay_ids), pref.right, 0, join=False)
-            again = next((i for i, c in self._clips.items() if c.key == pref.left.key), None)
+            again = self.sorted_id(pref.left.key)
             if again is not None and self._can_reinsert(again):  # a sorted clip placed again
                 self._insertion = self._start_reinsertion(again, next(self._replay_ids))
             else:
                 self._insertion = _Insertion(next(self._replay_ids), pref.left, 0,
                                              len(self._classes))
-        _, _, _, rep = self.next_query()  # type: ignore[misc]
-        if rep.key != pref.right.key or float(pref.mu) not in ANSWERS:
+        if not self._replay_expects(pref):
             self._drop_insertion()
             self.n_skipped += 1
             return
         self.answer(pref.mu)
+
+    def _replay_expects(self, pref: Preference) -> bool:
+        """Whether a stored label answers the query the insertion under way asks now."""
+        _, _, _, rep = self.next_query()  # type: ignore[misc]
+        return rep.key == pref.right.key and float(pref.mu) in ANSWERS
 
     def _drop_insertion(self) -> None:
         """End the insertion under way without placing its clip: a new clip is dropped, a

@@ -418,6 +418,41 @@ def test_sorting_keeps_the_splits_apart_and_near_the_validation_share(tmp_path):
     labelling.close()
 
 
+@pytest.mark.parametrize("change", ["first flipped", "last flipped", "last deleted"])
+def test_a_changed_comparison_places_its_clip_again_and_the_replay_agrees(tmp_path, change):
+    """A person changes or deletes one of the comparisons that placed a clip: the clip is placed
+    again by fresh comparisons, so the live order and the one a resume rebuilds agree."""
+    from pref_interface.clip import LabelEdit
+
+    store = tmp_path / "prefs.sqlite"
+    labelling, clips = _labelling(store, val_fraction=0.0)
+    returns = np.random.default_rng(3).permutation(10).astype(float)
+    for i, r in enumerate(returns[:9]):
+        clips.put(make_clip(i, r))
+    while len(labelling.sorters[False]) < 9:
+        _step(labelling)
+    last = labelling.store.latest(1)[0]  # the answer that placed the last clip
+    path = [p for p in labelling.store.latest(len(labelling.store)) if p.left.key == last.left.key]
+    assert len(path) >= 2
+    label = path[0] if change.startswith("first") else last
+    sorter = labelling.sorters[False]
+    clip_id = sorter.sorted_id(label.left.key)
+    assert clip_id is not None and label.mu in (0.0, 1.0)
+    assert labelling.editor.edit(LabelEdit(label.label_id, None if change.endswith("deleted")
+                                           else 1.0 - label.mu))
+    assert sorter.view()["reinserting"] == [clip_id]
+    clips.put(make_clip(9, returns[9]))
+    while sorter.view()["reinserting"] or len(sorter) < 10 or sorter.inserting is not None:
+        _step(labelling)
+    assert sorter.n_reinserted == 1
+    assert [sorter.clip(c[0]).true_return for c in sorter.classes()] == sorted(returns)
+    order = _order(labelling)
+    labelling.close()
+    resumed, _ = _labelling(store, val_fraction=0.0)
+    assert _order(resumed) == order
+    resumed.close()
+
+
 # ---- what the order gives the trainer (--implied_pairs) ----------------------------------------
 
 def _trainer(implied: bool, batch_size: int = 4):
