@@ -42,7 +42,10 @@ PACK_DIR, WHEEL_DIR = ".gpu", ".whl"  # in the checkout, ignored by git, carried
 PART_BYTES = 16 * 2**20  # the device's limits on the files it returns: 16 MiB each,
 BACK_BYTES = 60 * 2**20  # 64 MiB in all (4 MiB kept spare)
 CARRY_BYTES = 64 * 2**20  # ... and on the working tree it takes
-DEVICE_FLAGS = ["--device", "cuda", "--reward_predictor_device", "cuda", "--env_threads", "8",
+# The README's GPU flags, and threads for the machine's 16 cores: A2C's (its rewards come from a
+# CPU copy of the predictor), the envs' and the trainer's.
+DEVICE_FLAGS = ["--device", "cuda", "--reward_predictor_device", "cuda",
+                "--reward_predictor_duty", "1", "--torch_threads", "4", "--env_threads", "8",
                 "--reward_predictor_threads", "4"]
 
 

@@ -13,8 +13,8 @@ from experiments import gpu_leg
 from pref_interface.store import PreferenceStore
 
 ROOT = Path(__file__).resolve().parent.parent
-CPU = ["--device", "cpu", "--reward_predictor_device", "cpu", "--env_threads", "1",
-       "--reward_predictor_threads", "1"]
+CPU = ["--device", "cpu", "--reward_predictor_device", "cpu", "--torch_threads", "1",
+       "--env_threads", "1", "--reward_predictor_threads", "1"]  # in place of the GPU's
 
 
 def labels(run_dir: Path) -> int:
