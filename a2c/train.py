@@ -66,7 +66,7 @@ class A2CAgent:
         self.collector = RolloutCollector(
             self.env, self.policy, c.n_steps, self.reward_fn,
             make_observers(c.n_envs) if make_observers else [], seed=config.seed,
-            bf16=use_bf16(config.precision))
+            bf16=use_bf16(config.precision, config.device))
         self.telemetry = Telemetry(log_dir, self.timesteps if config.load_ckpt_dir else None)
         self.recent_returns: collections.deque = collections.deque(maxlen=100)
         self.waited = 0.0  # seconds held back by the pace since the last dump

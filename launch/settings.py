@@ -50,7 +50,8 @@ class Settings:
     env_threads: int = setting(A2CRunConfig.env_threads, "run", "ale-py env threads")
     precision: str = setting(
         A2CRunConfig.precision, "run", "arithmetic of the policy and reward nets; auto: bfloat16 "
-        "autocast where the CPU has native bf16 (AVX512-BF16), else fp32",
+        "autocast where the device has native bf16 (a CPU with AVX512-BF16, a GPU from Ampere "
+        "on), else fp32",
         choices=("auto", "fp32", "bf16"))
     device: str = setting(
         A2CRunConfig.device, "run", "where the policy acts and learns: cpu, cuda, cuda:N, or auto "

@@ -1,17 +1,21 @@
-"""`--precision`: fp32, bf16 autocast, or auto (bf16 where the CPU does it natively). Resolved
+"""`--precision`: fp32, bf16 autocast, or auto (bf16 where the device does it natively). Resolved
 in the process that computes, so the supervising process never imports torch."""
 from __future__ import annotations
 
 
-def bf16_is_fast() -> bool:
-    """True where the CPU has native bfloat16 arithmetic (AVX512-BF16), so autocast pays off."""
+def bf16_is_fast(device: str = "cpu") -> bool:
+    """True where the device has native bfloat16 arithmetic, so autocast pays off: a CPU with
+    AVX512-BF16, a GPU that supports bf16 (Ampere and later)."""
     import torch
 
+    if torch.device(device).type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
     return bool(torch.cpu._is_avx512_bf16_supported())
 
 
-def use_bf16(precision: str) -> bool:
-    """Whether to run with bfloat16 autocast under `precision` ("fp32", "bf16" or "auto")."""
+def use_bf16(precision: str, device: str = "cpu") -> bool:
+    """Whether to run with bfloat16 autocast under `precision` ("fp32", "bf16" or "auto") on
+    `device`."""
     if precision not in ("fp32", "bf16", "auto"):
         raise ValueError(f"precision must be fp32, bf16 or auto, got {precision!r}")
-    return precision == "bf16" or (precision == "auto" and bf16_is_fast())
+    return precision == "bf16" or (precision == "auto" and bf16_is_fast(device))
