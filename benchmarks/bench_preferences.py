@@ -17,10 +17,16 @@ per-member loop at >= 50% of plain A2C.
 
     .venv/bin/python -m benchmarks.bench_preferences                # Pong, 40k steps each
     .venv/bin/python -m benchmarks.bench_preferences --steps 20000  # a quicker look
+    .venv/bin/python -m benchmarks.bench_preferences --neighbour    # beside a busy process
+
+`--neighbour` runs a CPU-bound process of another session at nice 19 beside every run, as a
+browser, a build or another user's job would be: Linux shares the CPU between sessions before
+it reads `nice`, so it takes about a core whatever its nice value.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -68,8 +74,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="--min_predictor_labels_per_step of the preference runs (App. A: ~0.1)")
     p.add_argument("--skip_s", type=float, default=10.0, help="warm-up seconds not counted")
     p.add_argument("--extra", default="", help="more run.py flags for every run, quoted")
+    p.add_argument("--neighbour", action="store_true",
+                   help="a busy process of another session (nice 19) beside every run")
     a = p.parse_args(argv)
     print(machine_header())
+    # busy while this process lives (it ends itself if this one is killed)
+    neighbour = subprocess.Popen(
+        [sys.executable, "-c", f"import os\nwhile os.getppid() == {os.getpid()}: pass"],
+        start_new_session=True, preexec_fn=lambda: os.nice(19), stdout=subprocess.DEVNULL
+    ) if a.neighbour else None
+    try:
+        return _runs(a)
+    finally:
+        if neighbour is not None:
+            neighbour.kill()
+
+
+def _runs(a: argparse.Namespace) -> int:
     million = f"{a.steps / 1e6:g}"
     extra = a.extra.split()
     rows = []
@@ -94,7 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          steady_mean(scalars(tb / "reward_predictor",
                                              "reward_predictor/steps_per_sec"), a.skip_s)))
     print(f"\n{a.env_id}, {a.steps:,} agent steps per run; predictor steps are 16 pairs x 25 "
-          "frames per member")
+          "frames per member" + ("; a busy process of another session beside each run"
+                                 if a.neighbour else ""))
     print(f"  {'run':32s} {'agent steps/s':>13s} {'of plain':>8s} {'A2C waits':>9s} "
           f"{'predictor steps/s':>17s} {'wall s':>7s}")
     for name, sps, wall, waits, rp in rows:

@@ -21,6 +21,7 @@ from reward_predictor.config import TrainerConfig, TrainerStats
 from reward_predictor.ensemble import RewardPredictorEnsemble
 from reward_predictor.nets import make_reward_net
 from reward_predictor.shared import SharedWeights
+from reward_predictor.threads import ThreadChoice
 from reward_predictor.trainer import RewardPredictorTrainer
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ class PredictorTraining:
         self.steps_at_dump = self.trainer.steps
         self.last_publish_t = time.monotonic()
         self.threads = config.torch_threads
+        self.thread_choice = ThreadChoice(
+            config.torch_threads, config.threads_while_agent_idle or config.torch_threads)
         self.step_seconds = 0.0  # how long the last step took
 
     @property
@@ -83,11 +86,10 @@ class PredictorTraining:
 
     def train_step(self) -> None:
         """One step of every member on a batch of labels; while A2C waits for the predictor,
-        its threads too. Then a rest, so the agent keeps its share of the cores (`duty`)."""
+        its threads too, as long as that makes steps faster (`ThreadChoice`). Then a rest, so
+        the agent keeps its share of the cores (`duty`)."""
         config = self.config
-        wanted = config.torch_threads
-        if self.shared_weights.consumer_waiting and config.threads_while_agent_idle:
-            wanted = config.threads_while_agent_idle
+        wanted = self.thread_choice.threads(self.shared_weights.consumer_waiting)
         if wanted != self.threads:
             torch.set_num_threads(wanted)
             self.threads = wanted
@@ -96,6 +98,7 @@ class PredictorTraining:
         self.shared_weights.labels_trained = (self.trainer.steps - self.start_step) * \
             config.batch_size
         self.step_seconds = time.monotonic() - t_step
+        self.thread_choice.record(wanted, self.step_seconds)
         self.telemetry.record("reward_predictor/train_loss", metrics["loss"])
         if not np.isnan(metrics["accuracy"]):
             self.telemetry.record("reward_predictor/train_accuracy", metrics["accuracy"])
@@ -121,6 +124,8 @@ class PredictorTraining:
         t.record("reward_predictor/steps_per_sec",
                  (step - self.steps_at_dump) / max(t.since_dump(), 1e-9))
         self.steps_at_dump = step
+        # 1 while steps on A2C's idle threads are faster than on the trainer's own (ThreadChoice)
+        t.record("reward_predictor/borrowing_pays", float(self.thread_choice.borrowing_pays))
         _validate(self.trainer, self.stats, self.config.val_max_pairs, t)
         t.dump(step)
 

@@ -1,0 +1,49 @@
+"""How many torch threads the trainer's next step gets.
+
+While A2C waits for the predictor its thread is free, and a step on both cores is about 1.5x
+faster (docs/results.md). But a step on two threads meets at every operation's end, and when a
+process of another session keeps a core busy (a browser showing the labelling page, a build,
+another job: Linux shares the CPU between sessions before it reads `nice`), the thread that
+waits for the descheduled one stalls the step: 1.6 s against 0.14 s beside a busy loop of
+another session (docs/experiments.md). So borrowing is kept only while its steps are faster."""
+from __future__ import annotations
+
+import collections
+
+PROBE_EVERY_STEPS = 100  # while not borrowing, one step in this many borrows again, to see
+SAMPLES = 3  # recent steps per thread count whose median is compared
+
+
+class ThreadChoice:
+    """`threads(agent_waiting)` for the next step, `record(threads, seconds)` after it."""
+
+    def __init__(self, own: int, borrowed: int) -> None:
+        self.own, self.borrowed = own, borrowed
+        self._seconds: dict[int, collections.deque] = {
+            n: collections.deque(maxlen=SAMPLES) for n in (own, borrowed)}
+        self._since_probe = 0
+
+    def threads(self, agent_waiting: bool) -> int:
+        if not agent_waiting or self.borrowed <= self.own:
+            return self.own
+        if self.borrowing_pays:
+            return self.borrowed
+        self._since_probe += 1
+        if self._since_probe >= PROBE_EVERY_STEPS:
+            self._since_probe = 0
+            return self.borrowed
+        return self.own
+
+    def record(self, threads: int, seconds: float) -> None:
+        if threads in self._seconds:
+            self._seconds[threads].append(seconds)
+
+    @property
+    def borrowing_pays(self) -> bool:
+        """Whether steps on the borrowed threads are, lately, no slower than on its own."""
+        return self._median(self.borrowed) <= self._median(self.own)
+
+    def _median(self, threads: int) -> float:
+        """The median of the recent steps on `threads`; 0 before any (so that each is tried)."""
+        times = sorted(self._seconds[threads])
+        return times[len(times) // 2] if times else 0.0

@@ -1,0 +1,31 @@
+"""The trainer borrows A2C's idle threads only while that makes its steps faster."""
+from reward_predictor.threads import PROBE_EVERY_STEPS, ThreadChoice
+
+
+def run(choice: ThreadChoice, seconds: dict[int, float], steps: int, waiting: bool = True
+        ) -> list[int]:
+    """`steps` steps taking seconds[threads] each; the thread counts chosen."""
+    chosen = []
+    for _ in range(steps):
+        n = choice.threads(waiting)
+        choice.record(n, seconds[n])
+        chosen.append(n)
+    return chosen
+
+
+def test_a_busy_agent_keeps_its_thread():
+    assert set(run(ThreadChoice(1, 2), {1: 0.2, 2: 0.1}, 5, waiting=False)) == {1}
+    assert set(run(ThreadChoice(1, 1), {1: 0.2}, 5)) == {1}  # nothing to borrow
+
+
+def test_borrowing_stops_while_a_neighbour_makes_it_slower_and_comes_back_after():
+    choice = ThreadChoice(1, 2)
+    alone = {1: 0.22, 2: 0.14}  # the measured steps of one and two threads, machine alone
+    assert run(choice, alone, 10)[-5:] == [2] * 5 and choice.borrowing_pays
+    # another session's busy process: a two-thread step stalls (1.6 s measured)
+    crowded = {1: 0.23, 2: 1.6}
+    chosen = run(choice, crowded, 2 * PROBE_EVERY_STEPS)
+    assert not choice.borrowing_pays and chosen[:2] == [2, 2]  # two slow steps to see it
+    assert chosen[2:].count(2) <= 2  # then only the probes borrow
+    chosen = run(choice, alone, 3 * PROBE_EVERY_STEPS)  # the neighbour is gone
+    assert choice.borrowing_pays and chosen[-10:] == [2] * 10
