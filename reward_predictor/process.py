@@ -98,7 +98,10 @@ class PredictorTraining:
         self.shared_weights.labels_trained = (self.trainer.steps - self.start_step) * \
             config.batch_size
         self.step_seconds = time.monotonic() - t_step
-        self.thread_choice.record(wanted, self.step_seconds)
+        # A step on borrowed threads counts only if A2C waited throughout: one that A2C's own
+        # work overlapped (it resumes within a poll of the step before) says nothing of others.
+        if wanted == config.torch_threads or self.shared_weights.consumer_waiting:
+            self.thread_choice.record(wanted, self.step_seconds)
         self.telemetry.record("reward_predictor/train_loss", metrics["loss"])
         if not np.isnan(metrics["accuracy"]):
             self.telemetry.record("reward_predictor/train_accuracy", metrics["accuracy"])
