@@ -5,7 +5,7 @@ faster (docs/results.md). But a step on two threads meets at every operation's e
 process of another session keeps a core busy (a browser showing the labelling page, a build,
 another job: Linux shares the CPU between sessions before it reads `nice`), the thread that
 waits for the descheduled one stalls the step: 1.6 s against 0.14 s beside a busy loop of
-another session (docs/experiments.md). So borrowing is kept only while its steps are faster."""
+another session (docs/results.md). So borrowing is kept only while its steps are faster."""
 from __future__ import annotations
 
 import collections
