@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 
@@ -65,6 +66,6 @@ def load_policy_weights(path: str | Path) -> dict:
     return {"policy": state["policy"], "timesteps": state["timesteps"]}
 
 
-def save_policy_weights(path: str | Path, state: dict) -> None:
+def save_policy_weights(path: str | Path | BinaryIO, state: dict) -> None:
     """The policy's weights alone (no optimiser state, about half the size), to share an agent."""
     torch.save({"policy": state["policy"], "timesteps": state["timesteps"]}, path)

@@ -64,11 +64,10 @@ def _store_copy(src: Path) -> bytes:
 def _weights_only(checkpoint: Path) -> bytes:
     """A policy checkpoint without its optimiser state (`a2c.checkpoint.save_policy_weights`'s
     form, half the size), which `experiments.evaluate` and `run_checkpoint.py` play."""
-    import torch
+    from a2c.checkpoint import load_policy_weights, save_policy_weights
 
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     buf = io.BytesIO()
-    torch.save({"policy": state["policy"], "timesteps": state["timesteps"]}, buf)
+    save_policy_weights(buf, load_policy_weights(checkpoint))
     return buf.getvalue()
 
 
