@@ -9,7 +9,9 @@ def bf16_is_fast(device: str = "cpu") -> bool:
     import torch
 
     if torch.device(device).type == "cuda":
-        return bool(torch.cuda.is_bf16_supported())
+        # That GPU's own (cuda:N, not the current one), Ampere (compute capability 8) and later:
+        # torch.cuda.is_bf16_supported() also says yes where bf16 is only emulated, and slow.
+        return torch.cuda.get_device_capability(torch.device(device))[0] >= 8
     return bool(torch.cpu._is_avx512_bf16_supported())
 
 
