@@ -36,7 +36,8 @@ class A2CRunConfig:
     load_ckpt_dir: str | None = None
     torch_threads: int = 1
     env_threads: int = 1  # ale-py threads; 0: one per core
-    precision: str = "auto"  # "fp32", "bf16" (autocast), or "auto": bf16 where the CPU has it
+    # "fp32", "bf16" (autocast), or "auto": bf16 where the device has it natively
+    precision: str = "auto"
     device: str = "cpu"  # where the policy acts and learns ("cuda": a GPU)
     hide_episode_ends: bool = False  # App. A: the agent sees one continuous episode
     learn: bool = True  # False: only act (e.g. the untrained policy making the first clips)

@@ -2,7 +2,7 @@
 holding half an item.
 
 A `multiprocessing.Queue` writes each item through a feeder thread. If the sending process exits
-while that thread is part-way through a large item (a clip is ~200 KB, an episode several MB), the
+while that thread is part-way through a large item (an episode can be several MB), the
 reader that has started on it waits forever for the rest: the pipe stays open because the parent
 holds its write end too. `QueueSender.close` gives the feeder a bounded time to finish, which is
 plenty when the reader is alive and reading, and gives up when nobody reads.

@@ -48,7 +48,8 @@ class TrainerConfig:
     # torch threads while A2C is idle: waiting for it, or not yet running (pretraining).
     # 0: torch_threads
     threads_while_agent_idle: int = 0
-    precision: str = "fp32"  # "bf16": bfloat16 autocast in the nets; "auto": where the CPU has it
+    # "bf16": bfloat16 autocast in the nets; "auto": where the device has it natively
+    precision: str = "fp32"
     initial_prefs_path: str | None = None  # a preference store whose latest labels start the buffer
     pretrain_epochs: int = 0  # run_pretraining's passes over those labels
     device: str = "cpu"  # where the trainer trains ("cuda": a GPU); consumers always use the CPU

@@ -34,7 +34,8 @@ def test_auto_precision_asks_the_device_that_computes(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability",
                         lambda d=None: capability[0 if d is None or d.index is None else d.index])
     assert not use_bf16("auto") and not use_bf16("auto", "cpu")
-    assert use_bf16("auto", "cuda") and use_bf16("auto", "cuda:0") and not use_bf16("auto", "cuda:1")
+    assert use_bf16("auto", "cuda") and use_bf16("auto", "cuda:0")
+    assert not use_bf16("auto", "cuda:1")
     assert use_bf16("bf16", "cpu") and not use_bf16("fp32", "cuda")
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
     capability[0] = (7, 5)
