@@ -10,9 +10,10 @@ from __future__ import annotations
 import shlex
 import sys
 
-from launch.cli import EXIT_USAGE, UsageError, parse_args
+from launch.cli import EXIT_USAGE, TargetReached, UsageError, parse_args
 from launch.phases import MODE_RUNNERS
 from launch.rundir import PREFS_FILE, Run
+from launch.settings import TRAINING_MODES
 from launch.session import open_labelling_page, start_run
 from launch.stopping import interrupted_status, stop_main_process_on_signals
 from launch.summary import RunReport
@@ -25,10 +26,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run = parse_args(argv)
         page = open_labelling_page(run)
+        ctx, session, report = start_run(run, page)
     except UsageError as e:
         print(f"run.py: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    ctx, session, report = start_run(run, page)
+    except TargetReached as e:
+        print(f"run.py: {e}", file=sys.stderr)
+        return 0
     code = 1
     try:
         code = MODE_RUNNERS[run.settings.mode](run, ctx, session, report)
@@ -43,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 def end_of_run(run: Run, report: RunReport, code: int) -> str:
     """The summary printed when the run ends, however it ends."""
     s = run.settings
-    trains = s.mode in ("train_policy_with_preferences", "train_policy_with_original_rewards")
+    trains = s.mode in TRAINING_MODES
     labels = s.mode != "train_policy_with_original_rewards" and not s.frozen_reward_predictor
     d = shlex.quote(str(run.dir))
     return report.summary(

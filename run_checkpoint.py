@@ -53,7 +53,7 @@ def play(env_id: str, weights: dict, episodes: int, seed: int = 1, greedy: bool 
     torch.set_num_threads(1)
     env = make_vec_env(env_id, 1, seed=seed, num_threads=1)
     policy = make_policy(env_kind(env_id), env.num_actions)
-    policy.load_state_dict(weights)
+    policy.load_state_dict(weights)  # checked by main: check_fits
     policy.eval()
     obs = env.reset(seed=seed)
     returns, frames, steps, ret = [], [], 0, 0.0
@@ -100,6 +100,9 @@ def load_predictor(path: str, env_id: str):
     from reward_predictor.trainer import CheckpointError
 
     p = Path(path)
+    if not p.is_dir() and p.name != PREDICTOR_FILE:
+        raise ValueError(f"--reward_predictor: give a run directory or its reward_predictor/"
+                         f"{PREDICTOR_FILE}, not {p}")
     run_dir = p if p.is_dir() else p.parent.parent
     ckpt = p / "reward_predictor" / PREDICTOR_FILE if p.is_dir() else p
     try:
@@ -120,17 +123,26 @@ def load_predictor(path: str, env_id: str):
 def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
-    from a2c.checkpoint import CheckpointError, load_policy_weights, save_policy_weights
+    from a2c.checkpoint import (CheckpointError, check_fits, load_policy_weights,
+                                save_policy_weights)
     from envs import UnknownEnvError, env_kind
+    from runtime.outputs import prepare_output
     try:
         env_kind(args.env_id)
-        state = load_policy_weights(args.policy)
         if args.episodes <= 0 or args.max_steps <= 0:
             raise ValueError("--episodes and --max_steps must be positive")
         if args.video and Path(args.video).suffix.lower() != ".gif":
             raise ValueError("--video must name a .gif file")
         if args.save_weights and Path(args.save_weights).suffix != ".pt":
             raise ValueError("--save_weights must name a .pt file")
+        if args.save_weights and Path(args.save_weights).exists():
+            raise ValueError(f"--save_weights: {args.save_weights} exists already (nothing is "
+                             "overwritten: choose another name)")
+        for out, flag in ((args.video, "--video"), (args.save_weights, "--save_weights")):
+            if out:
+                prepare_output(out, flag)
+        state = load_policy_weights(args.policy)
+        check_fits(args.env_id, state["policy"], args.policy)
         predictor = load_predictor(args.reward_predictor, args.env_id) if (
             args.reward_predictor) else None
     except (UnknownEnvError, CheckpointError, ValueError) as e:

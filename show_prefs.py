@@ -20,6 +20,7 @@ from pathlib import Path
 from pref_interface.keys import ANSWER_KEYS, ENTER, EOF, KeyReader
 from pref_interface.player import Playback, clip_frames, make_player, resolve_player
 from pref_interface.store import PreferenceStore, StoreError
+from runtime.outputs import prepare_output
 
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
 KEYS_HELP = "n next, p previous, L/R/E change, D delete, Enter replay, q quit"
@@ -115,12 +116,15 @@ def export_or_import(path: str, export: str | None, import_file: str | None) -> 
     try:
         if import_file and not os.path.isfile(import_file):
             raise StoreError(f"{import_file} does not exist")
+        if export and os.path.exists(export):
+            raise StoreError(f"--export: {export} exists already (nothing is overwritten: "
+                             "choose another name)")
         with PreferenceStore(path, create=bool(import_file)) as store:
             if import_file:
                 n = store.import_npz(import_file)
                 print(f"imported {n} labels into {path} (now {len(store)})")
             if export:
-                n = store.export_npz(export)
+                n = store.export_npz(prepare_output(export, "--export"))
                 print(f"exported {n} labels to {export}")
     except (StoreError, ValueError, OSError) as e:
         print(f"show_prefs.py: error: {e}", file=sys.stderr)

@@ -33,20 +33,51 @@ def save_policy(ckpt_dir: str | Path, policy: torch.nn.Module, optimizer: torch.
 def latest_checkpoint(ckpt_dir: str | Path) -> Path:
     ckpt_dir = Path(ckpt_dir)
     if not ckpt_dir.is_dir():
-        raise CheckpointError(f"policy checkpoint directory {ckpt_dir} does not exist")
+        raise CheckpointError(f"{ckpt_dir} is not a directory: give a run's policy/ directory"
+                              if ckpt_dir.exists() else
+                              f"policy checkpoint directory {ckpt_dir} does not exist")
     found = sorted(ckpt_dir.glob(f"{PREFIX}*.pt"))
     if not found:
-        raise CheckpointError(f"no {PREFIX}*.pt checkpoint in {ckpt_dir}")
+        hint = (f" (a run directory: its checkpoints are in {ckpt_dir / 'policy'})"
+                if (ckpt_dir / "policy").is_dir() else "")
+        raise CheckpointError(f"no {PREFIX}*.pt checkpoint in {ckpt_dir}{hint}")
     return found[-1]
 
 
 def _read(path: Path, keys: set[str]) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-        assert keys <= set(state)
     except Exception as e:  # torch raises several types for a damaged file
-        raise CheckpointError(f"cannot read policy checkpoint {path}: {type(e).__name__}") from e
+        raise CheckpointError(f"cannot read policy checkpoint {path}: not a torch checkpoint, "
+                              f"or a damaged one ({type(e).__name__})") from e
+    if not isinstance(state, dict) or "policy" not in state:
+        raise CheckpointError(f"{path} is not a policy checkpoint")
+    if not keys <= set(state):
+        raise CheckpointError(f"{path} holds a policy's weights alone (run_checkpoint.py "
+                              "--save_weights), not a training checkpoint to resume from")
     return state
+
+
+def load_weights_into(policy: torch.nn.Module, weights: dict, source: str | Path) -> None:
+    """Put a checkpoint's policy weights into `policy`; CheckpointError (one line) when they are
+    another network's: another game's policy, or MovingDot's in an Atari env."""
+    try:
+        policy.load_state_dict(weights)
+    except RuntimeError as e:
+        raise CheckpointError(f"the policy in {source} does not fit this environment's network "
+                              "(another game's policy?)") from e
+
+
+def check_fits(env_id: str, weights: dict, source: str | Path) -> None:
+    """CheckpointError unless `weights` fit the policy network of `env_id` (builds one env)."""
+    from a2c.policies import make_policy
+    from envs import env_kind, make_vec_env
+
+    env = make_vec_env(env_id, 1, num_threads=1)
+    try:
+        load_weights_into(make_policy(env_kind(env_id), env.num_actions), weights, source)
+    finally:
+        env.close()
 
 
 def load_policy(ckpt_dir: str | Path) -> dict:

@@ -3,8 +3,9 @@ importing torch (which is imported when they are called, in a child)."""
 from __future__ import annotations
 
 
-def check_policy(ckpt_dir: str) -> None:
-    """Load the newest policy checkpoint in `ckpt_dir` (CheckpointError, one line, if it fails)."""
-    from a2c.checkpoint import load_policy
+def check_policy(ckpt_dir: str, env_id: str) -> None:
+    """Load the newest policy checkpoint in `ckpt_dir` and check that it fits `env_id`'s network
+    (CheckpointError, one line, if not)."""
+    from a2c.checkpoint import check_fits, latest_checkpoint, load_policy
 
-    load_policy(ckpt_dir)
+    check_fits(env_id, load_policy(ckpt_dir)["policy"], latest_checkpoint(ckpt_dir))

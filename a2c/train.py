@@ -12,7 +12,7 @@ import torch
 
 from a2c.a2c import A2C
 from a2c.config import A2CRunConfig, A2CStats
-from a2c.checkpoint import load_policy, save_policy
+from a2c.checkpoint import load_policy, load_weights_into, save_policy
 from a2c.optim import load_state_keeping_settings
 from a2c.policies import make_policy
 from a2c.rollout import RewardFn, Rollout, RolloutCollector, RolloutObserver
@@ -57,7 +57,7 @@ class A2CAgent:
         self.timesteps = self.updates = 0
         if config.load_ckpt_dir:
             state = load_policy(config.load_ckpt_dir)
-            self.policy.load_state_dict(state["policy"])
+            load_weights_into(self.policy, state["policy"], config.load_ckpt_dir)
             load_state_keeping_settings(self.algo.optimizer, state["optimizer"])
             self.timesteps, self.updates = state["timesteps"], state["updates"]
         self.reward_fn = make_reward_fn() if make_reward_fn else None

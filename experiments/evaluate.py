@@ -239,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     check_names()
     a = build_parser().parse_args(argv)
-    from a2c.checkpoint import CheckpointError, load_policy_weights
+    from a2c.checkpoint import CheckpointError, check_fits, load_policy_weights
+    from runtime.outputs import prepare_output
     from envs import UnknownEnvError, env_kind
 
     try:
@@ -250,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.best_and_final and (a.all_checkpoints or a.best_window <= 0):
             raise ValueError("--best_and_final takes a positive --best_window and no "
                              "--all_checkpoints")
+        if a.out:
+            prepare_output(a.out, "--out")
         policies, run_dirs = [], []
         for arg in a.policies:
             files, env_id, run_dir = find_policies(
@@ -260,20 +263,15 @@ def main(argv: list[str] | None = None) -> int:
             env_kind(env_id)
             if run_dir is not None:
                 run_dirs.append(run_dir)
-            for f in files:
-                load_policy_weights(f)  # a damaged file is refused before anything is played
+            for f in files:  # a damaged or another env's file is refused before any play
+                check_fits(env_id, load_policy_weights(f)["policy"], f)
                 policies.append((str(f), f, env_id))
     except (ValueError, UnknownEnvError, CheckpointError) as e:
         print(f"evaluate: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     out = Path(a.out) if a.out else (run_dirs[0] if run_dirs else Path(".")) / "eval.json"
-    try:
-        cells = evaluate(policies, grid, a.episodes, a.seed, a.max_steps, a.videos,
-                         out.parent / "eval_videos")
-    except RuntimeError as e:  # weights of another env's policy (mismatched shapes)
-        print(f"evaluate: error: the policy does not fit the env: {str(e).splitlines()[0]}",
-              file=sys.stderr)
-        return EXIT_USAGE
+    cells = evaluate(policies, grid, a.episodes, a.seed, a.max_steps, a.videos,
+                     out.parent / "eval_videos")
     out.write_text(json.dumps([asdict(c) | {"mean": c.mean} for c in cells], indent=1) + "\n")
     print(f"\nwrote {out}")
     for run_dir in run_dirs:

@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from experiments.runlog import best_window, smooth  # noqa: E402
 from experiments.runrecord import RunRecord  # noqa: E402
+from runtime.outputs import prepare_output  # noqa: E402
 
 KINDS = {"prefs": ("from preferences", "tab:blue"), "true": ("true reward", "tab:orange")}
 LINESTYLES = ("-", "--", ":", "-.")
@@ -121,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     runs = [(kind, path.expanduser()) for kind, paths in (("prefs", a.prefs), ("true", a.true))
             for path in paths]
     try:
+        if a.out:
+            prepare_output(a.out, "--out")
+        if a.save_records and a.save_records.exists() and not a.save_records.is_dir():
+            raise ValueError(f"--save_records: {a.save_records} is a file; give a folder")
         rows = [read_run(kind, path, a.level, a.window) for kind, path in runs]
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -64,9 +64,13 @@ class RunRecord:
 
     @classmethod
     def load(cls, path: Path) -> "RunRecord":
-        d = json.loads(path.read_text())
-        if d.get("format") != FORMAT:
-            raise ValueError(f"{path}: a run record of format {d.get('format')}, "
+        try:
+            d = json.loads(path.read_text())
+        except ValueError as e:
+            raise ValueError(f"{path}: not a run record ({e})") from None
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise ValueError(f"{path}: a run record of format "
+                             f"{d.get('format') if isinstance(d, dict) else None}, "
                              f"this code reads {FORMAT}")
         ep, lab = d["episodes"], d["labels"]
         return cls(name=d["name"], seed=d["seed"], env_id=d["env_id"], commands=d["commands"],

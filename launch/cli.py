@@ -15,15 +15,21 @@ from launch.env_settings import describe as env_settings_help
 from launch.env_settings import env_settings
 from launch.preflight import first_error
 from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run
-from launch.settings import MODES, Settings, build_parser as settings_parser
+from launch.settings import MODES, TRAINING_MODES, Settings, build_parser as settings_parser
 from reward_predictor.entry_points import check_predictor
 
 EXIT_USAGE = 2
+MAX_SEED = 2**31 - 1
 DESCRIPTION = "Deep RL from Human Preferences (Christiano et al. 2017): the command line."
 
 
 class UsageError(Exception):
     """A mistake on the command line: reported as one line, exit status 2."""
+
+
+class TargetReached(Exception):
+    """--resume of a run that has reached its agent steps already: nothing to do (exit status
+    0), said in one line."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -92,11 +98,24 @@ def resume(run_dir: Path, given: dict[str, Any]) -> Run:
         if given.get(positional) not in (None, getattr(saved, positional)):
             raise UsageError(f"--resume: this run's {positional} is {getattr(saved, positional)}")
     overrides = {k: v for k, v in given.items() if k != "resume"}
+    new_run_only = sorted(set(overrides) & {"log_dir", "run_name", "load_prefs_dir",
+                                            "load_policy_ckpt_dir",
+                                            "load_reward_predictor_ckpt_dir"})
+    if new_run_only:
+        raise UsageError(f"--resume goes on in the run's own directory from its own store and "
+                         f"checkpoints: --{', --'.join(new_run_only)} apply to a new run only")
     settings = dataclasses.replace(saved, **overrides)
     policy = run_dir / "policy"
+    checkpoints = sorted(policy.glob("policy-*.pt"))
+    if checkpoints and settings.mode in TRAINING_MODES:
+        done = int(checkpoints[-1].stem.removeprefix("policy-"))
+        if done >= settings.million_timesteps * 1e6:
+            raise TargetReached(f"{run_dir} is at {done:,} agent steps, its target "
+                                f"(--million_timesteps {settings.million_timesteps:g}): nothing "
+                                "to do; give a larger --million_timesteps to go on")
     predictor = run_dir / "reward_predictor" / PREDICTOR_FILE
     start = dict(prefs_path=None,  # the run's own store, as it is
-                 policy_ckpt_dir=str(policy) if list(policy.glob("policy-*.pt")) else None,
+                 policy_ckpt_dir=str(policy) if checkpoints else None,
                  reward_ckpt_path=str(predictor) if predictor.is_file() else
                  predictor_file(settings))
     run = resolve(settings, run_dir, start)
@@ -112,7 +131,8 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
     from envs import UnknownEnvError, env_kind
 
     if s.mode is None or s.env_id is None:
-        raise UsageError("the following arguments are required: mode, env_id (or --resume)")
+        missing = "mode, env_id" if s.mode is None else "env_id"
+        raise UsageError(f"the following arguments are required: {missing} (or --resume)")
     if s.mode not in MODES:
         raise UsageError(f"unknown mode {s.mode!r}; choose one of: {', '.join(MODES)}")
     try:
@@ -152,6 +172,11 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
     if s.teacher == "alongside" and not s.env_id.startswith("Enduro"):
         raise UsageError("--teacher alongside reads Enduro's frames; this run is "
                          f"{s.env_id}")
+    if not 0 <= s.seed <= MAX_SEED - s.n_envs + 1:  # env i gets seed + i; ale-py takes int32
+        raise UsageError(f"--seed must be in [0, {MAX_SEED - s.n_envs + 1:,}] with --n_envs "
+                         f"{s.n_envs}, got {s.seed}")
+    if not 0 <= s.web_port <= 65535:
+        raise UsageError(f"--web_port must be in [0, 65535], got {s.web_port}")
     if s.n_initial_epochs < 0 or not 0.0 <= s.dropout < 1.0:
         raise UsageError("--n_initial_epochs must not be negative and --dropout is in [0, 1)")
     if run_dir is None:
@@ -181,7 +206,8 @@ def check_checkpoints(run: Run) -> None:
     """Load the checkpoints the run starts from, in a child (loading needs torch)."""
     from launch.configs import trainer_config
 
-    checks = [partial(check_policy, run.policy_ckpt_dir)] if run.policy_ckpt_dir else []
+    checks = ([partial(check_policy, run.policy_ckpt_dir, run.settings.env_id)]
+              if run.policy_ckpt_dir else [])
     if run.reward_ckpt_path:
         checks.append(partial(check_predictor, trainer_config(run, load_from=None, save=False),
                               run.reward_ckpt_path))

@@ -66,13 +66,13 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         try:
             run = parse_args(settings_argv(env_id, env.num_envs, settings))
             page = open_labelling_page(run)
+            ctx, self._session, self._report = start_run(run, page)
         except UsageError as e:
             raise ValueError(f"PreferenceVecEnv: {e}") from None
         self._closed, self._exit_status = False, 0
         # SIGTERM and SIGHUP reach the caller's loop as KeyboardInterrupt, as Ctrl-C does, unless
         # the caller handles them itself; the script's exit then closes this env (atexit below).
         stop_main_process_on_signals(only_default=True)
-        ctx, self._session, self._report = start_run(run, page)
         self.run_dir = run.dir
         try:
             code, prefs_path, predictor_path = prepare_predictor(run, ctx, self._session,

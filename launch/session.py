@@ -69,14 +69,19 @@ class Session:
 
 
 def start_run(run: Run, page=None):
-    """Make the run directory, open what the main process owns and start the run's report:
-    returns the processes' (spawn) context, the Session and the RunReport."""
+    """Make the run directory (UsageError if it cannot be made), open what the main process owns
+    and start the run's report: returns the processes' (spawn) context, the Session and the
+    RunReport."""
     import multiprocessing as mp
 
     from launch.rundir import make_run_dir
     from launch.summary import RunReport
 
-    make_run_dir(run)
+    try:
+        make_run_dir(run)
+    except OSError as e:
+        raise UsageError(f"cannot make the run directory {run.dir}: "
+                         f"{e.strerror or type(e).__name__}") from None
     print(f"run directory: {run.dir}", file=sys.stderr)
     ctx = mp.get_context("spawn")
     return ctx, Session(run, ctx, page), RunReport(run.dir, run.settings.env_id)

@@ -8,6 +8,7 @@ and is read from there, so no two places can disagree.
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -18,6 +19,7 @@ from reward_predictor.config import TrainerConfig
 
 MODES = ("gather_initial_prefs", "pretrain_reward_predictor", "train_policy_with_preferences",
          "train_policy_with_original_rewards")
+TRAINING_MODES = MODES[2:]  # the modes that train a policy
 GROUPS = {"run": "run", "a2c": "A2C (defaults: the paper's, App. A.2)",
           "prefs": "preferences", "predictor": "reward predictor"}
 
@@ -39,7 +41,8 @@ class Settings:
     # run
     resume: str | None = setting(
         None, "run", "continue a stopped run from its last checkpoints with its saved settings "
-        "(flags given now override them, e.g. --million_timesteps)", metavar="RUN_DIR")
+        "(flags given now override them, e.g. --million_timesteps, except --log_dir, --run_name "
+        "and --load_*)", metavar="RUN_DIR")
     log_dir: str | None = setting(None, "run", "directory for this run (must not exist yet)")
     run_name: str | None = setting(None, "run", "name of the run directory under runs/")
     seed: int = setting(0, "run", "random seed")
@@ -216,12 +219,21 @@ def flag_fields() -> list:
     return [f for f in fields(Settings) if f.metadata]
 
 
+def finite_float(text: str) -> float:
+    """A float flag's value: any finite number (nan and inf would pass every range check)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
 def build_parser(parser_class: type = argparse.ArgumentParser, *, with_defaults: bool = True,
                  **kwargs: Any) -> argparse.ArgumentParser:
     """The command line, made from Settings: one flag per field (two for a boolean with an off
-    switch), in the field's group, with its default and help. Without `with_defaults` the
-    parsed namespace holds only the flags given."""
-    p = parser_class(**kwargs)
+    switch, which exclude each other), in the field's group, with its default and help. Without
+    `with_defaults` the parsed namespace holds only the flags given. A flag is never matched by a
+    prefix of its name."""
+    p = parser_class(allow_abbrev=False, **kwargs)
 
     def default(value: Any) -> Any:
         return value if with_defaults else argparse.SUPPRESS
@@ -233,13 +245,15 @@ def build_parser(parser_class: type = argparse.ArgumentParser, *, with_defaults:
         m, g = f.metadata, groups[f.metadata["group"]]
         flag, help_text = f"--{f.name}", m["help"].replace("%", "%%")
         if f.type == "bool":
-            g.add_argument(flag, action="store_true", default=default(f.default), help=help_text)
+            pair = g.add_mutually_exclusive_group() if m["negation"] else g
+            pair.add_argument(flag, action="store_true", default=default(f.default),
+                              help=help_text)
             if m["negation"]:
                 off, off_help = m["negation"]
-                g.add_argument(off, dest=f.name, action="store_false", help=off_help,
-                               default=default(f.default))
+                pair.add_argument(off, dest=f.name, action="store_false", help=off_help,
+                                  default=default(f.default))
             continue
-        kind = {"int": int, "float": float, "float | None": float}.get(f.type)
+        kind = {"int": int, "float": finite_float, "float | None": finite_float}.get(f.type)
         g.add_argument(flag, type=kind, default=default(f.default), choices=m["choices"],
                        metavar=m["metavar"], help=help_text)
     return p

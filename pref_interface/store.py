@@ -302,9 +302,17 @@ class PreferenceStore:
     @_db_errors_as_store_errors
     def import_npz(self, path: str | os.PathLike) -> int:
         """Add every label of a file written by `export_npz` (new ids, original times); returns
-        the number added. All or nothing: a bad file raises StoreError and adds no label."""
+        the number added. A label the store holds already (the same time, source, answer and clip
+        lengths: the file was imported before) is not added again. All or nothing: a bad file
+        raises StoreError and adds no label."""
         try:
-            with np.load(path, allow_pickle=False) as z:
+            z = np.load(path, allow_pickle=False)
+            if not hasattr(z, "files"):  # an .npy: one array, not an archive
+                raise ValueError
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+            raise StoreError(f"{path} is not a label export (an .npz of --export)") from None
+        try:
+            with z:
                 version = int(z["format_version"])
                 if version != EXPORT_FORMAT_VERSION:
                     raise StoreError(f"{path}: label export format {version}, expected {EXPORT_FORMAT_VERSION}")
@@ -330,7 +338,9 @@ class PreferenceStore:
                 if shape != (int(steps.sum()) + 2 * n * (STACK - 1), *FRAME_SHAPE):
                     raise ValueError(f"frames have shape {shape}")
                 frame_bytes = FRAME_SHAPE[0] * FRAME_SHAPE[1]
-                pos = 0
+                held = set(self._db.execute(
+                    "SELECT created, source, mu, left_steps, right_steps FROM labels"))
+                pos, added = 0, 0
                 for k in range(n):
                     clips = []
                     for side, t in enumerate(steps[k]):
@@ -343,13 +353,16 @@ class PreferenceStore:
                     pref = Preference(clips[0], clips[1], float(small["mu"][k]),
                                       str(small["source"][k]),
                                       bool(small["is_validation"][k]))
-                    self._insert(pref, float(small["created"][k]))
+                    key = (float(small["created"][k]), pref.source, pref.mu, *map(int, steps[k]))
+                    if key not in held:
+                        self._insert(pref, key[0])
+                        added += 1
         except StoreError:
             raise
         except (OSError, KeyError, IndexError, TypeError, ValueError, AssertionError, EOFError,
                 zipfile.BadZipFile) as e:
             raise StoreError(f"{path} is not a readable label export: {e}") from None
-        return n
+        return added
 
     # ---- lifetime -----------------------------------------------------------------------------
 

@@ -313,8 +313,8 @@ class RewardPredictorTrainer:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # torch raises several types for truncated or foreign files
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise CheckpointError(f"unreadable reward predictor checkpoint {path}: {reason}") from e
+            raise CheckpointError(f"unreadable reward predictor checkpoint {path}: not a torch "
+                                  f"checkpoint, or a damaged one ({type(e).__name__})") from e
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             raise CheckpointError(f"not a reward predictor checkpoint (format {CHECKPOINT_FORMAT}): {path}")
         if state["n_members"] != self.ensemble.n_members:

@@ -35,10 +35,11 @@ def test_original_rewards_smoke_run_writes_the_run_directory(tmp_path):
     assert f"run_checkpoint.py MovingDotNoFrameskip-v0 {d}/policy" in summary
     assert "resume:" not in summary and "labels" not in summary  # finished; no labels here
     w = run("run_checkpoint.py", "MovingDotNoFrameskip-v0", str(d / "policy"), "--episodes", "2",
-            "--video", str(tmp_path / "ep.gif"), "--save_weights", str(tmp_path / "dot.pt"))
+            "--video", str(tmp_path / "videos" / "ep.gif"),  # its folder is made
+            "--save_weights", str(tmp_path / "dot.pt"))
     assert w.return_code == 0, w.stderr
     assert "policy after 4,000 agent steps" in w.stdout
-    assert "mean return" in w.stdout and (tmp_path / "ep.gif").stat().st_size > 1000
+    assert "mean return" in w.stdout and (tmp_path / "videos" / "ep.gif").stat().st_size > 1000
     w = run("run_checkpoint.py", "MovingDotNoFrameskip-v0", str(tmp_path / "dot.pt"),
             "--episodes", "1")
     assert w.return_code == 0 and "policy after 4,000 agent steps" in w.stdout, w.stderr
@@ -58,6 +59,14 @@ def test_original_rewards_smoke_run_writes_the_run_directory(tmp_path):
     ["train_policy_with_preferences", "MovingDot-v0", "--min_predictor_labels_per_step", "-1"],
     ["train_policy_with_preferences", "MovingDot-v0", "--max_pairs_per_clip", "-1"],
     ["train_policy_with_original_rewards"],
+    ["train_policy_with_original_rewards", "MovingDot-v0", "--lr", "nan"],
+    ["train_policy_with_original_rewards", "MovingDot-v0", "--million_timesteps", "inf"],
+    ["train_policy_with_original_rewards", "MovingDot-v0", "--seed", "-1"],
+    ["train_policy_with_original_rewards", "MovingDot-v0", "--seed", "2147483647"],
+    ["train_policy_with_preferences", "MovingDot-v0", "--clip_player", "web", "--web_port",
+     "99999"],
+    ["train_policy_with_preferences", "MovingDot-v0", "--batchnorm", "--no_batchnorm"],
+    ["train_policy_with_original_rewards", "MovingDot-v0", "--n_env", "4"],  # a prefix: no flag
 ])
 def test_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
     r = run("run.py", *args, "--log_dir", str(tmp_path / "x"))
@@ -74,21 +83,56 @@ def test_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
     ["MovingDotNoFrameskip-v0", "{policy}", "--save_weights", "{tmp}/dot.pth"],
     ["MovingDotNoFrameskip-v0", "{policy}", "--episodes", "0"],
     ["MovingDotNoFrameskip-v0", "{policy}/policy-000000000008.pt"],  # a damaged file
+    ["MovingDotNoFrameskip-v0", "{policy}", "--save_weights", "{policy}/policy-000000000800.pt"],
+    ["MovingDotNoFrameskip-v0", "{policy}", "--reward_predictor", "{tmp}/rp.txt"],
+    ["PongNoFrameskip-v4", "{policy}"],  # MovingDot's policy
 ])
 def test_run_checkpoint_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
     policy = tmp_path / "policy"
     policy.mkdir()
     (policy / "policy-000000000008.pt").write_bytes(b"not a checkpoint")
+    (tmp_path / "rp.txt").write_text("not a predictor")
     if "{policy}" in args:  # a newer, good checkpoint, so that only the flag is wrong
         from a2c.a2c import A2C, A2CConfig
         from a2c.checkpoint import save_policy
         from a2c.policies import make_policy
         net = make_policy("moving_dot", 5)
         save_policy(policy, net, A2C(net, A2CConfig()).optimizer, timesteps=800, updates=10)
+        kept = (policy / "policy-000000000800.pt").read_bytes()
     r = run("run_checkpoint.py", *[a.format(policy=policy, tmp=tmp_path) for a in args])
     assert r.return_code == 2
     assert "\n" not in r.stderr and r.stderr.startswith("run_checkpoint.py: error:"), r.stderr
     assert not list(tmp_path.glob("dot.*")) and not list(tmp_path.glob("ep.*"))
+    if "{policy}" in args:  # never overwritten
+        assert (policy / "policy-000000000800.pt").read_bytes() == kept
+
+
+def test_a_run_directory_that_cannot_be_made_is_one_line(tmp_path):
+    (tmp_path / "afile").write_text("")
+    r = run("run.py", "train_policy_with_original_rewards", "MovingDot-v0", "--log_dir",
+            str(tmp_path / "afile" / "run"))
+    assert r.return_code == 2, r.stderr
+    assert "\n" not in r.stderr and "cannot make the run directory" in r.stderr, r.stderr
+
+
+def test_another_games_policy_or_a_weights_file_is_refused_before_the_run(tmp_path):
+    """A policy checkpoint that does not fit the env's network, or the weights alone, is a
+    one-line error of the preflight check; nothing is written."""
+    from a2c.a2c import A2C, A2CConfig
+    from a2c.checkpoint import save_policy, save_policy_weights
+    from a2c.policies import make_policy
+
+    pong = make_policy("atari", 6)
+    save_policy(tmp_path / "pong", pong, A2C(pong, A2CConfig()).optimizer, timesteps=8, updates=1)
+    (tmp_path / "weights").mkdir()
+    save_policy_weights(tmp_path / "weights" / "policy-000000000008.pt",
+                        {"policy": make_policy("moving_dot", 5).state_dict(), "timesteps": 8})
+    for ckpt, message in (("pong", "does not fit this environment"),
+                          ("weights", "weights alone")):
+        r = run("run.py", "train_policy_with_original_rewards", "MovingDot-v0",
+                "--load_policy_ckpt_dir", str(tmp_path / ckpt), "--log_dir", str(tmp_path / "r"))
+        assert r.return_code == 2 and "\n" not in r.stderr and message in r.stderr, r.stderr
+        assert not (tmp_path / "r").exists()
 
 
 def test_existing_run_directory_is_never_overwritten(tmp_path):

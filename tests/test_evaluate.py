@@ -115,7 +115,7 @@ def test_on_enduro_each_cell_measures_the_share_of_steps_level_with_a_car(tmp_pa
 
 @pytest.mark.parametrize("args, message", [
     (["{tmp}/damaged.pt", "--env", "PongNoFrameskip-v4"], "cannot read policy checkpoint"),
-    (["{tmp}/dot.pt", "--env", "PongNoFrameskip-v4"], "does not fit the env"),
+    (["{tmp}/dot.pt", "--env", "PongNoFrameskip-v4"], "does not fit this environment"),
     (["{tmp}/dot.pt"], "give --env"),
     (["{tmp}/dot.pt", "--env", "MovingDotNoFrameskip-v0", "--grid", "best:3"], "ACTIONS:NOOPS"),
     (["{tmp}/nothing", "--env", "MovingDotNoFrameskip-v0"], "no policy checkpoint"),

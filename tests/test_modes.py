@@ -151,6 +151,18 @@ def test_show_prefs_exports_and_imports_a_label_set_as_plain_npz(tmp_path):
     r = subprocess.run([*show, str(tmp_path / "c.sqlite"), "--import", str(tmp_path / "no.npz")],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1
+    # Nothing lost or doubled: an export never overwrites a file, a second import adds nothing.
+    before = (tmp_path / "x.npz").read_bytes()
+    r = subprocess.run([*show, str(tmp_path / "b.sqlite"), "--export", str(tmp_path / "x.npz")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "exists already" in r.stderr and r.stderr.count("\n") == 1
+    assert (tmp_path / "x.npz").read_bytes() == before
+    r = subprocess.run([*show, str(tmp_path / "b.sqlite"), "--import", str(tmp_path / "x.npz"),
+                        "--export", str(tmp_path / "new" / "y.npz")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "imported 0 labels" in r.stdout, r.stdout + r.stderr
+    with np.load(tmp_path / "new" / "y.npz", allow_pickle=False) as npz:  # its folder made
+        assert len(npz["mu"]) == 3
 
 
 def test_a_preference_run_resumes_without_gathering_or_pretraining_again(tmp_path):
@@ -162,6 +174,12 @@ def test_a_preference_run_resumes_without_gathering_or_pretraining_again(tmp_pat
     n_labels = labels(d)
     predictor_steps = torch.load(d / "reward_predictor" / "reward_predictor.pt",
                                  weights_only=True)["steps"]
+    commands = (d / "command.txt").read_text()
+    r = run("--resume", str(d))  # at its target already: said in one line, nothing touched
+    assert r.returncode == 0 and "nothing to do" in r.stderr and r.stderr.count("\n") == 1
+    assert (d / "command.txt").read_text() == commands
+    r = run("--resume", str(d), "--log_dir", str(tmp_path / "elsewhere"))
+    assert r.returncode == 2 and "apply to a new run only" in r.stderr, r.stderr
     r = run("--resume", str(d), "--million_timesteps", "0.012")
     assert r.returncode == 0, r.stderr
     assert "gathering" not in r.stderr and "pretraining" not in r.stderr

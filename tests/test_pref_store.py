@@ -170,11 +170,17 @@ def test_bad_export_file_adds_no_label(tmp_path):
     data = (tmp_path / "labels.npz").read_bytes()
     (tmp_path / "cut.npz").write_bytes(data[: len(data) // 2])
     np.savez(tmp_path / "pickled.npz", format_version=np.array(1), mu=np.array([print], dtype=object))
+    (tmp_path / "text.npz").write_text("not an archive")
     with PreferenceStore(tmp_path / "b.sqlite") as b:
-        for bad in ("cut.npz", "pickled.npz"):  # objects in an npz are never unpickled
+        for bad in ("cut.npz", "pickled.npz", "text.npz"):  # an npz's objects are never unpickled
             with pytest.raises(StoreError, match=bad):
                 b.import_npz(tmp_path / bad)
         assert len(b) == 0
+        with pytest.raises(StoreError, match="not a label export"):
+            b.import_npz(tmp_path / "text.npz")
+        # The same file imported twice: its labels once.
+        assert b.import_npz(tmp_path / "labels.npz") == 3
+        assert b.import_npz(tmp_path / "labels.npz") == 0 and len(b) == 3
 
 
 def test_missing_or_corrupt_store_raises_store_error_naming_the_file(tmp_path):
