@@ -179,6 +179,11 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
         raise UsageError(f"--web_port must be in [0, 65535], got {s.web_port}")
     if s.n_initial_epochs < 0 or not 0.0 <= s.dropout < 1.0:
         raise UsageError("--n_initial_epochs must not be negative and --dropout is in [0, 1)")
+    if s.run_name is not None and (s.run_name in ("", ".", "..") or "/" in s.run_name):
+        raise UsageError(f"--run_name is a plain name under runs/ (--log_dir takes a path), "
+                         f"got {s.run_name!r}")
+    if s.log_dir == "":
+        raise UsageError("--log_dir is empty")
     if run_dir is None:
         run_dir = Path(s.log_dir) if s.log_dir else Path("runs") / (
             s.run_name or f"{time.strftime('%Y%m%d-%H%M%S')}_{s.mode}_{s.env_id}")

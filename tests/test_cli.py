@@ -67,6 +67,7 @@ def test_original_rewards_smoke_run_writes_the_run_directory(tmp_path):
      "99999"],
     ["train_policy_with_preferences", "MovingDot-v0", "--batchnorm", "--no_batchnorm"],
     ["train_policy_with_original_rewards", "MovingDot-v0", "--n_env", "4"],  # a prefix: no flag
+    ["train_policy_with_original_rewards", "MovingDot-v0", "--run_name", "../x"],
 ])
 def test_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
     r = run("run.py", *args, "--log_dir", str(tmp_path / "x"))
