@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     except TargetReached as e:
         print(f"run.py: {e}", file=sys.stderr)
         return 0
+    if run.unused_flags:
+        print(f"run.py: note: --{', --'.join(run.unused_flags)}: not used in "
+              f"{run.settings.mode}", file=sys.stderr)
     code = 1
     try:
         code = MODE_RUNNERS[run.settings.mode](run, ctx, session, report)

@@ -15,7 +15,8 @@ from launch.env_settings import describe as env_settings_help
 from launch.env_settings import env_settings
 from launch.preflight import first_error
 from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run
-from launch.settings import MODES, TRAINING_MODES, Settings, build_parser as settings_parser
+from launch.settings import (MODES, TRAINING_MODES, Settings, build_parser as settings_parser,
+                             unused_in_mode)
 from reward_predictor.entry_points import check_predictor
 
 EXIT_USAGE = 2
@@ -54,7 +55,9 @@ def parse_args(argv: list[str]) -> Run:
     if given.get("resume"):
         return resume(Path(given["resume"]), given)  # the saved settings include the env's own
     settings = Settings(**given)
-    return resolve(with_env_settings(settings, given))
+    run = resolve(with_env_settings(settings, given))
+    run.unused_flags = unused_in_mode(settings.mode, list(given))
+    return run
 
 
 def given_flags(argv: list[str]) -> dict[str, Any]:

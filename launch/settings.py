@@ -219,6 +219,15 @@ def flag_fields() -> list:
     return [f for f in fields(Settings) if f.metadata]
 
 
+def unused_in_mode(mode: str, names: list[str]) -> list[str]:
+    """Of these settings, those that do nothing in `mode`: the preference and predictor ones when
+    the policy learns from the game's reward."""
+    if mode != "train_policy_with_original_rewards":
+        return []
+    groups = {f.name: f.metadata["group"] for f in flag_fields()}
+    return [n for n in names if groups.get(n) in ("prefs", "predictor")]
+
+
 def finite_float(text: str) -> float:
     """A float flag's value: any finite number (nan and inf would pass every range check)."""
     value = float(text)
