@@ -66,10 +66,13 @@ def table_head(window: int, level: float | None) -> str:
     return "| " + " | ".join(names) + " |\n|" + "---|" * len(names)
 
 
-def read_run(kind: str, path: Path, level: float | None, window: int) -> RunRow:
+def read_run(kind: str, path: Path, level: float | None, window: int,
+             game: str | None = None) -> RunRow:
     """The row of a run directory or of a saved record; ValueError with a one-line reason if
-    `path` is neither."""
+    `path` is neither, or is a run of another game than `game`."""
     rec = RunRecord.read(path)
+    if game and rec.env_id and not rec.env_id.lower().startswith(game.lower()):
+        raise ValueError(f"{path} is a run of {rec.env_id}, not {game}")
     steps, values = rec.episode_steps, rec.episode_returns
     hit = rec.first_at(level, window) if level is not None else None
     return RunRow(kind, rec, rec.seed, rec.agent_steps, rec.labels, rec.training_s / 3600,
@@ -105,7 +108,7 @@ def plot(rows: list[RunRow], game: str, out: str, window: int, level: float | No
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
-    p.add_argument("game", help="the figure's title, e.g. Pong")
+    p.add_argument("game", help="the game, as its env id starts (e.g. Pong): the figure's title")
     p.add_argument("--prefs", nargs="*", type=Path, default=[],
                    help="runs from preferences (run directories or records)")
     p.add_argument("--true", nargs="*", type=Path, default=[],
@@ -126,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             prepare_output(a.out, "--out")
         if a.save_records and a.save_records.exists() and not a.save_records.is_dir():
             raise ValueError(f"--save_records: {a.save_records} is a file; give a folder")
-        rows = [read_run(kind, path, a.level, a.window) for kind, path in runs]
+        rows = [read_run(kind, path, a.level, a.window, a.game) for kind, path in runs]
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

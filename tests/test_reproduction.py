@@ -82,3 +82,23 @@ def test_a_record_of_another_format_is_a_one_line_error(tmp_path, capsys):
     assert reproduction.main(["Pong", "--prefs", str(tmp_path / "old.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert "format 0" in err and err.count("\n") == 0
+
+
+def test_a_run_of_another_game_or_a_bad_output_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+    fake_run(tmp_path / "p1", 1, [-21, -20], starts=1, monkeypatch=monkeypatch)
+    settings = tmp_path / "p1" / "settings.json"
+    settings.write_text(json.dumps({"seed": 1, "env_id": "PongNoFrameskip-v4"}))
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "text.json").write_text("not json")
+    for args in (["Enduro", "--prefs", str(tmp_path / "p1")],
+                 ["Pong", "--prefs", str(tmp_path / "text.json")],
+                 ["Pong", "--prefs", str(tmp_path / "p1"), "--save_records",
+                  str(tmp_path / "afile")],
+                 ["Pong", "--prefs", str(tmp_path / "p1"), "--out",
+                  str(tmp_path / "afile" / "x.png")]):
+        assert reproduction.main(args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and err, args
+    assert reproduction.main(["Pong", "--prefs", str(tmp_path / "p1"), "--out",
+                              str(tmp_path / "figures" / "pong.png")]) == 0  # its folder made
+    assert (tmp_path / "figures" / "pong.png").stat().st_size > 0
