@@ -11,8 +11,9 @@ the true episode return and length, the policy's entropy, the spread of the rewa
 (`--reward_std` is its target), A2C's speed and the share of time it waited for the predictor
 (over the window's time, long waits included), labels in the store and the predictor's
 validation accuracy at the window's end, how well the reward A2C was given ordered the policy's
-own episodes (`rhat_corr`: the correlation of each episode's summed r̂ with its true return), and
-the mean of the members' L2 weights (adaptive L2, App. A). A column whose curve the run did not
+own episodes (`rhat_corr`: the correlation of each episode's summed r̂ with its true return;
+`rhat_step_corr`: the same for r̂ per step, which episode length does not sway: once a Pong
+policy wins, its best episodes are its shortest), and the mean of the members' L2 weights (adaptive L2, App. A). A column whose curve the run did not
 log shows "-".
 """
 from __future__ import annotations
@@ -30,10 +31,11 @@ sys.path.insert(0, str(ROOT))
 from experiments.runlog import RunLog, best_window  # noqa: E402
 
 # (heading, tag, process, how a window is reduced, format)
+LENGTH_TAG = "charts/episodic_length"
 COLUMNS = [
     ("episodes", "charts/episodic_return", "", "count", "{:.0f}"),
     ("return", "charts/episodic_return", "", "mean", "{:+.1f}"),
-    ("length", "charts/episodic_length", "", "mean", "{:.0f}"),
+    ("length", LENGTH_TAG, "", "mean", "{:.0f}"),
     ("entropy", "losses/entropy", "", "mean", "{:.2f}"),
     ("r_std", "charts/reward_std", "", "mean", "{:.3f}"),
     ("steps/s", "charts/SPS", "", "timed", "{:.0f}"),  # steps over time, waits included
@@ -58,6 +60,7 @@ def windows(log: RunLog, every: int) -> list[dict[str, str]]:
               for heading, tag, process, how, _ in COLUMNS}
     true_steps, true_returns = log.returns()
     _, predicted = log.curve(PREDICTED_TAG)  # logged beside each true return, episode by episode
+    _, lengths = log.curve(LENGTH_TAG)
     l2 = [log.curve(L2_TAG.format(i), "reward_predictor") for i in range(16)]
     l2 = [c for c in l2 if len(c[0])]
     sps_steps = curves["steps/s"][0]
@@ -83,6 +86,10 @@ def windows(log: RunLog, every: int) -> list[dict[str, str]]:
         corr = (correlation(predicted[in_window], true_returns[in_window])
                 if len(predicted) == len(true_returns) else None)
         row["rhat_corr"] = "-" if corr is None else f"{corr:+.2f}"
+        per_step = (correlation(predicted[in_window] / lengths[in_window],
+                                true_returns[in_window])
+                    if len(predicted) == len(true_returns) == len(lengths) else None)
+        row["rhat_step_corr"] = "-" if per_step is None else f"{per_step:+.2f}"
         last_l2 = [v[(s >= start) & (s < end)][-1:] for s, v in l2]
         last_l2 = [float(v[0]) for v in last_l2 if len(v)]
         row["log10_l2"] = f"{math.log10(np.mean(last_l2)):.1f}" if last_l2 else "-"

@@ -113,11 +113,14 @@ def test_summarise_run_says_how_well_rhat_ordered_the_policys_own_episodes(tmp_p
     from experiments import summarise_run
 
     a2c = ScalarWriter(str(tmp_path / "tb"))
-    # window 1: r̂ rises with the true return; window 2: it falls as the true return rises
-    for step, true, predicted in ((100, -21, -3.0), (200, -15, -1.0), (300, -10, 2.0),
-                                  (1100, -5, 2.0), (1200, 0, 1.0), (1300, 5, -1.0)):
+    # window 1: r̂ rises with the true return; window 2: summed r̂ falls as the true return rises,
+    # because the better episodes are shorter, while r̂ per step rises with it
+    for step, true, predicted, length in ((100, -21, -3.0, 1000), (200, -15, -1.0, 1000),
+                                          (300, -10, 2.0, 1000), (1100, -5, 2.0, 1000),
+                                          (1200, 0, 1.0, 250), (1300, 5, 0.5, 50)):
         a2c.add_scalar("charts/episodic_return", true, step)
         a2c.add_scalar("charts/predicted_return", predicted, step)
+        a2c.add_scalar("charts/episodic_length", length, step)
     for step in range(0, 1600, 100):
         a2c.add_scalar("charts/SPS", 100.0, step)
     a2c.close()
@@ -125,3 +128,4 @@ def test_summarise_run_says_how_well_rhat_ordered_the_policys_own_episodes(tmp_p
     lines = capsys.readouterr().out.splitlines()
     first, second = (dict(zip(lines[0].split(), line.split())) for line in lines[1:])
     assert float(first["rhat_corr"]) > 0.9 and float(second["rhat_corr"]) < -0.9
+    assert float(first["rhat_step_corr"]) > 0.9 and float(second["rhat_step_corr"]) > 0.9
