@@ -135,9 +135,6 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--video must name a .gif file")
         if args.save_weights and Path(args.save_weights).suffix != ".pt":
             raise ValueError("--save_weights must name a .pt file")
-        if args.save_weights and Path(args.save_weights).exists():
-            raise ValueError(f"--save_weights: {args.save_weights} exists already (nothing is "
-                             "overwritten: choose another name)")
         for out, flag in ((args.video, "--video"), (args.save_weights, "--save_weights")):
             if out:
                 prepare_output(out, flag)

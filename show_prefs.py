@@ -116,15 +116,14 @@ def export_or_import(path: str, export: str | None, import_file: str | None) -> 
     try:
         if import_file and not os.path.isfile(import_file):
             raise StoreError(f"{import_file} does not exist")
-        if export and os.path.exists(export):
-            raise StoreError(f"--export: {export} exists already (nothing is overwritten: "
-                             "choose another name)")
+        if export:
+            prepare_output(export, "--export")  # never over a file; its folder made
         with PreferenceStore(path, create=bool(import_file)) as store:
             if import_file:
                 n = store.import_npz(import_file)
                 print(f"imported {n} labels into {path} (now {len(store)})")
             if export:
-                n = store.export_npz(prepare_output(export, "--export"))
+                n = store.export_npz(export)
                 print(f"exported {n} labels to {export}")
     except (StoreError, ValueError, OSError) as e:
         print(f"show_prefs.py: error: {e}", file=sys.stderr)

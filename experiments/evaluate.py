@@ -17,8 +17,9 @@ with `--best_and_final` a run directory gives its newest checkpoint and the one 
 best `--best_window` consecutive training episodes (the newest saved before the last of them).
 The episodes of one cell are played at once, one per env of a vector env, on env seeds apart
 from training's (`--seed`); an episode still going after `--max_steps` is cut and counted as it
-stands (the table says how many were). The figures go to `--out` (default: eval.json in the first
-run directory, else in the current one), to the run's TensorBoard (`RUN_DIR/tb/eval`, at the
+stands (the table says how many were). The figures go to `--out` (a new file; default: eval.json in the
+first run directory, else in the current one, or eval-1.json, eval-2.json, ... beside an earlier
+one), to the run's TensorBoard (`RUN_DIR/tb/eval`, at the
 policy's agent steps) and, with `--videos K`, the first K episodes of each cell to GIFs. On
 Enduro each cell also gives the share of its steps in which the player's car is level with
 another car (the paper's "keep alongside other cars", `pref_interface.alongside`).
@@ -240,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     check_names()
     a = build_parser().parse_args(argv)
     from a2c.checkpoint import CheckpointError, check_fits, load_policy_weights
-    from runtime.outputs import prepare_output
+    from runtime.outputs import prepare_output, unused_name
     from envs import UnknownEnvError, env_kind
 
     try:
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--best_and_final takes a positive --best_window and no "
                              "--all_checkpoints")
         if a.out:
-            prepare_output(a.out, "--out")
+            prepare_output(a.out, "--out")  # never over an earlier evaluation
         policies, run_dirs = [], []
         for arg in a.policies:
             files, env_id, run_dir = find_policies(
@@ -269,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, UnknownEnvError, CheckpointError) as e:
         print(f"evaluate: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    out = Path(a.out) if a.out else (run_dirs[0] if run_dirs else Path(".")) / "eval.json"
+    out = Path(a.out) if a.out else unused_name(
+        (run_dirs[0] if run_dirs else Path(".")) / "eval.json")
     cells = evaluate(policies, grid, a.episodes, a.seed, a.max_steps, a.videos,
                      out.parent / "eval_videos")
     out.write_text(json.dumps([asdict(c) | {"mean": c.mean} for c in cells], indent=1) + "\n")

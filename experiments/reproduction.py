@@ -16,6 +16,7 @@ docs/run_records`: see `experiments.runrecord`). The policies themselves are sco
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,11 +126,19 @@ def main(argv: list[str] | None = None) -> int:
     runs = [(kind, path.expanduser()) for kind, paths in (("prefs", a.prefs), ("true", a.true))
             for path in paths]
     try:
+        if a.window < 1 or (a.level is not None and not math.isfinite(a.level)):
+            raise ValueError("--window must be at least 1 and --level a finite number")
         if a.out:
-            prepare_output(a.out, "--out")
+            if Path(a.out).suffix.lower() not in (".png", ".svg", ".pdf"):
+                raise ValueError(f"--out: {a.out} is not a .png, .svg or .pdf file")
+            prepare_output(a.out, "--out", overwrite=True)  # the figure is made again each time
         if a.save_records and a.save_records.exists() and not a.save_records.is_dir():
             raise ValueError(f"--save_records: {a.save_records} is a file; give a folder")
         rows = [read_run(kind, path, a.level, a.window, a.game) for kind, path in runs]
+        names = [row.record.name for (_, path), row in zip(runs, rows) if path.is_dir()]
+        if a.save_records and len(set(names)) < len(names):
+            raise ValueError("--save_records: two runs have the same folder name, so one record "
+                             "would replace the other")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -153,8 +153,11 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
     if s.ent_coef < 0 or s.env_threads < 0 or s.max_pairs_per_clip < 0 or s.policy_ckpts_kept < 0:
         raise UsageError("--ent_coef, --env_threads, --max_pairs_per_clip and --policy_ckpts_kept "
                          "must not be negative")
-    if not 0.0 <= s.label_noise < 1.0 or s.oversampling < 1 or s.max_labels < 1:
-        raise UsageError("--label_noise is in [0, 1); --oversampling and --max_labels >= 1")
+    if not 0.0 <= s.label_noise < 1.0:
+        raise UsageError(f"--label_noise must be in [0, 1), got {s.label_noise}")
+    if s.oversampling < 1 or s.max_labels < 1:
+        raise UsageError(f"--oversampling and --max_labels must be at least 1, got "
+                         f"{s.oversampling} and {s.max_labels}")
     if s.min_predictor_labels_per_step < 0:
         raise UsageError("--min_predictor_labels_per_step must not be negative")
     if not 0.0 < s.reward_predictor_duty <= 1.0:
@@ -180,8 +183,10 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
                          f"{s.n_envs}, got {s.seed}")
     if not 0 <= s.web_port <= 65535:
         raise UsageError(f"--web_port must be in [0, 65535], got {s.web_port}")
-    if s.n_initial_epochs < 0 or not 0.0 <= s.dropout < 1.0:
-        raise UsageError("--n_initial_epochs must not be negative and --dropout is in [0, 1)")
+    if s.n_initial_epochs < 0:
+        raise UsageError(f"--n_initial_epochs must not be negative, got {s.n_initial_epochs}")
+    if not 0.0 <= s.dropout < 1.0:
+        raise UsageError(f"--dropout must be in [0, 1), got {s.dropout}")
     if s.run_name is not None and (s.run_name in ("", ".", "..") or "/" in s.run_name):
         raise UsageError(f"--run_name is a plain name under runs/ (--log_dir takes a path), "
                          f"got {s.run_name!r}")

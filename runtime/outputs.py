@@ -5,15 +5,30 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def prepare_output(path: str | Path, flag: str) -> Path:
-    """Make the folder that `path` goes into; ValueError naming `flag` when `path` is a folder or
-    its folder cannot be made."""
+def prepare_output(path: str | Path, flag: str, overwrite: bool = False) -> Path:
+    """Make the folder that `path` goes into; ValueError naming `flag` when `path` is a folder,
+    exists already (unless `overwrite`) or its folder cannot be made."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag}: {path} is a folder; give a file name")
+    if path.exists() and not overwrite:
+        raise ValueError(f"{flag}: {path} exists already (nothing is overwritten: choose another "
+                         "name)")
+    blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise ValueError(f"{flag}: {blocking} is a file, not a folder")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ValueError(f"{flag}: cannot make the folder {path.parent} "
                          f"({e.strerror or type(e).__name__})") from None
     return path
+
+
+def unused_name(path: Path) -> Path:
+    """`path`, or where it exists already the first free NAME-1.EXT, NAME-2.EXT, ..."""
+    k, free = 0, path
+    while free.exists():
+        k += 1
+        free = path.with_name(f"{path.stem}-{k}{path.suffix}")
+    return free

@@ -87,6 +87,7 @@ def test_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
     ["MovingDotNoFrameskip-v0", "{policy}", "--episodes", "0"],
     ["MovingDotNoFrameskip-v0", "{policy}/policy-000000000008.pt"],  # a damaged file
     ["MovingDotNoFrameskip-v0", "{policy}", "--save_weights", "{policy}/policy-000000000800.pt"],
+    ["MovingDotNoFrameskip-v0", "{policy}", "--video", "{policy}/policy-000000000800.pt"],
     ["MovingDotNoFrameskip-v0", "{policy}", "--reward_predictor", "{tmp}/rp.txt"],
     ["PongNoFrameskip-v4", "{policy}"],  # MovingDot's policy
 ])

@@ -67,6 +67,10 @@ def test_every_checkpoint_of_a_run_is_scored_at_its_agent_steps_into_json_and_te
     assert all(c["lengths"] == [250] * 3 for c in cells)  # MovingDot: 250 agent steps
     points = scalars(run / "tb" / "eval", "eval/greedy_noop0/mean_return")
     assert points[:, 1].tolist() == [1000, 2000]
+    # Evaluated again: the earlier figures stay, the new ones go beside them.
+    r = evaluate(str(run), "--episodes", "1", "--grid", "greedy:0")
+    assert r.returncode == 0 and f"wrote {run / 'eval-1.json'}" in r.stdout, r.stdout + r.stderr
+    assert json.loads((run / "eval.json").read_text()) == cells
 
 
 def test_best_and_final_are_the_newest_checkpoint_and_the_one_behind_the_best_episodes(tmp_path):

@@ -95,7 +95,11 @@ def test_a_run_of_another_game_or_a_bad_output_is_a_one_line_error(tmp_path, cap
                  ["Pong", "--prefs", str(tmp_path / "p1"), "--save_records",
                   str(tmp_path / "afile")],
                  ["Pong", "--prefs", str(tmp_path / "p1"), "--out",
-                  str(tmp_path / "afile" / "x.png")]):
+                  str(tmp_path / "afile" / "x.png")],
+                 ["Pong", "--prefs", str(tmp_path / "p1"), "--out", str(tmp_path / "x.txt")],
+                 ["Pong", "--prefs", str(tmp_path / "p1"), "--window", "0"],
+                 ["Pong", "--prefs", str(tmp_path / "p1"), str(tmp_path / "p1"),
+                  "--save_records", str(tmp_path / "records")]):
         assert reproduction.main(args) == 2, args
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and err, args
