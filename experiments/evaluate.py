@@ -17,9 +17,9 @@ with `--best_and_final` a run directory gives its newest checkpoint and the one 
 best `--best_window` consecutive training episodes (the newest saved before the last of them).
 The episodes of one cell are played at once, one per env of a vector env, on env seeds apart
 from training's (`--seed`); an episode still going after `--max_steps` is cut and counted as it
-stands (the table says how many were). The figures go to `--out` (a new file; default: eval.json in the
-first run directory, else in the current one, or eval-1.json, eval-2.json, ... beside an earlier
-one), to the run's TensorBoard (`RUN_DIR/tb/eval`, at the
+stands (the table says how many were). The figures go to `--out` (a new file; default:
+eval.json in the first run directory, else in the current one, or eval-1.json, eval-2.json, ...
+beside an earlier one), to the run's TensorBoard (`RUN_DIR/tb/eval`, at the
 policy's agent steps) and, with `--videos K`, the first K episodes of each cell to GIFs. On
 Enduro each cell also gives the share of its steps in which the player's car is level with
 another car (the paper's "keep alongside other cars", `pref_interface.alongside`).
