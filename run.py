@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run.py: {e}", file=sys.stderr)
         return 0
     if run.unused_flags:
-        print(f"run.py: note: --{', --'.join(run.unused_flags)}: not used in "
-              f"{run.settings.mode}", file=sys.stderr)
+        print(f"run.py: note: --{', --'.join(run.unused_flags)}: not used by "
+              f"{run.settings.mode} on {run.settings.env_id}", file=sys.stderr)
     code = 1
     try:
         code = MODE_RUNNERS[run.settings.mode](run, ctx, session, report)

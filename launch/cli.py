@@ -16,7 +16,7 @@ from launch.env_settings import env_settings
 from launch.preflight import first_error
 from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run
 from launch.settings import (MODES, TRAINING_MODES, Settings, build_parser as settings_parser,
-                             unused_in_mode)
+                             unused_settings)
 from reward_predictor.entry_points import check_predictor
 
 EXIT_USAGE = 2
@@ -56,7 +56,7 @@ def parse_args(argv: list[str]) -> Run:
         return resume(Path(given["resume"]), given)  # the saved settings include the env's own
     settings = Settings(**given)
     run = resolve(with_env_settings(settings, given))
-    run.unused_flags = unused_in_mode(settings.mode, list(given))
+    run.unused_flags = unused_settings(settings.mode, run.env_kind, list(given))
     return run
 
 

@@ -219,13 +219,15 @@ def flag_fields() -> list:
     return [f for f in fields(Settings) if f.metadata]
 
 
-def unused_in_mode(mode: str, names: list[str]) -> list[str]:
-    """Of these settings, those that do nothing in `mode`: the preference and predictor ones when
-    the policy learns from the game's reward."""
-    if mode != "train_policy_with_original_rewards":
-        return []
+def unused_settings(mode: str, env_kind: str, names: list[str]) -> list[str]:
+    """Of these settings, those that do nothing in this run: the preference and predictor ones
+    when the policy learns from the game's reward, and batch norm and dropout for MovingDot's
+    predictor (a net of hand features without either)."""
     groups = {f.name: f.metadata["group"] for f in flag_fields()}
-    return [n for n in names if groups.get(n) in ("prefs", "predictor")]
+    return [n for n in names
+            if (mode == "train_policy_with_original_rewards"
+                and groups.get(n) in ("prefs", "predictor"))
+            or (env_kind == "moving_dot" and n in ("batchnorm", "dropout"))]
 
 
 def finite_float(text: str) -> float:

@@ -25,7 +25,8 @@ def test_original_rewards_smoke_run_writes_the_run_directory(tmp_path):
             "--million_timesteps", "0.004", "--n_envs", "4", "--ensemble_size", "5",
             "--log_dir", str(d))
     assert r.return_code == 0, r.stderr
-    assert "note: --ensemble_size: not used in train_policy_with_original_rewards" in r.stderr
+    assert ("note: --ensemble_size: not used by train_policy_with_original_rewards on "
+            "MovingDotNoFrameskip-v0") in r.stderr
     assert (d / "command.txt").read_text().strip().endswith(f"--log_dir {d}")
     assert '"n_envs": 4' in (d / "settings.json").read_text()
     assert list((d / "policy").glob("policy-*.pt"))
