@@ -13,8 +13,8 @@ the true episode return and length, the policy's entropy, the spread of the rewa
 validation accuracy at the window's end, how well the reward A2C was given ordered the policy's
 own episodes (`rhat_corr`: the correlation of each episode's summed r̂ with its true return;
 `rhat_step_corr`: the same for r̂ per step, which episode length does not sway: once a Pong
-policy wins, its best episodes are its shortest), and the mean of the members' L2 weights (adaptive L2, App. A). A column whose curve the run did not
-log shows "-".
+policy wins, its best episodes are its shortest), and the mean of the members' L2 weights
+(adaptive L2, App. A). A column whose curve the run did not log shows "-".
 """
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ class Run:
     prefs_path: str | None = None  # a label store to copy into the run (--load_prefs_dir)
     resumed: bool = False
     overrides: dict[str, Any] = field(default_factory=dict)  # flags given with --resume
-    unused_flags: list[str] = field(default_factory=list)  # given, but nothing in this mode
+    unused_flags: list[str] = field(default_factory=list)  # given, but not used by this run
 
     @property
     def labels_by_person(self) -> bool:
