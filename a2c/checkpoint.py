@@ -7,7 +7,7 @@ from typing import BinaryIO
 
 import torch
 
-PREFIX = "policy-"
+from a2c.config import CHECKPOINT_PREFIX as PREFIX
 
 
 class CheckpointError(Exception):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+CHECKPOINT_PREFIX = "policy-"  # a policy checkpoint is policy-<agent steps, 12 digits>.pt
+
 @dataclass
 class A2CConfig:
     """A2C hyperparameters; defaults are the paper's Atari settings (App. A.2)."""
