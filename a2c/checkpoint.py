@@ -1,6 +1,7 @@
 """Policy checkpoints: plain torch state dicts, loaded with weights_only=True (nothing unpickled)."""
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import BinaryIO
@@ -69,13 +70,20 @@ def load_weights_into(policy: torch.nn.Module, weights: dict, source: str | Path
 
 
 def check_fits(env_id: str, weights: dict, source: str | Path) -> None:
-    """CheckpointError unless `weights` fit the policy network of `env_id` (builds one env)."""
+    """CheckpointError unless `weights` fit the policy network of `env_id`."""
+    load_weights_into(_network_of(env_id), weights, source)
+
+
+@functools.lru_cache(maxsize=None)
+def _network_of(env_id: str) -> torch.nn.Module:
+    """A policy network for `env_id`, to check weights against (one env built once per id, not
+    once per checkpoint of an `evaluate --all_checkpoints`)."""
     from a2c.policies import make_policy
     from envs import env_kind, make_vec_env
 
     env = make_vec_env(env_id, 1, num_threads=1)
     try:
-        load_weights_into(make_policy(env_kind(env_id), env.num_actions), weights, source)
+        return make_policy(env_kind(env_id), env.num_actions)
     finally:
         env.close()
 
