@@ -146,11 +146,11 @@ def _send_back(run_dir: Path, before: set[str], out_dir: Path) -> int:
     policies = _policies(run_dir)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for f in (COMMAND_FILE, MACHINES_FILE):
-            tar.add(run_dir / f, f"{name}/{f}")
+        for f in (COMMAND_FILE, MACHINES_FILE, "tb"):  # tb: only the device's event files
+            if (run_dir / f).exists():  # (a run refused at its start writes neither)
+                tar.add(run_dir / f, f"{name}/{f}")
         _add(tar, f"{name}/{PREFS_FILE}", _store_copy(run_dir / PREFS_FILE))
         tar.add(run_dir / "reward_predictor", f"{name}/reward_predictor")
-        tar.add(run_dir / "tb", f"{name}/tb")  # only the device's event files: none were carried
         tar.add(policies[-1], f"{name}/policy/{policies[-1].name}")
         # the leg's other checkpoints, weights only, evenly spaced, as many as fit
         others = [p for p in policies[:-1] if p.name not in before]
@@ -214,16 +214,21 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("name")
     b.add_argument("--seconds", type=int, default=540)
     b.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")))
-    b.add_argument("extra", nargs=argparse.REMAINDER, help="more run.py flags, after --")
+    b.epilog = "more run.py flags for the leg go last, after --"
     c = sub.add_parser("unpack", help="here: the parts a leg sent back, into the run directory")
     c.add_argument("run_dir", type=Path)
     c.add_argument("files_at", type=Path)
-    args = p.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # run.py's own flags follow "--" (argparse's REMAINDER would also swallow --seconds)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, extra = p.parse_args(argv[:cut]), argv[cut + 1:]
+    if extra and args.verb != "leg":
+        p.error(f"only leg takes run.py flags after --, not {args.verb}")
     if args.verb == "pack":
         return pack(args.run_dir.expanduser(), args.wheels and args.wheels.expanduser(),
                     args.seconds)
     if args.verb == "leg":
-        return leg(args.name, args.seconds, args.out, [x for x in args.extra if x != "--"])
+        return leg(args.name, args.seconds, args.out, extra)
     return unpack(args.run_dir.expanduser(), args.files_at)
 
 

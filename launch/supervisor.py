@@ -9,7 +9,7 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from launch.stopping import StopFlag, interrupted_status, signals_held, stop_child_on_signals
@@ -28,10 +28,16 @@ class Progress:
     unit: str
     read: Callable[[], tuple[int, str]]
     unit_scale: bool = False  # 12.3k rather than 12345
+    _last: tuple[float, int] | None = field(default=None, init=False, repr=False)
 
     def line(self) -> str:
+        """The log's form: done of total, the rate since the line before, the status."""
         done, status = self.read()
-        return f"{self.desc} {done:,}/{self.total:,}" + (f" | {status}" if status else "")
+        now, rate = time.monotonic(), ""
+        if self._last is not None and now > self._last[0]:
+            rate = f" | {(done - self._last[1]) / (now - self._last[0]):,.0f} {self.unit}s/s"
+        self._last = (now, done)
+        return f"{self.desc} {done:,}/{self.total:,}{rate}" + (f" | {status}" if status else "")
 
 
 def _child(call: Callable[[], object], errors, stop: StopFlag) -> None:

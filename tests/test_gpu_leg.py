@@ -80,3 +80,10 @@ def test_the_legs_checkpoints_that_fit_are_evenly_spaced():
     assert gpu_leg.evenly(ten, 20) == ten and gpu_leg.evenly(ten, 0) == []
     assert gpu_leg.evenly(ten, 1) == [9] and gpu_leg.evenly(ten, 2) == [0, 9]
     assert gpu_leg.evenly(ten, 4) == [0, 3, 6, 9]
+
+
+def test_the_printed_leg_command_parses_with_run_py_flags_after_it(monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr(gpu_leg, "leg", lambda *a: seen.setdefault("args", a) and 0)
+    gpu_leg.main(["leg", "dot", "--seconds", "20", "--out", str(tmp_path), "--", *CPU])
+    assert seen["args"] == ("dot", 20, tmp_path, CPU)

@@ -62,6 +62,17 @@ def test_a_wait_whose_end_is_known_is_a_bar_on_a_terminal_and_a_line_in_a_log(tt
         assert err.strip() == "labels 0/8 | val acc 80%", err
 
 
+def test_a_logged_progress_line_gives_the_rate_since_the_line_before(monkeypatch):
+    from launch import supervisor
+
+    done, clock = [0], [100.0]
+    monkeypatch.setattr(supervisor.time, "monotonic", lambda: clock[0])
+    progress = supervisor.Progress("agent steps", 6000, "step", lambda: (done[0], "ep 3"))
+    assert progress.line() == "agent steps 0/6,000 | ep 3"
+    done[0], clock[0] = 3000, 130.0
+    assert progress.line() == "agent steps 3,000/6,000 | 100 steps/s | ep 3"
+
+
 def test_the_trainer_starts_with_malloc_tunables_that_glibc_honours(tmp_path, monkeypatch):
     from runtime.process_setup import TRAINER_MALLOC_TUNABLES, trainer_malloc_environ
 
