@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Probe a run's policy checkpoints: how much of the network still responds to what it sees?
+
+    python -m experiments.probe_policy RUN_DIR                   # every kept checkpoint
+    python -m experiments.probe_policy RUN_DIR --from 3.5 --to 4.5   # agent steps, millions
+    python -m experiments.probe_policy CKPT.pt ... --env PongNoFrameskip-v4
+
+Plays the env with random actions, keeps every 4th observation, and runs each checkpoint's
+network on them. Per checkpoint it prints the share of each ReLU layer's units (channels of a
+convolution, neurons of the dense layer) that are positive somewhere in some observation
+("alive"), how much the policy's logits and the value vary across observations, and the
+policy's mean entropy. A layer with no unit alive passes nothing on: the policy is then one
+fixed distribution whatever the screen shows, no gradient reaches the layers below, and the run
+cannot learn again (what ended Pong seed 1's level, docs/experiments.md).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from experiments.evaluate import EXIT_USAGE, find_policies  # noqa: E402
+
+KEEP_EVERY = 4  # observations 4 agent steps apart: consecutive ones nearly repeat
+FROZEN = 1e-4  # a spread of the logits below this: the policy ignores its input
+
+
+@dataclass
+class Probe:
+    """One checkpoint's network on a batch of observations."""
+
+    timesteps: int
+    alive: list[float]  # per ReLU layer, the share of units positive at least once
+    logit_spread: float  # std of each logit across observations, averaged over actions
+    value_spread: float  # std of the value across observations
+    entropy: float  # the policy's mean entropy (nats)
+
+    @property
+    def dead(self) -> bool:
+        return min(self.alive) == 0.0 or self.logit_spread < FROZEN
+
+    def row(self) -> str:
+        alive = " ".join(f"{a:5.0%}" for a in self.alive)
+        mark = "  DEAD: one distribution for every screen" if self.dead else ""
+        return (f"{self.timesteps / 1e6:9.2f}M  {alive}  {self.logit_spread:8.4f}  "
+                f"{self.value_spread:8.4f}  {self.entropy:6.3f}{mark}")
+
+
+def observations(env_id: str, steps: int, n_envs: int, seed: int) -> np.ndarray:
+    """Every KEEP_EVERY-th observation of `steps` random steps of `n_envs` envs (uint8)."""
+    from envs import make_vec_env
+
+    env = make_vec_env(env_id, n_envs, seed=seed, num_threads=1)
+    rng = np.random.default_rng(seed)
+    try:
+        obs, kept = env.reset(), []
+        for t in range(steps):
+            obs = env.step(rng.integers(env.num_actions, size=n_envs)).obs
+            if t % KEEP_EVERY == 0:
+                kept.append(obs)
+    finally:
+        env.close()
+    return np.concatenate(kept)
+
+
+def probe(net, obs: np.ndarray, timesteps: int) -> Probe:
+    """`net` (an a2c.policies.ActorCritic) on `obs`: its alive units, spreads and entropy."""
+    import torch
+
+    outputs = []
+    hooks = [m.register_forward_hook(lambda _m, _i, out: outputs.append(out.detach()))
+             for m in net.torso if isinstance(m, torch.nn.ReLU)]
+    try:
+        with torch.no_grad():
+            logits, value = net.eval()(torch.as_tensor(obs))
+    finally:
+        for h in hooks:
+            h.remove()
+    # a unit is a channel of a convolution (any position) or a neuron of a dense layer
+    alive = [float(((o.flatten(2).amax(-1) if o.dim() == 4 else o) > 0).any(0).float().mean())
+             for o in outputs]
+    logp = logits.log_softmax(-1)
+    return Probe(timesteps, alive, float(logits.std(0).mean()), float(value.std()),
+                 float(-(logp.exp() * logp).sum(-1).mean()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    p.add_argument("policies", nargs="+",
+                   help="a run directory (its kept checkpoints), a folder of checkpoints or "
+                        "checkpoint files")
+    p.add_argument("--env", help="the env id (a run directory names its own)")
+    p.add_argument("--from", dest="start", type=float, default=0.0,
+                   help="only checkpoints from here (million agent steps)")
+    p.add_argument("--to", dest="stop", type=float, default=float("inf"),
+                   help="only checkpoints up to here (million agent steps)")
+    p.add_argument("--steps", type=int, default=400, help="random steps of each env")
+    p.add_argument("--n_envs", type=int, default=8, help="envs played side by side")
+    p.add_argument("--seed", type=int, default=0, help="env and action seed")
+    a = p.parse_args(argv)
+    import torch
+
+    from a2c.checkpoint import CheckpointError, check_fits, load_policy_weights, load_weights_into
+    from a2c.policies import make_policy
+    from envs import UnknownEnvError, env_kind
+
+    torch.set_num_threads(1)
+    try:
+        if a.steps < KEEP_EVERY or a.n_envs <= 0:
+            raise ValueError(f"--steps must be at least {KEEP_EVERY} and --n_envs positive")
+        files, env_ids = [], set()
+        for arg in a.policies:
+            found, env_id, _ = find_policies(Path(arg), all_checkpoints=True)
+            env_ids.add(a.env or env_id)
+            files += found
+        if None in env_ids or len(env_ids) > 1:
+            raise ValueError("give --env: only a run directory names its env, and all the "
+                             "checkpoints must be of one env")
+        env_id = env_ids.pop()
+        kind = env_kind(env_id)
+        states = [(f, load_policy_weights(f)) for f in files]
+        states = [(f, s) for f, s in states if a.start * 1e6 <= s["timesteps"] <= a.stop * 1e6]
+        if not states:
+            raise ValueError(f"no checkpoint from {a.start}M to {a.stop}M agent steps")
+        for f, s in states:  # another env's checkpoint is refused before any play
+            check_fits(env_id, s["policy"], f)
+    except (ValueError, UnknownEnvError, CheckpointError) as e:
+        print(f"probe_policy: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    obs = observations(env_id, a.steps, a.n_envs, a.seed)
+    print(f"{env_id}: {len(obs)} observations of random play; 'alive': per ReLU layer, the "
+          "share of its units positive at least once")
+    print(f"{'steps':>10}  alive per layer  logit sd  value sd  entropy")
+    n_actions = int(s["policy"]["policy.weight"].shape[0])
+    for f, s in sorted(states, key=lambda fs: fs[1]["timesteps"]):
+        net = make_policy(kind, n_actions)
+        load_weights_into(net, s["policy"], f)
+        print(probe(net, obs, s["timesteps"]).row())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""experiments.probe_policy: a policy network whose units all went dead is seen as dead."""
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from a2c.checkpoint import load_policy_weights
+from a2c.policies import make_policy
+from experiments import probe_policy
+
+RUN = Path(__file__).resolve().parent / "fixtures" / "run_29d3a96"  # MovingDot, 4,000 steps
+
+
+def fixture_policy() -> torch.nn.Module:
+    net = make_policy("moving_dot", 5)
+    net.load_state_dict(load_policy_weights(RUN / "policy")["policy"])
+    return net
+
+
+def test_a_layer_with_no_unit_alive_makes_one_distribution_for_every_screen():
+    obs = probe_policy.observations("MovingDotNoFrameskip-v0", 40, 2, seed=0)
+    assert obs.shape == (20, 4, 84, 84) and obs.dtype == np.uint8
+    healthy = probe_policy.probe(fixture_policy(), obs, 4000)
+    assert all(0 < a <= 1 for a in healthy.alive) and not healthy.dead
+    assert healthy.logit_spread > probe_policy.FROZEN
+
+    net = fixture_policy()
+    last_conv = [m for m in net.torso if isinstance(m, torch.nn.Conv2d)][-1]
+    with torch.no_grad():
+        last_conv.bias.fill_(-1e3)  # no input can lift a unit above zero
+    dead = probe_policy.probe(net, obs, 4000)
+    assert dead.alive[1] == 0.0 and dead.dead and dead.logit_spread < 1e-6
+    assert "DEAD" in dead.row() and "DEAD" not in healthy.row()
+
+
+def test_a_run_directory_gives_a_row_per_checkpoint(capsys):
+    assert probe_policy.main([str(RUN), "--steps", "8", "--n_envs", "1"]) == 0
+    rows = re.findall(r"^ +(\d+\.\d\d)M ", capsys.readouterr().out, re.MULTILINE)
+    assert rows == ["0.00"]  # the fixture keeps one checkpoint, at 4,000 agent steps
+
+
+def test_bad_input_is_one_line(capsys):
+    assert probe_policy.main([str(RUN), "--from", "1"]) == 2  # no checkpoint that late
+    assert probe_policy.main([str(RUN / "policy")]) == 2  # a folder names no env
+    assert probe_policy.main([str(RUN), "--env", "PongNoFrameskip-v4"]) == 2  # another env's
+    err = capsys.readouterr().err
+    assert err.count("\n") == 3 and err.count("probe_policy: error:") == 3, err
