@@ -53,3 +53,6 @@ class A2CStats:
         self.steps_per_sec = ctx.Value("d", 0.0, lock=False)
         self.episodes = ctx.Value("q", 0, lock=False)
         self.recent_return = ctx.Value("d", float("nan"), lock=False)
+        # agent steps at which a checkpoint found a layer of the policy with no unit alive
+        # (a2c.policies.alive_units); -1: never in this run
+        self.dead_since = ctx.Value("q", -1, lock=False)

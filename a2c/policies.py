@@ -53,3 +53,20 @@ def make_policy(env_kind: str, n_actions: int) -> ActorCritic:
     """The policy network for an env kind ('atari' or 'moving_dot')."""
     net = small_cnn(n_actions) if env_kind == "moving_dot" else nature_cnn(n_actions)
     return net.to(memory_format=torch.channels_last)
+
+
+def alive_units(net: ActorCritic, obs: torch.Tensor) -> list[float]:
+    """Per ReLU layer of the torso, the share of its units (channels of a convolution, neurons of
+    the dense layer) positive on at least one of `obs`. A layer at 0 passes nothing on: the
+    policy is one fixed distribution whatever it sees, and no gradient reaches below it."""
+    outputs = []
+    hooks = [m.register_forward_hook(lambda _m, _i, out: outputs.append(out.detach()))
+             for m in net.torso if isinstance(m, nn.ReLU)]
+    try:
+        with torch.no_grad():
+            net(obs)
+    finally:
+        for h in hooks:
+            h.remove()
+    return [float(((o.flatten(2).amax(-1) if o.dim() == 4 else o) > 0).any(0).float().mean())
+            for o in outputs]

@@ -14,7 +14,7 @@ from a2c.a2c import A2C
 from a2c.config import A2CRunConfig, A2CStats
 from a2c.checkpoint import load_policy, load_weights_into, save_policy
 from a2c.optim import load_state_keeping_settings
-from a2c.policies import make_policy
+from a2c.policies import alive_units, make_policy
 from a2c.rollout import RewardFn, Rollout, RolloutCollector, RolloutObserver
 from runtime.precision import use_bf16
 from runtime.scalars import Telemetry
@@ -146,6 +146,16 @@ class A2CAgent:
     def checkpoint(self) -> None:
         save_policy(self.config.ckpt_dir, self.policy, self.algo.optimizer, self.timesteps,
                     self.updates, keep=self.config.ckpt_keep)
+        self.check_alive()
+
+    def check_alive(self) -> None:
+        """The narrowest layer's share of live units on the last rollout's screens, to
+        TensorBoard; the first time a layer has none, the shared counters say since when."""
+        screens = self.collector.obs[:-1].reshape(-1, *self.collector.obs.shape[2:])
+        alive = min(alive_units(self.policy, torch.from_numpy(screens).to(self.config.device)))
+        self.telemetry.record("charts/alive_units", alive)
+        if alive == 0.0 and self.stats is not None and self.stats.dead_since.value < 0:
+            self.stats.dead_since.value = self.timesteps
 
     def close(self) -> None:
         """The last checkpoint (when learning), then the env and files closed."""

@@ -73,18 +73,12 @@ def probe(net, obs: np.ndarray, timesteps: int) -> Probe:
     """`net` (an a2c.policies.ActorCritic) on `obs`: its alive units, spreads and entropy."""
     import torch
 
-    outputs = []
-    hooks = [m.register_forward_hook(lambda _m, _i, out: outputs.append(out.detach()))
-             for m in net.torso if isinstance(m, torch.nn.ReLU)]
-    try:
-        with torch.no_grad():
-            logits, value = net.eval()(torch.as_tensor(obs))
-    finally:
-        for h in hooks:
-            h.remove()
-    # a unit is a channel of a convolution (any position) or a neuron of a dense layer
-    alive = [float(((o.flatten(2).amax(-1) if o.dim() == 4 else o) > 0).any(0).float().mean())
-             for o in outputs]
+    from a2c.policies import alive_units
+
+    obs_t = torch.as_tensor(obs)
+    alive = alive_units(net.eval(), obs_t)
+    with torch.no_grad():
+        logits, value = net(obs_t)
     logp = logits.log_softmax(-1)
     return Probe(timesteps, alive, float(logits.std(0).mean()), float(value.std()),
                  float(-(logp.exp() * logp).sum(-1).mean()))

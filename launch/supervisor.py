@@ -197,6 +197,8 @@ def a2c_status(stats, steps: bool = True) -> str:
     """One short line (fits 80 columns with the preference counters); without the steps and
     their rate when a progress bar shows them."""
     line = f"ep {stats.episodes.value} | return {number(stats.recent_return.value)}"
+    if stats.dead_since.value >= 0:
+        line += " | policy dead"
     if not steps:
         return line
     return (f"steps {stats.timesteps.value / 1e3:,.1f}k | {stats.steps_per_sec.value:,.0f}/s | "

@@ -218,3 +218,31 @@ def test_a_resumed_run_takes_over_the_curves_from_its_checkpoint(tmp_path):
     assert len(returns) > 0 and (returns[:, 2] != -99.0).all()
     assert (np.diff(returns[:, 1]) >= 0).all()  # one pass along the step axis
     assert returns[:, 1].max() > 4_000  # the resumed run's own points are there
+
+
+def test_a_checkpoint_of_a_policy_whose_layer_died_says_since_when(tmp_path):
+    import multiprocessing as mp
+
+    from a2c.config import A2CStats
+    from a2c.train import A2CAgent
+    from experiments.runlog import scalars
+
+    stats = A2CStats(mp.get_context("spawn"))
+    config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=400, seed=0,
+                          ckpt_dir=str(tmp_path / "p"))
+    agent = A2CAgent(config, log_dir=str(tmp_path / "tb"), stats=stats)
+    try:
+        agent.learn(agent.act())
+        agent.checkpoint()  # alive: nothing said
+        assert stats.dead_since.value == -1
+        with torch.no_grad():  # no screen can lift the first layer's units above zero
+            agent.policy.torso[0].bias.fill_(-1e3)
+        agent.learn(agent.act())
+        agent.checkpoint()
+        assert stats.dead_since.value == agent.timesteps == 160
+        agent.learn(agent.act())
+        agent.checkpoint()
+        assert stats.dead_since.value == 160  # the first time is kept
+    finally:
+        agent.close()
+    assert scalars(tmp_path / "tb", "charts/alive_units")[-1, 2] == 0.0  # the curve shows it

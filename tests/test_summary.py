@@ -1,0 +1,23 @@
+"""The lines a run prints when it ends (launch.summary)."""
+from pathlib import Path
+from types import SimpleNamespace
+
+from launch.summary import RunReport
+
+
+def stats(dead_since: int) -> SimpleNamespace:
+    def value(v):
+        return SimpleNamespace(value=v)
+
+    return SimpleNamespace(timesteps=value(4_327_520), recent_return=value(-20.4),
+                           dead_since=value(dead_since))
+
+
+def test_the_summary_says_when_the_policy_network_died(tmp_path: Path):
+    report = RunReport(tmp_path, "PongNoFrameskip-v4", agent_stats=stats(-1))
+    alive = report.summary(0, None, trained=True)
+    assert "agent steps    4,327,520" in alive and "-20.4 (mean of the last 100" in alive
+    assert "dead" not in alive
+    report.agent_stats = stats(3_920_000)
+    assert "policy network  dead since 3,920,000 agent steps" in report.summary(
+        0, None, trained=True)
