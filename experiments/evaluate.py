@@ -20,7 +20,8 @@ from training's (`--seed`); an episode still going after `--max_steps` is cut an
 stands (the table says how many were). The figures go to `--out` (a new file; default:
 eval.json in the first run directory, else in the current one, or eval-1.json, eval-2.json, ...
 beside an earlier one), to the run's TensorBoard (`RUN_DIR/tb/eval`, at the
-policy's agent steps) and, with `--videos K`, the first K episodes of each cell to GIFs. On
+policy's agent steps) and, with `--videos K`, the first K episodes of each cell to GIFs in a
+folder named after the figures' file (eval_videos/ beside eval.json, eval-1_videos/ ...). On
 Enduro each cell also gives the share of its steps in which the player's car is level with
 another car (the paper's "keep alongside other cars", `pref_interface.alongside`).
 """
@@ -273,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out) if a.out else unused_name(
         (run_dirs[0] if run_dirs else Path(".")) / "eval.json")
     cells = evaluate(policies, grid, a.episodes, a.seed, a.max_steps, a.videos,
-                     out.parent / "eval_videos")
+                     out.with_name(f"{out.stem}_videos"))  # one folder per evaluation
     out.write_text(json.dumps([asdict(c) | {"mean": c.mean} for c in cells], indent=1) + "\n")
     print(f"\nwrote {out}")
     for run_dir in run_dirs:

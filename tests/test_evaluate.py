@@ -48,6 +48,15 @@ def test_a_trained_pong_policy_scores_above_an_untrained_one_and_its_video_shows
     frame = np.asarray(gif.convert("L"))
     assert frame.std() > 5  # the court, paddles and ball, not a blank picture
 
+    # a later evaluation's GIFs go beside its own figures, leaving the earlier ones as they were
+    r = evaluate(str(untrained), "--env", "PongNoFrameskip-v4", "--episodes", "1", "--grid",
+                 "greedy:0", "--videos", "1", "--max_steps", "40", "--out",
+                 str(tmp_path / "eval-1.json"))
+    assert r.returncode == 0, r.stderr
+    assert [p.name for p in (tmp_path / "eval-1_videos").iterdir()] == [
+        "untrained-greedy-noop0-ep0.gif"]
+    assert (tmp_path / "eval_videos" / "pong_prefs_run8-greedy-noop30-ep0.gif").is_file()
+
 
 def test_every_checkpoint_of_a_run_is_scored_at_its_agent_steps_into_json_and_tensorboard(
         tmp_path):
