@@ -7,7 +7,9 @@
                                                                 # first reached 0 and +19
 
 Each row gives the means over the window of what tells a preference run's health at a glance:
-the true episode return and length, the policy's entropy, the spread of the reward A2C trains on
+the true episode return and length, the policy's entropy, the least share of a layer's units
+alive in the policy network at the window's last checkpoint (0%: it can no longer learn; runs
+from before 2026-11-26 did not log it), the spread of the reward A2C trains on
 (`--reward_std` is its target), A2C's speed and the share of time it waited for the predictor
 (over the window's time, long waits included), labels in the store and the predictor's
 validation accuracy at the window's end, how well the reward A2C was given ordered the policy's
@@ -37,6 +39,7 @@ COLUMNS = [
     ("return", "charts/episodic_return", "", "mean", "{:+.1f}"),
     ("length", LENGTH_TAG, "", "mean", "{:.0f}"),
     ("entropy", "losses/entropy", "", "mean", "{:.2f}"),
+    ("alive", "charts/alive_units", "", "last", "{:.0%}"),  # 0%: a dead layer, no way back
     ("r_std", "charts/reward_std", "", "mean", "{:.3f}"),
     ("steps/s", "charts/SPS", "", "timed", "{:.0f}"),  # steps over time, waits included
     ("waiting", "charts/waiting_for_predictor", "", "timed", "{:.0%}"),
