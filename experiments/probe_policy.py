@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{env_id}: {len(obs)} observations of random play; 'alive': per ReLU layer, the "
           "share of its units positive at least once")
     print(f"{'steps':>10}  alive per layer  logit sd  value sd  entropy")
-    n_actions = int(s["policy"]["policy.weight"].shape[0])
+    n_actions = int(states[0][1]["policy"]["policy.weight"].shape[0])  # the policy head's rows
     for f, s in sorted(states, key=lambda fs: fs[1]["timesteps"]):
         net = make_policy(kind, n_actions)
         load_weights_into(net, s["policy"], f)
