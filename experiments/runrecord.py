@@ -99,12 +99,15 @@ class RunRecord:
 
     @property
     def processors(self) -> list[str]:
-        """The distinct processors the run was trained on, in order."""
+        """The distinct processors the run was trained on, in order ("+ GPU" where a start put
+        the policy or the predictor on one)."""
         seen: list[str] = []
         for line in self.machines:
             fields = line.split("\t")
-            if len(fields) >= 2 and fields[1] not in seen:
-                seen.append(fields[1])
+            name = (fields[1] + (" + GPU" if "cuda" in "".join(fields[2:]) else "")
+                    if len(fields) >= 2 else None)
+            if name and name not in seen:
+                seen.append(name)
         return seen
 
     @property

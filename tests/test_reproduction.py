@@ -14,8 +14,8 @@ def fake_run(d, seed, returns, starts, monkeypatch, labels=None,
     (d / "tb").mkdir(parents=True)
     (d / "settings.json").write_text(json.dumps({"seed": seed}))
     (d / "command.txt").write_text("python run.py ...\n" * starts)
-    (d / "machines.txt").write_text("".join(f"2026-11-25T19:00:00Z\t{m}\tpolicy on cpu, "
-                                            "predictor on cpu\n" for m in machines))
+    starts_on = [m if "\t" in m else f"{m}\tpolicy on cpu, predictor on cpu" for m in machines]
+    (d / "machines.txt").write_text("".join(f"2026-11-25T19:00:00Z\t{m}\n" for m in starts_on))
     # An episode every 100k agent steps; the labels process logs its count beside each one
     # (its points are put on the step axis through their wall-clock times).
     a2c = ScalarWriter(str(d / "tb"))
@@ -37,7 +37,8 @@ def test_a_row_per_run_and_one_figure_of_every_seed(tmp_path, capsys, monkeypatc
     fake_run(tmp_path / "p1", 1, [-21, -20, 19, 20, 17, 15], starts=3, monkeypatch=monkeypatch,
              labels=100,
              machines=("AMD EPYC, 2 cores, avx2", "AMD EPYC, 2 cores, avx2",
-                       "Intel Xeon, 2 cores, amx_bf16"))
+                       "Intel Xeon, 2 cores, amx_bf16",
+                       "Intel Xeon, 16 cores, amx_bf16\tpolicy on cuda, predictor on cuda"))
     fake_run(tmp_path / "t0", 0, [-21, -21, -20], starts=1, monkeypatch=monkeypatch)
     out = tmp_path / "pong.png"
     assert reproduction.main(["Pong", "--prefs", str(tmp_path / "p1"), "--true",
@@ -47,7 +48,8 @@ def test_a_row_per_run_and_one_figure_of_every_seed(tmp_path, capsys, monkeypatc
     assert lines[0].startswith("| run | seed |") and "first ≥ 19" in lines[0]
     prefs, true = ([c.strip() for c in line.strip("|").split("|")] for line in lines[2:4])
     assert prefs[:4] == ["from preferences", "1", "0.60M", "600"]
-    assert prefs[5] == "AMD EPYC, 2 cores, avx2; Intel Xeon, 2 cores, amx_bf16" and prefs[6] == "2"
+    assert prefs[5] == ("AMD EPYC, 2 cores, avx2; Intel Xeon, 2 cores, amx_bf16; "
+                        "Intel Xeon, 16 cores, amx_bf16 + GPU") and prefs[6] == "2"
     # the mean of 2 first reaches 19 with the episodes at 0.3M and 0.4M, best there too
     assert prefs[7] == "0.40M, 400 labels" and prefs[8] == "+19.5 at 0.40M" and prefs[9] == "+16.0"
     assert true[:4] == ["true reward", "0", "0.30M", "-"] and true[6] == "0"
