@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 
 CHECKPOINT_PREFIX = "policy-"  # a policy checkpoint is policy-<agent steps, 12 digits>.pt
+ALIVE_TAG = "alive_units/layer"  # + 1, 2, ...: the share of a torso layer's units that fired
 
 @dataclass
 class A2CConfig:
@@ -53,6 +54,6 @@ class A2CStats:
         self.steps_per_sec = ctx.Value("d", 0.0, lock=False)
         self.episodes = ctx.Value("q", 0, lock=False)
         self.recent_return = ctx.Value("d", float("nan"), lock=False)
-        # agent steps at which a checkpoint found a layer of the policy with no unit alive
-        # (a2c.policies.alive_units); -1: never in this run
+        # agent steps of the first of the latest checks (A2CAgent.check_alive) that found a
+        # layer of the policy with no unit alive; -1: the latest check found every layer alive
         self.dead_since = ctx.Value("q", -1, lock=False)

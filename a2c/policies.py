@@ -70,3 +70,8 @@ def alive_units(net: ActorCritic, obs: torch.Tensor) -> list[float]:
             h.remove()
     return [float(((o.flatten(2).amax(-1) if o.dim() == 4 else o) > 0).any(0).float().mean())
             for o in outputs]
+
+
+def is_dead(alive: list[float]) -> bool:
+    """A network with a layer none of whose units fired (`alive_units`) cannot learn again."""
+    return min(alive) == 0.0

@@ -11,10 +11,10 @@ import numpy as np
 import torch
 
 from a2c.a2c import A2C
-from a2c.config import A2CRunConfig, A2CStats
+from a2c.config import ALIVE_TAG, A2CRunConfig, A2CStats
 from a2c.checkpoint import load_policy, load_weights_into, save_policy
 from a2c.optim import load_state_keeping_settings
-from a2c.policies import alive_units, make_policy
+from a2c.policies import alive_units, is_dead, make_policy
 from a2c.rollout import RewardFn, Rollout, RolloutCollector, RolloutObserver
 from runtime.precision import use_bf16
 from runtime.scalars import Telemetry
@@ -63,6 +63,7 @@ class A2CAgent:
         self.reward_fn = make_reward_fn() if make_reward_fn else None
         self.pace = make_pace() if make_pace else None
         self.start_timesteps, self.steps_at_dump = self.timesteps, self.timesteps
+        self.start_updates = self.updates
         self.collector = RolloutCollector(
             self.env, self.policy, c.n_steps, self.reward_fn,
             make_observers(c.n_envs) if make_observers else [], seed=config.seed,
@@ -140,8 +141,12 @@ class A2CAgent:
         self.steps_at_dump = self.timesteps
 
     def checkpoint_if_due(self) -> None:
-        if self.config.learn and self.updates % self.config.ckpt_interval == 0:
+        if not self.config.learn:
+            return
+        if self.updates % self.config.ckpt_interval == 0:
             self.checkpoint()
+        elif self.updates == self.start_updates + 1:  # a resumed run says at once if it is dead
+            self.check_alive()
 
     def checkpoint(self) -> None:
         save_policy(self.config.ckpt_dir, self.policy, self.algo.optimizer, self.timesteps,
@@ -149,13 +154,22 @@ class A2CAgent:
         self.check_alive()
 
     def check_alive(self) -> None:
-        """The narrowest layer's share of live units on the last rollout's screens, to
-        TensorBoard; the first time a layer has none, the shared counters say since when."""
-        screens = self.collector.obs[:-1].reshape(-1, *self.collector.obs.shape[2:])
-        alive = min(alive_units(self.policy, torch.from_numpy(screens).to(self.config.device)))
-        self.telemetry.record("charts/alive_units", alive)
-        if alive == 0.0 and self.stats is not None and self.stats.dead_since.value < 0:
-            self.stats.dead_since.value = self.timesteps
+        """Each layer's share of live units on the last rollout's screens, to TensorBoard; while
+        a layer has none, the shared counters say since which check (`a2c.policies.is_dead`)."""
+        if self.timesteps == self.start_timesteps:
+            return  # no rollout yet in this process: its screens are not filled in
+        c = self.collector
+        screens = torch.from_numpy(c.obs[:-1].reshape(-1, *c.obs.shape[2:])).to(c.device)
+        with torch.autocast(c.device.type, dtype=torch.bfloat16, enabled=c.bf16):  # as trained
+            alive = alive_units(self.policy, screens)
+        for layer, share in enumerate(alive, 1):
+            self.telemetry.record(f"{ALIVE_TAG}{layer}", share)
+        if self.stats is not None:
+            dead = is_dead(alive)
+            if dead and self.stats.dead_since.value < 0:
+                self.stats.dead_since.value = self.timesteps
+            elif not dead:
+                self.stats.dead_since.value = -1
 
     def close(self) -> None:
         """The last checkpoint (when learning), then the env and files closed."""

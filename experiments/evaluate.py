@@ -111,14 +111,14 @@ def _best_and_final(run_dir: Path, found: list[Path], window: int) -> list[Path]
     best = best_window(*RunLog(run_dir).returns(), window)
     if best is None:
         raise ValueError(f"{run_dir}: fewer than {window} episodes to find the best ones in")
-    before = [f for f in found if _agent_steps(f) <= best[1]]
+    before = [f for f in found if checkpoint_steps(f) <= best[1]]
     if not before:
         raise ValueError(f"{run_dir}: no checkpoint kept from before its best episodes "
                          f"(at {best[1]:,.0f} agent steps)")
     return list(dict.fromkeys([before[-1], found[-1]]))  # one file when the newest is the best
 
 
-def _agent_steps(checkpoint: Path) -> int:
+def checkpoint_steps(checkpoint: Path) -> int:
     """The agent steps in a checkpoint's name (policy-<steps>.pt)."""
     return int(checkpoint.stem.rsplit("-", 1)[-1])
 

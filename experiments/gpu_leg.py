@@ -147,7 +147,7 @@ def _send_back(run_dir: Path, before: set[str], out_dir: Path) -> int:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for f in (COMMAND_FILE, MACHINES_FILE, "tb"):  # tb: only the device's event files
-            if (run_dir / f).exists():  # (a run refused at its start writes neither)
+            if (run_dir / f).exists():  # (a run refused at its start writes none of them)
                 tar.add(run_dir / f, f"{name}/{f}")
         _add(tar, f"{name}/{PREFS_FILE}", _store_copy(run_dir / PREFS_FILE))
         tar.add(run_dir / "reward_predictor", f"{name}/reward_predictor")

@@ -25,10 +25,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.evaluate import EXIT_USAGE, find_policies  # noqa: E402
+from a2c.config import CHECKPOINT_PREFIX  # noqa: E402
+from experiments.evaluate import EXIT_USAGE, checkpoint_steps, find_policies  # noqa: E402
 
 KEEP_EVERY = 4  # observations 4 agent steps apart: consecutive ones nearly repeat
-FROZEN = 1e-4  # a spread of the logits below this: the policy ignores its input
 
 
 @dataclass
@@ -43,13 +43,20 @@ class Probe:
 
     @property
     def dead(self) -> bool:
-        return min(self.alive) == 0.0 or self.logit_spread < FROZEN
+        from a2c.policies import is_dead
+        return is_dead(self.alive)
 
     def row(self) -> str:
         alive = " ".join(f"{a:5.0%}" for a in self.alive)
         mark = "  DEAD: one distribution for every screen" if self.dead else ""
         return (f"{self.timesteps / 1e6:9.2f}M  {alive}  {self.logit_spread:8.4f}  "
-                f"{self.value_spread:8.4f}  {self.entropy:6.3f}{mark}")
+                f"{self.value_spread:8.4f}  {self.entropy:7.3f}{mark}")
+
+
+def header(layers: int) -> str:
+    """The column heads above `Probe.row`s of a network with `layers` ReLU layers."""
+    alive = " ".join(f"{f'L{k}':>5}" for k in range(1, layers + 1))
+    return f"{'steps':>10}  {alive}  {'logit sd':>8}  {'value sd':>8}  {'entropy':>7}"
 
 
 def observations(env_id: str, steps: int, n_envs: int, seed: int) -> np.ndarray:
@@ -59,7 +66,8 @@ def observations(env_id: str, steps: int, n_envs: int, seed: int) -> np.ndarray:
     env = make_vec_env(env_id, n_envs, seed=seed, num_threads=1)
     rng = np.random.default_rng(seed)
     try:
-        obs, kept = env.reset(), []
+        env.reset()
+        kept = []
         for t in range(steps):
             obs = env.step(rng.integers(env.num_actions, size=n_envs)).obs
             if t % KEEP_EVERY == 0:
@@ -112,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         for arg in a.policies:
             found, env_id, _ = find_policies(Path(arg), all_checkpoints=True)
             env_ids.add(a.env or env_id)
-            files += found
+            files += [f for f in found if not f.stem.startswith(CHECKPOINT_PREFIX)
+                      or a.start * 1e6 <= checkpoint_steps(f) <= a.stop * 1e6]
         if None in env_ids or len(env_ids) > 1:
             raise ValueError("give --env: only a run directory names its env, and all the "
                              "checkpoints must be of one env")
@@ -128,14 +137,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"probe_policy: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     obs = observations(env_id, a.steps, a.n_envs, a.seed)
-    print(f"{env_id}: {len(obs)} observations of random play; 'alive': per ReLU layer, the "
-          "share of its units positive at least once")
-    print(f"{'steps':>10}  alive per layer  logit sd  value sd  entropy")
+    print(f"{env_id}: {len(obs)} observations of random play; L1, L2, ...: per ReLU layer, "
+          "the share of its units positive on at least one")
     n_actions = int(states[0][1]["policy"]["policy.weight"].shape[0])  # the policy head's rows
-    for f, s in sorted(states, key=lambda fs: fs[1]["timesteps"]):
+    for k, (f, s) in enumerate(sorted(states, key=lambda fs: fs[1]["timesteps"])):
         net = make_policy(kind, n_actions)
         load_weights_into(net, s["policy"], f)
-        print(probe(net, obs, s["timesteps"]).row())
+        row = probe(net, obs, s["timesteps"])
+        if k == 0:
+            print(header(len(row.alive)))
+        print(row.row())
     return 0
 
 

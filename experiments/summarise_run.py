@@ -7,9 +7,10 @@
                                                                 # first reached 0 and +19
 
 Each row gives the means over the window of what tells a preference run's health at a glance:
-the true episode return and length, the policy's entropy, the least share of a layer's units
-alive in the policy network at the window's last checkpoint (0%: it can no longer learn; runs
-from before 2026-11-26 did not log it), the spread of the reward A2C trains on
+the true episode return and length, the policy's entropy, the share of each torso layer's units
+alive at the window's last check (`alive %`, layer by layer; a 0 is a dead layer, after which
+the policy can no longer learn; runs from before 2026-11-26 did not log it), the spread of the
+reward A2C trains on
 (`--reward_std` is its target), A2C's speed and the share of time it waited for the predictor
 (over the window's time, long waits included), labels in the store and the predictor's
 validation accuracy at the window's end, how well the reward A2C was given ordered the policy's
@@ -30,6 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from a2c.config import ALIVE_TAG  # noqa: E402
 from experiments.runlog import RunLog, best_window  # noqa: E402
 
 # (heading, tag, process, how a window is reduced, format)
@@ -39,7 +41,6 @@ COLUMNS = [
     ("return", "charts/episodic_return", "", "mean", "{:+.1f}"),
     ("length", LENGTH_TAG, "", "mean", "{:.0f}"),
     ("entropy", "losses/entropy", "", "mean", "{:.2f}"),
-    ("alive", "charts/alive_units", "", "last", "{:.0%}"),  # 0%: a dead layer, no way back
     ("r_std", "charts/reward_std", "", "mean", "{:.3f}"),
     ("steps/s", "charts/SPS", "", "timed", "{:.0f}"),  # steps over time, waits included
     ("waiting", "charts/waiting_for_predictor", "", "timed", "{:.0%}"),
@@ -48,6 +49,11 @@ COLUMNS = [
 ]
 L2_TAG = "reward_predictor/l2_member{}"
 PREDICTED_TAG = "charts/predicted_return"
+
+
+def percent(share: float) -> str:
+    """A share as whole percent, but never 0 unless nothing: 1 unit of 512 alive is not dead."""
+    return "0" if share == 0 else "<1" if share < 0.005 else f"{share:.0%}".rstrip("%")
 
 
 def correlation(a: np.ndarray, b: np.ndarray) -> float | None:
@@ -66,6 +72,8 @@ def windows(log: RunLog, every: int) -> list[dict[str, str]]:
     _, lengths = log.curve(LENGTH_TAG)
     l2 = [log.curve(L2_TAG.format(i), "reward_predictor") for i in range(16)]
     l2 = [c for c in l2 if len(c[0])]
+    alive = [log.curve(f"{ALIVE_TAG}{k}") for k in range(1, 9)]
+    alive = [c for c in alive if len(c[0])]
     sps_steps = curves["steps/s"][0]
     if len(sps_steps) == 0:
         return []
@@ -96,6 +104,8 @@ def windows(log: RunLog, every: int) -> list[dict[str, str]]:
         last_l2 = [v[(s >= start) & (s < end)][-1:] for s, v in l2]
         last_l2 = [float(v[0]) for v in last_l2 if len(v)]
         row["log10_l2"] = f"{math.log10(np.mean(last_l2)):.1f}" if last_l2 else "-"
+        last_alive = [v[(s >= start) & (s < end)][-1:] for s, v in alive]
+        row["alive %"] = "/".join(percent(float(v[0])) for v in last_alive if len(v)) or "-"
         rows.append(row)
     return rows
 

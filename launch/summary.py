@@ -39,9 +39,11 @@ class RunReport:
                 f"{ret:.1f} (mean of the last 100 episodes" + (f"; {refs})" if refs else ")"))
             rows.append(("true return", shown))
             if stats.dead_since.value >= 0:
-                rows.append(("policy network", f"dead since {stats.dead_since.value:,} agent "
-                             "steps: a layer with no unit firing on any screen, so it can no "
-                             "longer learn (python -m experiments.probe_policy RUN_DIR)"))
+                probe = shlex.quote(str(self.run_dir))
+                rows.append(("policy network", f"dead at every check since "
+                             f"{stats.dead_since.value:,} agent steps: a layer with no unit "
+                             "firing on the last rollout's screens cannot learn again "
+                             f"(python -m experiments.probe_policy {probe})"))
         lines = [f"run {how_it_ended(exit_status)}"]
         width = max(len(k) for k, _ in rows)
         lines += [f"  {k:<{width}}  {v}" for k, v in rows]

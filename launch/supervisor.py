@@ -35,7 +35,9 @@ class Progress:
         done, status = self.read()
         now, rate = time.monotonic(), ""
         if self._last is not None and now > self._last[0]:
-            rate = f" | {(done - self._last[1]) / (now - self._last[0]):,.0f} {self.unit}s/s"
+            per_s = (done - self._last[1]) / (now - self._last[0])
+            rate = f" | {per_s:,.0f}" if per_s >= 10 else f" | {per_s:.2g}"  # 0.25 epochs/s
+            rate += f" {self.unit}s/s"
         self._last = (now, done)
         return f"{self.desc} {done:,}/{self.total:,}{rate}" + (f" | {status}" if status else "")
 
@@ -194,8 +196,7 @@ def number(value: float) -> str:
 
 
 def a2c_status(stats, steps: bool = True) -> str:
-    """One short line (fits 80 columns with the preference counters); without the steps and
-    their rate when a progress bar shows them."""
+    """One short line; without the steps and their rate when a progress bar shows them."""
     line = f"ep {stats.episodes.value} | return {number(stats.recent_return.value)}"
     if stats.dead_since.value >= 0:
         line += " | policy dead"

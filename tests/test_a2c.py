@@ -220,29 +220,66 @@ def test_a_resumed_run_takes_over_the_curves_from_its_checkpoint(tmp_path):
     assert returns[:, 1].max() > 4_000  # the resumed run's own points are there
 
 
-def test_a_checkpoint_of_a_policy_whose_layer_died_says_since_when(tmp_path):
+def test_a_check_of_a_policy_whose_layer_died_says_since_when(tmp_path):
     import multiprocessing as mp
 
-    from a2c.config import A2CStats
+    from a2c.config import ALIVE_TAG, A2CStats
     from a2c.train import A2CAgent
     from experiments.runlog import scalars
 
     stats = A2CStats(mp.get_context("spawn"))
-    config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=400, seed=0,
+    config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=800, seed=0,
                           ckpt_dir=str(tmp_path / "p"))
     agent = A2CAgent(config, log_dir=str(tmp_path / "tb"), stats=stats)
+    first_layer = agent.policy.torso[0]
+    bias = first_layer.bias.detach().clone()
     try:
+        agent.checkpoint()  # before any rollout: nothing to look at, nothing said
         agent.learn(agent.act())
-        agent.checkpoint()  # alive: nothing said
+        agent.checkpoint()  # alive
         assert stats.dead_since.value == -1
         with torch.no_grad():  # no screen can lift the first layer's units above zero
-            agent.policy.torso[0].bias.fill_(-1e3)
+            first_layer.bias.fill_(-1e3)
+        for _ in range(2):
+            agent.learn(agent.act())
+            agent.checkpoint()
+            assert stats.dead_since.value == 160  # the first check that found it dead
+        with torch.no_grad():
+            first_layer.bias.copy_(bias)
         agent.learn(agent.act())
         agent.checkpoint()
-        assert stats.dead_since.value == agent.timesteps == 160
+        assert stats.dead_since.value == -1  # alive again at the latest check
+        with torch.no_grad():
+            first_layer.bias.fill_(-1e3)
         agent.learn(agent.act())
+        agent.telemetry.dump(agent.timesteps)
         agent.checkpoint()
-        assert stats.dead_since.value == 160  # the first time is kept
     finally:
         agent.close()
-    assert scalars(tmp_path / "tb", "charts/alive_units")[-1, 2] == 0.0  # the curve shows it
+    layer1 = scalars(tmp_path / "tb", f"{ALIVE_TAG}1")[:, 2]
+    assert layer1[0] > 0 and layer1[-1] == 0.0  # the curve shows it
+    assert len(scalars(tmp_path / "tb", f"{ALIVE_TAG}3")) > 0  # MovingDot's torso: 3 ReLUs
+
+
+def test_a_resumed_run_checks_its_policy_after_its_first_update(tmp_path):
+    import multiprocessing as mp
+
+    from a2c.config import A2CStats
+    from a2c.train import A2CAgent
+
+    config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=800, seed=0,
+                          ckpt_dir=str(tmp_path / "p"))
+    agent = A2CAgent(config, log_dir=str(tmp_path / "tb"))
+    with torch.no_grad():
+        agent.policy.torso[0].bias.fill_(-1e3)
+    agent.learn(agent.act())
+    agent.close()  # saved dead at 80 steps
+    stats = A2CStats(mp.get_context("spawn"))
+    config.load_ckpt_dir = config.ckpt_dir
+    resumed = A2CAgent(config, log_dir=str(tmp_path / "tb"), stats=stats)
+    try:
+        resumed.learn(resumed.act())
+        resumed.checkpoint_if_due()  # update 2 of interval 1000: no checkpoint, but a check
+        assert stats.dead_since.value == 160
+    finally:
+        resumed.close()

@@ -19,5 +19,5 @@ def test_the_summary_says_when_the_policy_network_died(tmp_path: Path):
     assert "agent steps    4,327,520" in alive and "-20.4 (mean of the last 100" in alive
     assert "dead" not in alive
     report.agent_stats = stats(3_920_000)
-    assert "policy network  dead since 3,920,000 agent steps" in report.summary(
+    assert "policy network  dead at every check since 3,920,000 agent steps" in report.summary(
         0, None, trained=True)
