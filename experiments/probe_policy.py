@@ -93,7 +93,7 @@ def probe(net, obs: np.ndarray, timesteps: int) -> Probe:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("policies", nargs="+",
                    help="a run directory (its kept checkpoints), a folder of checkpoints or "
                         "checkpoint files")
