@@ -7,13 +7,22 @@ def crash_after(seconds: float) -> None:
     raise RuntimeError("the child broke on purpose")
 
 
-def work_until_stopped(stop_event, finished) -> None:
+def _count_up(started) -> None:
+    """Count this child among those that are up (`started` may be None)."""
+    if started is not None:
+        with started.get_lock():  # += alone is a read and a write: two children could lose one
+            started.value += 1
+
+
+def work_until_stopped(stop_event, finished, started=None) -> None:
+    _count_up(started)
     while not stop_event.is_set():
         time.sleep(0.05)
     finished.value = 1  # it noticed the stop and ended cleanly
 
 
-def ignore_the_stop(stop_event) -> None:
+def ignore_the_stop(stop_event, started=None) -> None:
+    _count_up(started)
     while True:  # stuck, e.g. blocked on a half-written message
         time.sleep(0.05)
 

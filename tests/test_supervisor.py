@@ -32,10 +32,11 @@ def test_a_crashed_child_stops_the_others_and_the_run_fails(capsys):
 def test_a_child_stuck_after_the_stop_is_terminated_after_the_grace(capsys):
     ctx = mp.get_context("spawn")
     sup = Supervisor(ctx)
-    finished = ctx.Value("i", 0)
-    sup.start("worker", work_until_stopped, sup.stop_event, finished)
-    sup.start("stuck", ignore_the_stop, sup.stop_event)
-    assert sup.wait(until=lambda: True, grace_s=2.0) == 0
+    finished, started = ctx.Value("i", 0), ctx.Value("i", 0)
+    sup.start("worker", work_until_stopped, sup.stop_event, finished, started)
+    sup.start("stuck", ignore_the_stop, sup.stop_event, started)
+    # stop once both are up: a spawn slowed by a loaded machine must not eat the grace
+    assert sup.wait(until=lambda: started.value == 2, grace_s=2.0) == 0
     assert not any(p.is_alive() for p in sup.procs.values())
     assert finished.value == 1
     assert "stopping stuck" in capsys.readouterr().err
