@@ -66,7 +66,9 @@ class A2C:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm)
+        # the norm before clipping: a blow that RMSProp turns into a large step shows here
+        stats["grad_norm"] = float(nn.utils.clip_grad_norm_(self.policy.parameters(),
+                                                            c.max_grad_norm))
         self.optimizer.step()
         stats["learning_rate"] = lr
         return stats

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 CHECKPOINT_PREFIX = "policy-"  # a policy checkpoint is policy-<agent steps, 12 digits>.pt
 ALIVE_TAG = "alive_units/layer"  # + 1, 2, ...: the share of a torso layer's units that fired
+GRAD_NORM_MAX_TAG = "losses/grad_norm_max"  # the largest gradient norm, before clipping, per dump
 
 @dataclass
 class A2CConfig:

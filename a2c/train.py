@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from a2c.a2c import A2C
-from a2c.config import ALIVE_TAG, A2CRunConfig, A2CStats
+from a2c.config import ALIVE_TAG, GRAD_NORM_MAX_TAG, A2CRunConfig, A2CStats
 from a2c.checkpoint import load_policy, load_weights_into, save_policy
 from a2c.optim import load_state_keeping_settings
 from a2c.policies import alive_units, is_dead, make_policy
@@ -103,6 +103,7 @@ class A2CAgent:
         for k, v in losses.items():
             self.telemetry.record("charts/learning_rate" if k == "learning_rate" else
                                   f"losses/{k}", v)
+        self.telemetry.record_max(GRAD_NORM_MAX_TAG, losses["grad_norm"])
 
     def record(self, rollout: Rollout) -> None:
         """Episodes ended, the reward's spread, speed and the pace, to TensorBoard and the

@@ -6,18 +6,18 @@
     python -m experiments.summarise_run RUN_DIR --levels 0 19   # and when 10 episodes' mean
                                                                 # first reached 0 and +19
 
-Each row gives the means over the window of what tells a preference run's health at a glance:
-the true episode return and length, the policy's entropy, the share of each torso layer's units
-alive at the window's last check (`alive %`, layer by layer; a 0 is a dead layer, after which
-the policy can no longer learn; runs from before 2026-11-26 did not log it), the spread of the
-reward A2C trains on
-(`--reward_std` is its target), A2C's speed and the share of time it waited for the predictor
-(over the window's time, long waits included), labels in the store and the predictor's
-validation accuracy at the window's end, how well the reward A2C was given ordered the policy's
-own episodes (`rhat_corr`: the correlation of each episode's summed r̂ with its true return;
-`rhat_step_corr`: the same for r̂ per step, which episode length does not sway: once a Pong
-policy wins, its best episodes are its shortest), and the mean of the members' L2 weights
-(adaptive L2, App. A). A column whose curve the run did not log shows "-".
+Each row gives, over the window, what tells a preference run's health at a glance: the means of the
+true episode return and length and of the policy's entropy, the largest gradient norm before
+clipping (`grad_max`: a blow that can kill the network's units shows as a spike), the share of each
+torso layer's units alive at the window's last check (`alive %`, layer by layer; a 0 is a dead
+layer, after which the policy can no longer learn; runs from before 2026-11-26 logged neither), the
+spread of the reward A2C trains on (`--reward_std` is its target), A2C's speed and the share of
+time it waited for the predictor (over the window's time, long waits included), labels in the store
+and the predictor's validation accuracy at the window's end, how well the reward A2C was given
+ordered the policy's own episodes (`rhat_corr`: the correlation of each episode's summed r̂ with
+its true return; `rhat_step_corr`: the same for r̂ per step, which episode length does not sway:
+once a Pong policy wins, its best episodes are its shortest), and the mean of the members' L2
+weights (adaptive L2, App. A). A column whose curve the run did not log shows "-".
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from a2c.config import ALIVE_TAG  # noqa: E402
+from a2c.config import ALIVE_TAG, GRAD_NORM_MAX_TAG  # noqa: E402
 from experiments.runlog import RunLog, best_window  # noqa: E402
 
 # (heading, tag, process, how a window is reduced, format)
@@ -41,6 +41,7 @@ COLUMNS = [
     ("return", "charts/episodic_return", "", "mean", "{:+.1f}"),
     ("length", LENGTH_TAG, "", "mean", "{:.0f}"),
     ("entropy", "losses/entropy", "", "mean", "{:.2f}"),
+    ("grad_max", GRAD_NORM_MAX_TAG, "", "max", "{:.2f}"),
     ("r_std", "charts/reward_std", "", "mean", "{:.3f}"),
     ("steps/s", "charts/SPS", "", "timed", "{:.0f}"),  # steps over time, waits included
     ("waiting", "charts/waiting_for_predictor", "", "timed", "{:.0%}"),
@@ -92,7 +93,8 @@ def windows(log: RunLog, every: int) -> list[dict[str, str]]:
             elif how == "timed" and weights[window].sum() > 0:
                 row[heading] = fmt.format(np.average(inside, weights=weights[window]))
             else:
-                row[heading] = fmt.format(np.nanmean(inside) if how != "last" else inside[-1])
+                reduce = {"last": lambda v: v[-1], "max": np.nanmax}.get(how, np.nanmean)
+                row[heading] = fmt.format(reduce(inside))
         in_window = (true_steps >= start) & (true_steps < end)
         corr = (correlation(predicted[in_window], true_returns[in_window])
                 if len(predicted) == len(true_returns) else None)

@@ -45,7 +45,7 @@ class ScalarWriter:
 class Telemetry:
     """A process's scalars, recorded beside the algorithm and written together, as
     stable-baselines3's logger does: `record(tag, value)` wherever a figure arises (the last value
-    counts), `record_each` for events that are each a point (an episode's return), and
+    counts), `record_max` (the largest counts), `record_each` for events that are each a point (an episode's return), and
     `dump(step)` writes what was recorded since the last dump at that step. `due()` says whether
     `every_s` seconds have passed since the last dump."""
 
@@ -59,6 +59,10 @@ class Telemetry:
 
     def record(self, tag: str, value: float) -> None:
         self._last[tag] = float(value)
+
+    def record_max(self, tag: str, value: float) -> None:
+        """Keep the largest value recorded under `tag` since the last dump."""
+        self._last[tag] = max(float(value), self._last.get(tag, float("-inf")))
 
     def record_each(self, tag: str, value: float) -> None:
         self._each.append((tag, float(value)))

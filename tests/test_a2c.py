@@ -45,6 +45,35 @@ def test_a2c_loss_matches_hand_computation():
     assert loss.item() == pytest.approx(pg + 0.5 * vf - 0.01 * ent, rel=1e-5)
 
 
+def test_an_update_reports_the_gradient_norm_before_it_is_clipped():
+    torch.manual_seed(0)
+    policy = make_policy("moving_dot", 5)
+    algo = A2C(policy, A2CConfig(max_grad_norm=1e-6))  # every gradient gets clipped
+    obs = torch.randint(0, 256, (2, 3, 4, 84, 84), dtype=torch.uint8)
+    logits, values = policy(obs.flatten(0, 1))
+    logits, values = logits.view(2, 3, -1), values.view(2, 3)
+    actions, rewards = torch.zeros(2, 3, dtype=torch.long), torch.full((2, 3), 100.0)
+    stats = algo.update(logits, values, actions, rewards, torch.zeros(2, 3), torch.zeros(3), 0)
+    grads = [p.grad for p in policy.parameters() if p.grad is not None]
+    clipped = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    assert clipped.item() == pytest.approx(1e-6, rel=1e-3)
+    assert stats["grad_norm"] > 1.0  # what the loss gave, not what the step used
+
+
+def test_the_telemetry_keeps_the_largest_value_since_its_last_dump(tmp_path):
+    from experiments.runlog import scalars
+    from runtime.scalars import Telemetry
+
+    t = Telemetry(tmp_path)
+    for v in (0.5, 9.0, 2.0):
+        t.record_max("losses/grad_norm_max", v)
+    t.dump(10)
+    t.record_max("losses/grad_norm_max", 1.0)
+    t.dump(20)
+    t.close()
+    assert scalars(tmp_path, "losses/grad_norm_max")[:, 2].tolist() == [9.0, 1.0]
+
+
 def test_learning_rate_decays_linearly_to_zero():
     algo = A2C(make_policy("moving_dot", 5), A2CConfig(lr=1e-3, lr_zero_timesteps=1000))
     assert algo.learning_rate(0) == pytest.approx(1e-3)

@@ -22,6 +22,8 @@ def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
         a2c.add_scalar("charts/episodic_return", ret, step)
     for step in range(0, 1600, 100):
         a2c.add_scalar("charts/SPS", 50.0 if step < 1000 else 150.0, step)
+    for step, norm in ((100, 0.4), (300, 7.5), (600, 0.3), (1100, 0.2)):
+        a2c.add_scalar("losses/grad_norm_max", norm, step)
     a2c.close()
     assert summarise_run.main([str(tmp_path), "--every", "1000"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -30,6 +32,7 @@ def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
     first, second = (dict(zip(head, line.split())) for line in lines[1:])
     assert (first["episodes"], first["return"], first["steps/s"]) == ("2", "-20.0", "50")
     assert (second["episodes"], second["return"], second["steps/s"]) == ("1", "+5.0", "150")
+    assert (first["grad_max"], second["grad_max"]) == ("7.50", "0.20")  # the window's spike
     assert first["labels"] == first["val_acc"] == "-"  # not a preference run
 
 
