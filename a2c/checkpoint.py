@@ -8,7 +8,7 @@ from typing import BinaryIO
 
 import torch
 
-from a2c.config import CHECKPOINT_PREFIX as PREFIX
+from a2c.config import CHECKPOINT_PREFIX as PREFIX, checkpoints
 
 
 class CheckpointError(Exception):
@@ -26,7 +26,7 @@ def save_policy(ckpt_dir: str | Path, policy: torch.nn.Module, optimizer: torch.
     torch.save({"policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
                 "timesteps": timesteps, "updates": updates}, tmp)
     os.replace(tmp, path)
-    for old in sorted(ckpt_dir.glob(f"{PREFIX}*.pt"))[:-keep] if keep else []:
+    for old in checkpoints(ckpt_dir)[:-keep] if keep else []:
         old.unlink()
     return path
 
@@ -37,7 +37,7 @@ def latest_checkpoint(ckpt_dir: str | Path) -> Path:
         raise CheckpointError(f"{ckpt_dir} is not a directory: give a run's policy/ directory"
                               if ckpt_dir.exists() else
                               f"policy checkpoint directory {ckpt_dir} does not exist")
-    found = sorted(ckpt_dir.glob(f"{PREFIX}*.pt"))
+    found = checkpoints(ckpt_dir)
     if not found:
         hint = (f" (a run directory: its checkpoints are in {ckpt_dir / 'policy'})"
                 if (ckpt_dir / "policy").is_dir() else "")
@@ -88,9 +88,12 @@ def _network_of(env_id: str) -> torch.nn.Module:
         env.close()
 
 
-def load_policy(ckpt_dir: str | Path) -> dict:
-    """The newest checkpoint in a directory: {'policy', 'optimizer', 'timesteps', 'updates'}."""
-    return _read(latest_checkpoint(ckpt_dir), {"policy", "optimizer", "timesteps", "updates"})
+def load_policy(ckpt: str | Path) -> dict:
+    """A training checkpoint, the newest in a directory or the file given: {'policy',
+    'optimizer', 'timesteps', 'updates'}."""
+    path = Path(ckpt)
+    return _read(path if path.is_file() else latest_checkpoint(path),
+                 {"policy", "optimizer", "timesteps", "updates"})
 
 
 def load_policy_weights(path: str | Path) -> dict:

@@ -3,11 +3,18 @@ builds them)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 CHECKPOINT_PREFIX = "policy-"  # a policy checkpoint is policy-<agent steps, 12 digits>.pt
 ALIVE_TAG = "alive_units/layer"  # + 1, 2, ...: the share of a torso layer's units that fired
 GRAD_NORM_MAX_TAG = "losses/grad_norm_max"  # the largest gradient norm, before clipping, per dump
+
+
+def checkpoints(ckpt_dir: str | Path) -> list[Path]:
+    """The policy checkpoint files in a directory, oldest first (their names carry the steps)."""
+    return sorted(Path(ckpt_dir).glob(f"{CHECKPOINT_PREFIX}*.pt"))
+
 
 @dataclass
 class A2CConfig:
@@ -44,6 +51,7 @@ class A2CRunConfig:
     precision: str = "auto"
     device: str = "cpu"  # where the policy acts and learns ("cuda": a GPU)
     hide_episode_ends: bool = False  # App. A: the agent sees one continuous episode
+    revive_dead: bool = False  # a dead policy goes back to a live checkpoint (a2c/revive.py)
     learn: bool = True  # False: only act (e.g. the untrained policy making the first clips)
 
 

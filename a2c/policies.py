@@ -75,3 +75,9 @@ def alive_units(net: ActorCritic, obs: torch.Tensor) -> list[float]:
 def is_dead(alive: list[float]) -> bool:
     """A network with a layer none of whose units fired (`alive_units`) cannot learn again."""
     return min(alive) == 0.0
+
+
+def logit_spread(logits: torch.Tensor) -> float:
+    """How much a policy's logits (B, A) vary across B observations: each action's standard
+    deviation, averaged. Near 0, the policy plays one distribution whatever it sees."""
+    return float(logits.float().std(0).mean())

@@ -165,12 +165,39 @@ class A2CAgent:
             alive = alive_units(self.policy, screens)
         for layer, share in enumerate(alive, 1):
             self.telemetry.record(f"{ALIVE_TAG}{layer}", share)
+        dead = is_dead(alive)
+        if dead and self.config.revive_dead:
+            dead = not self.revive(screens)
         if self.stats is not None:
-            dead = is_dead(alive)
             if dead and self.stats.dead_since.value < 0:
                 self.stats.dead_since.value = self.timesteps
             elif not dead:
                 self.stats.dead_since.value = -1
+
+    def revive(self, screens: torch.Tensor) -> bool:
+        """Put back the newest kept checkpoint that still tells `screens` apart (a2c/revive.py),
+        weights and optimiser state; False when none is left alive."""
+        import copy
+        import sys
+
+        from a2c.revive import assess, choose
+
+        c = self.collector
+        autocast = torch.autocast(c.device.type, dtype=torch.bfloat16, enabled=c.bf16)
+        candidates = assess(self.config.ckpt_dir, copy.deepcopy(self.policy), screens, autocast)
+        chosen = choose(candidates)
+        where = f"policy dead at {self.timesteps:,} agent steps"
+        if chosen is None:
+            print(f"{where}: no kept checkpoint is alive to revive it from", file=sys.stderr)
+            return False
+        state = load_policy(chosen.path)
+        self.policy.load_state_dict(state["policy"])
+        load_state_keeping_settings(self.algo.optimizer, state["optimizer"])
+        self.telemetry.record("charts/revived_from", chosen.timesteps)
+        print(f"{where}: revived from its checkpoint at {chosen.timesteps:,} (logits' spread "
+              f"{chosen.spread:.3f}; {sum(not is_dead(k.alive) for k in candidates)} of "
+              f"{len(candidates)} kept checkpoints alive)", file=sys.stderr)
+        return True
 
     def close(self) -> None:
         """The last checkpoint (when learning), then the env and files closed."""

@@ -88,14 +88,14 @@ def find_policies(path: Path, all_checkpoints: bool, best_window: int | None = N
     """The checkpoint files behind one POLICY argument, the env id its run directory names (or
     None) and the run directory (or None); `best_window`: a run directory's best and newest
     checkpoints (see the module doc). ValueError when there is nothing to play."""
-    from a2c.checkpoint import PREFIX
+    from a2c.config import checkpoints
 
     run_dir = path if (path / "settings.json").is_file() else None
     env_id = json.loads((path / "settings.json").read_text()).get("env_id") if run_dir else None
     if path.is_file():
         return [path], env_id, run_dir
     folder = path / "policy" if run_dir else path
-    found = sorted(folder.glob(f"{PREFIX}*.pt")) if folder.is_dir() else []
+    found = checkpoints(folder)
     if not found:
         raise ValueError(f"no policy checkpoint in {path}")
     if best_window is None:

@@ -50,8 +50,8 @@ DEVICE_FLAGS = ["--device", "cuda", "--reward_predictor_device", "cuda",
 
 
 def _policies(run_dir: Path) -> list[Path]:
-    from a2c.checkpoint import PREFIX
-    return sorted((run_dir / "policy").glob(f"{PREFIX}*.pt"))
+    from a2c.config import checkpoints
+    return checkpoints(run_dir / "policy")
 
 
 def _store_copy(src: Path) -> bytes:

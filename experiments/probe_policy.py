@@ -81,14 +81,14 @@ def probe(net, obs: np.ndarray, timesteps: int) -> Probe:
     """`net` (an a2c.policies.ActorCritic) on `obs`: its alive units, spreads and entropy."""
     import torch
 
-    from a2c.policies import alive_units
+    from a2c.policies import alive_units, logit_spread
 
     obs_t = torch.as_tensor(obs)
     alive = alive_units(net.eval(), obs_t)
     with torch.no_grad():
         logits, value = net(obs_t)
     logp = logits.log_softmax(-1)
-    return Probe(timesteps, alive, float(logits.std(0).mean()), float(value.std()),
+    return Probe(timesteps, alive, logit_spread(logits), float(value.std()),
                  float(-(logp.exp() * logp).sum(-1).mean()))
 
 

@@ -10,7 +10,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from a2c.config import CHECKPOINT_PREFIX
+from a2c.config import CHECKPOINT_PREFIX, checkpoints
 from a2c.entry_points import check_policy
 from launch.env_settings import describe as env_settings_help
 from launch.env_settings import env_settings
@@ -110,16 +110,16 @@ def resume(run_dir: Path, given: dict[str, Any]) -> Run:
                          f"checkpoints: --{', --'.join(new_run_only)} apply to a new run only")
     settings = dataclasses.replace(saved, **overrides)
     policy = run_dir / "policy"
-    checkpoints = sorted(policy.glob(f"{CHECKPOINT_PREFIX}*.pt"))
-    if checkpoints and settings.mode in TRAINING_MODES:
-        done = int(checkpoints[-1].stem.removeprefix(CHECKPOINT_PREFIX))
+    kept = checkpoints(policy)
+    if kept and settings.mode in TRAINING_MODES:
+        done = int(kept[-1].stem.removeprefix(CHECKPOINT_PREFIX))
         if done >= settings.million_timesteps * 1e6:
             raise TargetReached(f"{run_dir} is at {done:,} agent steps, its target "
                                 f"(--million_timesteps {settings.million_timesteps:g}): nothing "
                                 "to do; give a larger --million_timesteps to go on")
     predictor = run_dir / "reward_predictor" / PREDICTOR_FILE
     start = dict(prefs_path=None,  # the run's own store, as it is
-                 policy_ckpt_dir=str(policy) if checkpoints else None,
+                 policy_ckpt_dir=str(policy) if kept else None,
                  reward_ckpt_path=str(predictor) if predictor.is_file() else
                  predictor_file(settings))
     run = resolve(settings, run_dir, start)

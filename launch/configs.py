@@ -23,7 +23,7 @@ def a2c_config(run: Run):
                       lr_zero_timesteps=(s.lr_zero_million_timesteps * MILLION
                                          if s.lr_zero_million_timesteps else None)),
         seed=s.seed, ckpt_dir=str(run.dir / "policy"), ckpt_interval=s.policy_ckpt_interval,
-        ckpt_keep=s.policy_ckpts_kept,
+        ckpt_keep=s.policy_ckpts_kept, revive_dead=s.revive_dead_policy,
         load_ckpt_dir=run.policy_ckpt_dir, torch_threads=s.torch_threads,
         env_threads=s.env_threads, precision=s.precision, device=run.policy_device,
         # App. A: the agent sees one continuous episode when it learns from preferences.

@@ -80,6 +80,11 @@ class Settings:
         A2CRunConfig.ckpt_keep, "a2c", "the newest policy checkpoints kept in RUN_DIR/policy (0: "
         "all, to score the policy against agent steps with experiments.evaluate "
         "--all_checkpoints)")
+    revive_dead_policy: bool = setting(
+        A2CRunConfig.revive_dead, "a2c", "when a checkpoint's check finds a layer of the policy "
+        "with no unit alive (it can never learn again), go on from the newest kept checkpoint "
+        "that still tells screens apart (not the paper's; keep checkpoints with "
+        "--policy_ckpts_kept 0)")
     render_episodes: bool = setting(
         False, "a2c", "loop the agent's latest full episode (env 0) in a second window (needs a "
         "display; without one the run goes on without it)")

@@ -290,6 +290,58 @@ def test_a_check_of_a_policy_whose_layer_died_says_since_when(tmp_path):
     assert len(scalars(tmp_path / "tb", f"{ALIVE_TAG}3")) > 0  # MovingDot's torso: 3 ReLUs
 
 
+def test_a_dead_policy_is_revived_from_the_newest_live_checkpoint(tmp_path, capsys):
+    import multiprocessing as mp
+
+    from a2c.config import A2CStats
+    from a2c.train import A2CAgent
+    from experiments.runlog import scalars
+
+    stats = A2CStats(mp.get_context("spawn"))
+    config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=800, seed=0,
+                          ckpt_dir=str(tmp_path / "p"), ckpt_keep=0, revive_dead=True)
+    agent = A2CAgent(config, log_dir=str(tmp_path / "tb"), stats=stats)
+    first_layer = agent.policy.torso[0]
+    try:
+        agent.learn(agent.act())
+        agent.checkpoint()  # alive, at 80 agent steps
+        live = {k: v.clone() for k, v in agent.policy.state_dict().items()}
+        with torch.no_grad():
+            first_layer.bias.fill_(-1e3)
+        agent.learn(agent.act())
+        agent.checkpoint()  # saved dead at 160, then put back to 80's weights
+        assert stats.dead_since.value == -1 and agent.timesteps == 160  # steps go on
+        assert all(torch.equal(v, live[k]) for k, v in agent.policy.state_dict().items())
+        agent.telemetry.dump(agent.timesteps)
+        with torch.no_grad():  # every kept checkpoint dead: nothing to revive from
+            first_layer.bias.fill_(-1e3)
+        for path in sorted((tmp_path / "p").glob("policy-*.pt"))[:-1]:
+            path.unlink()
+        agent.learn(agent.act())
+        agent.checkpoint()
+        assert stats.dead_since.value == 240
+    finally:
+        agent.close()
+    err = capsys.readouterr().err
+    assert "policy dead at 160 agent steps: revived from its checkpoint at 80" in err
+    assert "policy dead at 240 agent steps: no kept checkpoint is alive" in err
+    assert scalars(tmp_path / "tb", "charts/revived_from")[:, 1:].tolist() == [[160, 80]]
+
+
+def test_a_revival_takes_the_newest_checkpoint_that_still_tells_screens_apart():
+    from pathlib import Path
+
+    from a2c.revive import Candidate, choose
+
+    def kept(steps, alive, spread):
+        return Candidate(Path(f"policy-{steps}.pt"), steps, [1.0, alive], spread)
+
+    healthy, sick, dead = kept(3_840, 0.8, 0.9), kept(4_160, 0.1, 0.04), kept(4_240, 0.0, 0.0)
+    assert choose([kept(3_520, 0.8, 1.3), healthy, sick, dead]) is healthy
+    assert choose([sick, dead]) is sick  # the most any live one varies sets the bar
+    assert choose([dead]) is None
+
+
 def test_a_resumed_run_checks_its_policy_after_its_first_update(tmp_path):
     import multiprocessing as mp
 
