@@ -167,26 +167,31 @@ class A2CAgent:
             self.telemetry.record(f"{ALIVE_TAG}{layer}", share)
         dead = is_dead(alive)
         if dead and self.config.revive_dead:
-            dead = not self.revive(screens)
+            dead = not self.revive()
         if self.stats is not None:
             if dead and self.stats.dead_since.value < 0:
                 self.stats.dead_since.value = self.timesteps
             elif not dead:
                 self.stats.dead_since.value = -1
 
-    def revive(self, screens: torch.Tensor) -> bool:
-        """Put back the newest kept checkpoint that still tells `screens` apart (a2c/revive.py),
-        weights and optimiser state; False when none is left alive."""
+    def revive(self) -> bool:
+        """A policy found dead on its rollout's screens: look again on random play's, and if it
+        is dead there too put back the newest kept checkpoint that still tells them apart
+        (a2c/revive.py), weights and optimiser state. False while it stays dead."""
         import copy
         import sys
 
-        from a2c.revive import assess, choose
+        from a2c.revive import assess, choose, measure, random_play
 
         c = self.collector
         autocast = torch.autocast(c.device.type, dtype=torch.bfloat16, enabled=c.bf16)
+        screens = torch.from_numpy(random_play(self.config.env_id, seed=self.config.seed))
+        screens = screens.to(c.device)
+        where = f"policy dead at {self.timesteps:,} agent steps"
+        if not is_dead(measure(self.policy, screens, autocast)[0]):
+            return True  # a layer silent on one rollout's screens that fires on others'
         candidates = assess(self.config.ckpt_dir, copy.deepcopy(self.policy), screens, autocast)
         chosen = choose(candidates)
-        where = f"policy dead at {self.timesteps:,} agent steps"
         if chosen is None:
             print(f"{where}: no kept checkpoint is alive to revive it from", file=sys.stderr)
             return False
@@ -195,8 +200,8 @@ class A2CAgent:
         load_state_keeping_settings(self.algo.optimizer, state["optimizer"])
         self.telemetry.record("charts/revived_from", chosen.timesteps)
         print(f"{where}: revived from its checkpoint at {chosen.timesteps:,} (logits' spread "
-              f"{chosen.spread:.3f}; {sum(not is_dead(k.alive) for k in candidates)} of "
-              f"{len(candidates)} kept checkpoints alive)", file=sys.stderr)
+              f"{chosen.spread:.3f}, the most of any kept one "
+              f"{max(k.spread for k in candidates):.3f})", file=sys.stderr)
         return True
 
     def close(self) -> None:

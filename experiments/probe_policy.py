@@ -26,10 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from a2c.config import CHECKPOINT_PREFIX  # noqa: E402
+from a2c.revive import KEEP_EVERY, RANDOM_ENVS, RANDOM_STEPS, random_play  # noqa: E402
 from experiments.evaluate import EXIT_USAGE, checkpoint_steps, find_policies  # noqa: E402
-
-KEEP_EVERY = 4  # observations 4 agent steps apart: consecutive ones nearly repeat
-
 
 @dataclass
 class Probe:
@@ -59,24 +57,6 @@ def header(layers: int) -> str:
     return f"{'steps':>10}  {alive}  {'logit sd':>8}  {'value sd':>8}  {'entropy':>7}"
 
 
-def observations(env_id: str, steps: int, n_envs: int, seed: int) -> np.ndarray:
-    """Every KEEP_EVERY-th observation of `steps` random steps of `n_envs` envs (uint8)."""
-    from envs import make_vec_env
-
-    env = make_vec_env(env_id, n_envs, seed=seed, num_threads=1)
-    rng = np.random.default_rng(seed)
-    try:
-        env.reset()
-        kept = []
-        for t in range(steps):
-            obs = env.step(rng.integers(env.num_actions, size=n_envs)).obs
-            if t % KEEP_EVERY == 0:
-                kept.append(obs)
-    finally:
-        env.close()
-    return np.concatenate(kept)
-
-
 def probe(net, obs: np.ndarray, timesteps: int) -> Probe:
     """`net` (an a2c.policies.ActorCritic) on `obs`: its alive units, spreads and entropy."""
     import torch
@@ -102,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="only checkpoints from here (million agent steps)")
     p.add_argument("--to", dest="stop", type=float, default=float("inf"),
                    help="only checkpoints up to here (million agent steps)")
-    p.add_argument("--steps", type=int, default=400, help="random steps of each env")
-    p.add_argument("--n_envs", type=int, default=8, help="envs played side by side")
+    p.add_argument("--steps", type=int, default=RANDOM_STEPS, help="random steps of each env")
+    p.add_argument("--n_envs", type=int, default=RANDOM_ENVS, help="envs played side by side")
     p.add_argument("--seed", type=int, default=0, help="env and action seed")
     a = p.parse_args(argv)
     import torch
@@ -136,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, UnknownEnvError, CheckpointError) as e:
         print(f"probe_policy: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    obs = observations(env_id, a.steps, a.n_envs, a.seed)
+    obs = random_play(env_id, a.steps, a.n_envs, a.seed)
     print(f"{env_id}: {len(obs)} observations of random play; L1, L2, ...: per ReLU layer, "
           "the share of its units positive on at least one")
     n_actions = int(states[0][1]["policy"]["policy.weight"].shape[0])  # the policy head's rows

@@ -19,7 +19,7 @@ def fixture_policy() -> torch.nn.Module:
 
 
 def test_a_layer_with_no_unit_alive_makes_one_distribution_for_every_screen():
-    obs = probe_policy.observations("MovingDotNoFrameskip-v0", 40, 2, seed=0)
+    obs = probe_policy.random_play("MovingDotNoFrameskip-v0", 40, 2, seed=0)
     assert obs.shape == (20, 4, 84, 84) and obs.dtype == np.uint8
     healthy = probe_policy.probe(fixture_policy(), obs, 4000)
     assert all(0 < a <= 1 for a in healthy.alive) and not healthy.dead
