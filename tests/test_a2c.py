@@ -328,6 +328,34 @@ def test_a_dead_policy_is_revived_from_the_newest_live_checkpoint(tmp_path, caps
     assert scalars(tmp_path / "tb", "charts/revived_from")[:, 1:].tolist() == [[160, 80]]
 
 
+def test_a_layer_silent_on_the_rollout_but_alive_in_random_play_is_left_as_it_is(tmp_path,
+                                                                                  monkeypatch):
+    import multiprocessing as mp
+
+    import a2c.revive
+    from a2c.config import A2CStats
+    from a2c.train import A2CAgent
+
+    stats = A2CStats(mp.get_context("spawn"))
+    config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=800, seed=0,
+                          ckpt_dir=str(tmp_path / "p"), ckpt_keep=0, revive_dead=True)
+    agent = A2CAgent(config, log_dir=str(tmp_path / "tb"), stats=stats)
+    # random play's screens light every layer up: the rollout's are not all the game
+    monkeypatch.setattr(a2c.revive, "measure", lambda *_: ([0.5, 0.5, 0.5], 1.0))
+    monkeypatch.setattr(a2c.revive, "assess", lambda *_: pytest.fail("no checkpoint is read"))
+    try:
+        agent.learn(agent.act())
+        agent.checkpoint()
+        with torch.no_grad():
+            agent.policy.torso[0].bias.fill_(-1e3)
+        agent.learn(agent.act())
+        agent.checkpoint()
+        assert stats.dead_since.value == -1
+        assert (agent.policy.torso[0].bias == -1e3).all()  # nothing put back
+    finally:
+        agent.close()
+
+
 def test_a_revival_takes_the_newest_checkpoint_that_still_tells_screens_apart():
     from pathlib import Path
 
