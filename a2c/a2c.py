@@ -67,8 +67,8 @@ class A2C:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         # the norm before clipping: a blow that RMSProp turns into a large step shows here
-        stats["grad_norm"] = float(nn.utils.clip_grad_norm_(self.policy.parameters(),
-                                                            c.max_grad_norm))
+        grad_norm = nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm)
         self.optimizer.step()
+        stats["grad_norm"] = float(grad_norm)  # read after the step: no wait for a GPU before it
         stats["learning_rate"] = lr
         return stats

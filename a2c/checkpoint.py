@@ -88,12 +88,15 @@ def _network_of(env_id: str) -> torch.nn.Module:
         env.close()
 
 
-def load_policy(ckpt: str | Path) -> dict:
-    """A training checkpoint, the newest in a directory or the file given: {'policy',
-    'optimizer', 'timesteps', 'updates'}."""
-    path = Path(ckpt)
-    return _read(path if path.is_file() else latest_checkpoint(path),
-                 {"policy", "optimizer", "timesteps", "updates"})
+def load_policy(ckpt_dir: str | Path) -> dict:
+    """The newest checkpoint in a directory: {'policy', 'optimizer', 'timesteps', 'updates'}."""
+    return read_checkpoint(latest_checkpoint(ckpt_dir))
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """One training checkpoint file: {'policy', 'optimizer', 'timesteps', 'updates'};
+    CheckpointError for a weights file alone or a damaged one."""
+    return _read(Path(path), {"policy", "optimizer", "timesteps", "updates"})
 
 
 def load_policy_weights(path: str | Path) -> dict:

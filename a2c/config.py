@@ -66,3 +66,4 @@ class A2CStats:
         # agent steps of the first of the latest checks (A2CAgent.check_alive) that found a
         # layer of the policy with no unit alive; -1: the latest check found every layer alive
         self.dead_since = ctx.Value("q", -1, lock=False)
+        self.revivals = ctx.Value("q", 0, lock=False)  # dead policies put back (a2c/revive.py)

@@ -10,7 +10,8 @@ steps goes on too. torch is imported where needed: probe_policy's --help does wi
 """
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+import copy
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,7 +29,7 @@ KEEP_EVERY = 4  # observations 4 agent steps apart: consecutive ones nearly repe
 RANDOM_STEPS, RANDOM_ENVS = 400, 8  # random play's steps per env, and envs: 800 screens
 
 # A checkpoint revives the run if its logits vary across random play's screens at least this
-# share of the most any live kept checkpoint's do: Pong seed 1's sick checkpoints varied 2-7% as
+# share of the most any live kept checkpoint's do: Pong seed 1's sick checkpoints varied 2-5% as
 # much as its playing ones (docs/experiments.md, item 2); a live network early in a run may vary
 # little.
 SPREAD_SHARE = 0.1
@@ -40,8 +41,8 @@ class Candidate:
 
     path: Path
     timesteps: int
-    alive: list[float]  # per torso layer (alive_units)
-    spread: float  # logit_spread
+    alive: list[float]  # per torso layer (alive_units, under the policy's autocast)
+    spread: float  # logit_spread, in fp32
 
 
 def random_play(env_id: str, steps: int = RANDOM_STEPS, n_envs: int = RANDOM_ENVS,
@@ -63,33 +64,6 @@ def random_play(env_id: str, steps: int = RANDOM_STEPS, n_envs: int = RANDOM_ENV
     return np.concatenate(kept)
 
 
-def measure(net: ActorCritic, screens: torch.Tensor, autocast: AbstractContextManager
-            ) -> tuple[list[float], float]:
-    """`net` on `screens` under `autocast` (as it is trained): its live units per torso layer
-    and the spread of its logits."""
-    import torch
-
-    from a2c.policies import alive_units, logit_spread
-
-    with autocast, torch.no_grad():
-        return alive_units(net, screens), logit_spread(net(screens)[0])
-
-
-def assess(ckpt_dir: str | Path, scratch: ActorCritic, screens: torch.Tensor,
-           autocast: AbstractContextManager) -> list[Candidate]:
-    """Each checkpoint in `ckpt_dir` loaded into `scratch` (a network like the policy, on its
-    device) and measured on `screens`."""
-    from a2c.checkpoint import load_policy_weights
-
-    found = []
-    for path in checkpoints(ckpt_dir):
-        state = load_policy_weights(path)
-        scratch.load_state_dict(state["policy"])
-        found.append(Candidate(path, int(state["timesteps"]),
-                               *measure(scratch, screens, autocast)))
-    return found
-
-
 def choose(candidates: list[Candidate]) -> Candidate | None:
     """The newest live checkpoint whose logits vary at least SPREAD_SHARE of the most any live
     one's do; None when every kept checkpoint is dead."""
@@ -100,3 +74,60 @@ def choose(candidates: list[Candidate]) -> Candidate | None:
         return None
     most = max(c.spread for c in live)
     return max((c for c in live if c.spread >= SPREAD_SHARE * most), key=lambda c: c.timesteps)
+
+
+class Reviver:
+    """Finds the checkpoint a dead policy goes back to. Random play's screens are made once and
+    each checkpoint is measured once: a later death reads only the checkpoints saved since."""
+
+    def __init__(self, env_id: str, seed: int, ckpt_dir: str | Path) -> None:
+        self.env_id, self.seed, self.ckpt_dir = env_id, seed, ckpt_dir
+        self._screens: torch.Tensor | None = None
+        self._measured: dict[Path, Candidate | None] = {}  # None: not a training checkpoint
+
+    def screens(self, device: torch.device) -> torch.Tensor:
+        import torch
+
+        if self._screens is None:
+            self._screens = torch.from_numpy(random_play(self.env_id, seed=self.seed))
+        return self._screens.to(device)
+
+    def measure(self, net: ActorCritic, autocast: torch.autocast) -> tuple[list[float], float]:
+        """`net` on random play's screens: its live units per torso layer (under `autocast`,
+        as it is trained) and the spread of its logits (in fp32: bf16 rounds logits of 5-10 to
+        about 0.03, a fifth of the bar)."""
+        import torch
+
+        from a2c.policies import alive_units, logit_spread
+
+        screens = self.screens(next(net.parameters()).device)
+        with autocast:
+            alive = alive_units(net, screens)
+        with torch.no_grad():
+            return alive, logit_spread(net(screens)[0])
+
+    def is_dead(self, net: ActorCritic, autocast: torch.autocast) -> bool:
+        from a2c.policies import is_dead
+
+        return is_dead(self.measure(net, autocast)[0])
+
+    def candidates(self, policy: ActorCritic, autocast: torch.autocast) -> list[Candidate]:
+        """Every kept training checkpoint, measured in a copy of `policy`; a file that is not
+        one (a weights file a GPU leg sent back, a damaged one) is passed over."""
+        from a2c.checkpoint import CheckpointError, read_checkpoint
+
+        scratch = None
+        for path in checkpoints(self.ckpt_dir):
+            if path in self._measured:
+                continue
+            try:
+                state = read_checkpoint(path)
+            except CheckpointError as e:
+                print(f"revive: passing over {e}", file=sys.stderr)
+                self._measured[path] = None
+                continue
+            scratch = scratch or copy.deepcopy(policy)
+            scratch.load_state_dict(state["policy"])
+            self._measured[path] = Candidate(path, int(state["timesteps"]),
+                                             *self.measure(scratch, autocast))
+        return [c for p, c in self._measured.items() if c is not None and p.exists()]

@@ -67,6 +67,10 @@ class RolloutCollector:
         with torch.set_grad_enabled(keep_graph):
             return self._collect()
 
+    def autocast(self) -> torch.autocast:
+        """bfloat16 autocast where the policy computes in bf16 (`bf16`), off otherwise."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+
     def _collect(self) -> Rollout:
         T, n = self.n_steps, self.env.num_envs
         actions = np.empty((T, n), dtype=np.int64)
@@ -76,7 +80,7 @@ class RolloutCollector:
         for t in range(T):
             # bfloat16 autocast: the forward (and so its backward) runs the convolutions in bf16
             # with fp32 weights; the loss is computed in fp32 from the upcast outputs.
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            with self.autocast():
                 step_logits, step_value = self.policy(self._to_device(self.obs[t]))
             step_logits, step_value = step_logits.float(), step_value.float()
             probs = torch.softmax(step_logits.detach(), dim=-1)
@@ -87,8 +91,7 @@ class RolloutCollector:
             logits.append(step_logits)
             values.append(step_value)
             finished.extend(result.finished)
-        with torch.no_grad(), torch.autocast(self.device.type, dtype=torch.bfloat16,
-                                             enabled=self.bf16):
+        with torch.no_grad(), self.autocast():
             last_value = self.policy(self._to_device(self.obs[T]))[1].float()
         if self.reward_fn is None:
             rewards = np.sign(true_rewards)  # DeepMind reward clipping for true-reward training

@@ -12,7 +12,7 @@ import torch
 
 from a2c.a2c import A2C
 from a2c.config import ALIVE_TAG, GRAD_NORM_MAX_TAG, A2CRunConfig, A2CStats
-from a2c.checkpoint import load_policy, load_weights_into, save_policy
+from a2c.checkpoint import load_policy, load_weights_into, read_checkpoint, save_policy
 from a2c.optim import load_state_keeping_settings
 from a2c.policies import alive_units, is_dead, make_policy
 from a2c.rollout import RewardFn, Rollout, RolloutCollector, RolloutObserver
@@ -72,6 +72,7 @@ class A2CAgent:
         self.recent_returns: collections.deque = collections.deque(maxlen=100)
         self.waited = 0.0  # seconds held back by the pace since the last dump
         self.rewards_since_dump: list[np.ndarray] = []  # r̂ given to the policy (for its spread)
+        self.reviver = None  # a2c.revive.Reviver, made at the first death (--revive_dead_policy)
 
     @property
     def finished(self) -> bool:
@@ -147,26 +148,29 @@ class A2CAgent:
         if self.updates % self.config.ckpt_interval == 0:
             self.checkpoint()
         elif self.updates == self.start_updates + 1:  # a resumed run says at once if it is dead
-            self.check_alive()
+            self.check_alive(revive=self.config.revive_dead)
 
-    def checkpoint(self) -> None:
+    def checkpoint(self, final: bool = False) -> None:
+        """Check the policy (and revive it if dead and asked to; not at the run's end), then
+        save it: the newest checkpoint is the policy the run goes on with."""
+        self.check_alive(revive=self.config.revive_dead and not final)
         save_policy(self.config.ckpt_dir, self.policy, self.algo.optimizer, self.timesteps,
                     self.updates, keep=self.config.ckpt_keep)
-        self.check_alive()
 
-    def check_alive(self) -> None:
+    def check_alive(self, revive: bool = False) -> None:
         """Each layer's share of live units on the last rollout's screens, to TensorBoard; while
-        a layer has none, the shared counters say since which check (`a2c.policies.is_dead`)."""
+        a layer has none (and `revive` finds no checkpoint to go back to, or is off), the shared
+        counters say since which check (`a2c.policies.is_dead`)."""
         if self.timesteps == self.start_timesteps:
             return  # no rollout yet in this process: its screens are not filled in
         c = self.collector
         screens = torch.from_numpy(c.obs[:-1].reshape(-1, *c.obs.shape[2:])).to(c.device)
-        with torch.autocast(c.device.type, dtype=torch.bfloat16, enabled=c.bf16):  # as trained
+        with c.autocast():  # as trained
             alive = alive_units(self.policy, screens)
         for layer, share in enumerate(alive, 1):
             self.telemetry.record(f"{ALIVE_TAG}{layer}", share)
         dead = is_dead(alive)
-        if dead and self.config.revive_dead:
+        if dead and revive:
             dead = not self.revive()
         if self.stats is not None:
             if dead and self.stats.dead_since.value < 0:
@@ -178,27 +182,27 @@ class A2CAgent:
         """A policy found dead on its rollout's screens: look again on random play's, and if it
         is dead there too put back the newest kept checkpoint that still tells them apart
         (a2c/revive.py), weights and optimiser state. False while it stays dead."""
-        import copy
         import sys
 
-        from a2c.revive import assess, choose, measure, random_play
+        from a2c.revive import Reviver, choose
 
-        c = self.collector
-        autocast = torch.autocast(c.device.type, dtype=torch.bfloat16, enabled=c.bf16)
-        screens = torch.from_numpy(random_play(self.config.env_id, seed=self.config.seed))
-        screens = screens.to(c.device)
-        where = f"policy dead at {self.timesteps:,} agent steps"
-        if not is_dead(measure(self.policy, screens, autocast)[0]):
+        if self.reviver is None:
+            self.reviver = Reviver(self.config.env_id, self.config.seed, self.config.ckpt_dir)
+        autocast = self.collector.autocast()
+        if not self.reviver.is_dead(self.policy, autocast):
             return True  # a layer silent on one rollout's screens that fires on others'
-        candidates = assess(self.config.ckpt_dir, copy.deepcopy(self.policy), screens, autocast)
+        candidates = self.reviver.candidates(self.policy, autocast)
         chosen = choose(candidates)
+        where = f"policy dead at {self.timesteps:,} agent steps"
         if chosen is None:
             print(f"{where}: no kept checkpoint is alive to revive it from", file=sys.stderr)
             return False
-        state = load_policy(chosen.path)
+        state = read_checkpoint(chosen.path)
         self.policy.load_state_dict(state["policy"])
         load_state_keeping_settings(self.algo.optimizer, state["optimizer"])
         self.telemetry.record("charts/revived_from", chosen.timesteps)
+        if self.stats is not None:
+            self.stats.revivals.value += 1
         print(f"{where}: revived from its checkpoint at {chosen.timesteps:,} (logits' spread "
               f"{chosen.spread:.3f}, the most of any kept one "
               f"{max(k.spread for k in candidates):.3f})", file=sys.stderr)
@@ -208,7 +212,7 @@ class A2CAgent:
         """The last checkpoint (when learning), then the env and files closed."""
         try:
             if self.config.learn:
-                self.checkpoint()
+                self.checkpoint(final=True)
         finally:
             self.collector.close()
             self.telemetry.close(self.timesteps)

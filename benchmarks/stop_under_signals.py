@@ -215,7 +215,9 @@ def one_try(workdir: Path, phase: str, rng: random.Random, wrapper: bool = False
         os.kill(run.proc.pid, sig)
     result = run.finish(t_signal, shm_before, result)
     if phase == "train" and not wrapper and not kill_child:
-        result.work_saved = bool(list((run.log_dir / "policy").glob("policy-*.pt")))
+        from a2c.config import checkpoints
+
+        result.work_saved = bool(checkpoints(run.log_dir / "policy"))
     return result
 
 

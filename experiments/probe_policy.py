@@ -29,6 +29,7 @@ from a2c.config import CHECKPOINT_PREFIX  # noqa: E402
 from a2c.revive import KEEP_EVERY, RANDOM_ENVS, RANDOM_STEPS, random_play  # noqa: E402
 from experiments.evaluate import EXIT_USAGE, checkpoint_steps, find_policies  # noqa: E402
 
+
 @dataclass
 class Probe:
     """One checkpoint's network on a batch of observations."""

@@ -10,14 +10,14 @@ Each row gives, over the window, what tells a preference run's health at a glanc
 true episode return and length and of the policy's entropy, the largest gradient norm before
 clipping (`grad_max`: a blow that can kill the network's units shows as a spike), the share of each
 torso layer's units alive at the window's last check (`alive %`, layer by layer; a 0 is a dead
-layer, after which the policy can no longer learn; runs from before 2026-11-26 logged neither), the
-spread of the reward A2C trains on (`--reward_std` is its target), A2C's speed and the share of
-time it waited for the predictor (over the window's time, long waits included), labels in the store
-and the predictor's validation accuracy at the window's end, how well the reward A2C was given
-ordered the policy's own episodes (`rhat_corr`: the correlation of each episode's summed r̂ with
-its true return; `rhat_step_corr`: the same for r̂ per step, which episode length does not sway:
-once a Pong policy wins, its best episodes are its shortest), and the mean of the members' L2
-weights (adaptive L2, App. A). A column whose curve the run did not log shows "-".
+layer, after which the policy can no longer learn), the spread of the reward A2C trains on
+(`--reward_std` is its target), A2C's speed and the share of time it waited for the predictor (over
+the window's time, long waits included), labels in the store and the predictor's validation
+accuracy at the window's end, how well the reward A2C was given ordered the policy's own episodes
+(`rhat_corr`: the correlation of each episode's summed r̂ with its true return; `rhat_step_corr`:
+the same for r̂ per step, which episode length does not sway: once a Pong policy wins, its best
+episodes are its shortest), and the mean of the members' L2 weights (adaptive L2, App. A). A column
+whose curve the run did not log shows "-" (older runs log neither `grad_max` nor `alive %`).
 """
 from __future__ import annotations
 

@@ -81,10 +81,11 @@ class Settings:
         "all, to score the policy against agent steps with experiments.evaluate "
         "--all_checkpoints)")
     revive_dead_policy: bool = setting(
-        A2CRunConfig.revive_dead, "a2c", "when a checkpoint's check finds a layer of the policy "
-        "with no unit alive (it can never learn again), go on from the newest kept checkpoint "
-        "that still tells screens apart (not the paper's; keep checkpoints with "
-        "--policy_ckpts_kept 0)")
+        A2CRunConfig.revive_dead, "a2c", "when a check of the policy (at each checkpoint and "
+        "after a resumed run's first update) finds a layer with no unit alive, and it has none on "
+        "random play's screens either (it can never learn again), go on from the newest kept "
+        "training checkpoint that still tells those screens apart (not the paper's; keep "
+        "checkpoints with --policy_ckpts_kept 0)")
     render_episodes: bool = setting(
         False, "a2c", "loop the agent's latest full episode (env 0) in a second window (needs a "
         "display; without one the run goes on without it)")

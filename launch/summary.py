@@ -44,6 +44,10 @@ class RunReport:
                              f"{stats.dead_since.value:,} agent steps: a layer with no unit "
                              "firing on the last rollout's screens cannot learn again "
                              f"(python -m experiments.probe_policy {probe})"))
+            if stats.revivals.value:
+                rows.append(("revived", f"{stats.revivals.value} time"
+                             f"{'s' if stats.revivals.value > 1 else ''} from a live checkpoint "
+                             "after its policy died (--revive_dead_policy)"))
         lines = [f"run {how_it_ended(exit_status)}"]
         width = max(len(k) for k, _ in rows)
         lines += [f"  {k:<{width}}  {v}" for k, v in rows]

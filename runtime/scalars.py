@@ -5,6 +5,7 @@ torch (≈200 MB RSS), which the preference interface and a wrapper's caller nee
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -45,9 +46,9 @@ class ScalarWriter:
 class Telemetry:
     """A process's scalars, recorded beside the algorithm and written together, as
     stable-baselines3's logger does: `record(tag, value)` wherever a figure arises (the last value
-    counts), `record_max` (the largest counts), `record_each` for events that are each a point (an episode's return), and
-    `dump(step)` writes what was recorded since the last dump at that step. `due()` says whether
-    `every_s` seconds have passed since the last dump."""
+    counts), `record_max` (the largest counts), `record_each` for events that are each a point
+    (an episode's return), and `dump(step)` writes what was recorded since the last dump at that
+    step. `due()` says whether `every_s` seconds have passed since the last dump."""
 
     def __init__(self, log_dir: str | os.PathLike | None, purge_step: int | None = None,
                  every_s: float = 1.0) -> None:
@@ -61,8 +62,10 @@ class Telemetry:
         self._last[tag] = float(value)
 
     def record_max(self, tag: str, value: float) -> None:
-        """Keep the largest value recorded under `tag` since the last dump."""
-        self._last[tag] = max(float(value), self._last.get(tag, float("-inf")))
+        """Keep the largest value recorded under `tag` since the last dump (a NaN stays)."""
+        value, kept = float(value), self._last.get(tag)
+        if kept is None or value > kept or math.isnan(value):
+            self._last[tag] = value
 
     def record_each(self, tag: str, value: float) -> None:
         self._each.append((tag, float(value)))

@@ -70,8 +70,12 @@ def test_the_telemetry_keeps_the_largest_value_since_its_last_dump(tmp_path):
     t.dump(10)
     t.record_max("losses/grad_norm_max", 1.0)
     t.dump(20)
+    for v in (float("nan"), 3.0):  # a gradient that blew up to NaN is not hidden by the next
+        t.record_max("losses/grad_norm_max", v)
+    t.dump(30)
     t.close()
-    assert scalars(tmp_path, "losses/grad_norm_max")[:, 2].tolist() == [9.0, 1.0]
+    points = scalars(tmp_path, "losses/grad_norm_max")[:, 2]
+    assert points[:2].tolist() == [9.0, 1.0] and np.isnan(points[2])
 
 
 def test_learning_rate_decays_linearly_to_zero():
@@ -293,47 +297,78 @@ def test_a_check_of_a_policy_whose_layer_died_says_since_when(tmp_path):
 def test_a_dead_policy_is_revived_from_the_newest_live_checkpoint(tmp_path, capsys):
     import multiprocessing as mp
 
-    from a2c.config import A2CStats
+    from a2c.config import A2CStats, checkpoints
     from a2c.train import A2CAgent
     from experiments.runlog import scalars
 
     stats = A2CStats(mp.get_context("spawn"))
     config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=800, seed=0,
-                          ckpt_dir=str(tmp_path / "p"), ckpt_keep=0, revive_dead=True)
+                          ckpt_dir=str(tmp_path / "p"), ckpt_keep=0, revive_dead=True,
+                          precision="bf16")  # the autocast a bf16 machine trains under
     agent = A2CAgent(config, log_dir=str(tmp_path / "tb"), stats=stats)
     first_layer = agent.policy.torso[0]
     try:
         agent.learn(agent.act())
         agent.checkpoint()  # alive, at 80 agent steps
         live = {k: v.clone() for k, v in agent.policy.state_dict().items()}
+        live_ms = [agent.algo.optimizer.state[p]["square_avg"].clone()
+                   for p in agent.policy.parameters()]
+        # a newer file that is a policy's weights alone (as a GPU leg sends back): passed over
+        save_policy_weights(tmp_path / "p" / "policy-000000000100.pt",
+                            load_policy_weights(tmp_path / "p"))
         with torch.no_grad():
             first_layer.bias.fill_(-1e3)
         agent.learn(agent.act())
-        agent.checkpoint()  # saved dead at 160, then put back to 80's weights
-        assert stats.dead_since.value == -1 and agent.timesteps == 160  # steps go on
+        agent.checkpoint()  # found dead at 160, put back to 80's, saved as that
+        assert stats.dead_since.value == -1 and stats.revivals.value == 1
+        assert agent.timesteps == 160  # the count of agent steps goes on
         assert all(torch.equal(v, live[k]) for k, v in agent.policy.state_dict().items())
+        assert all(torch.equal(agent.algo.optimizer.state[p]["square_avg"], ms)
+                   for p, ms in zip(agent.policy.parameters(), live_ms))
+        newest = load_policy(tmp_path / "p")
+        assert newest["timesteps"] == 160
+        assert torch.equal(newest["policy"]["torso.0.bias"], live["torso.0.bias"])
         agent.telemetry.dump(agent.timesteps)
-        with torch.no_grad():  # every kept checkpoint dead: nothing to revive from
+        with torch.no_grad():  # dead again, at the run's end: saved as it is, not revived
             first_layer.bias.fill_(-1e3)
-        for path in sorted((tmp_path / "p").glob("policy-*.pt"))[:-1]:
-            path.unlink()
         agent.learn(agent.act())
-        agent.checkpoint()
-        assert stats.dead_since.value == 240
     finally:
         agent.close()
+    assert stats.dead_since.value == 240 and stats.revivals.value == 1
+    assert (load_policy(tmp_path / "p")["policy"]["torso.0.bias"] == -1e3).all()
+    assert checkpoints(tmp_path / "p")[-1].name == "policy-000000000240.pt"
     err = capsys.readouterr().err
     assert "policy dead at 160 agent steps: revived from its checkpoint at 80" in err
-    assert "policy dead at 240 agent steps: no kept checkpoint is alive" in err
+    assert "passing over" in err and "policy-000000000100.pt" in err
+    assert err.count("policy dead") == 1
     assert scalars(tmp_path / "tb", "charts/revived_from")[:, 1:].tolist() == [[160, 80]]
+
+
+def test_a_later_death_reads_only_the_checkpoints_saved_since(tmp_path, monkeypatch):
+    import a2c.checkpoint
+    import a2c.revive
+    from a2c.revive import Reviver
+
+    policy = make_policy("moving_dot", 5)
+    algo = A2C(policy, A2CConfig())
+    monkeypatch.setattr(a2c.revive, "random_play",
+                        lambda *_, **__: np.zeros((8, 4, 84, 84), dtype=np.uint8))
+    read, real = [], a2c.checkpoint.read_checkpoint
+    monkeypatch.setattr(a2c.checkpoint, "read_checkpoint", lambda p: read.append(p) or real(p))
+    reviver, autocast = Reviver("MovingDotNoFrameskip-v0", 0, tmp_path), torch.autocast("cpu")
+    save_policy(tmp_path, policy, algo.optimizer, timesteps=80, updates=1, keep=0)
+    assert [c.timesteps for c in reviver.candidates(policy, autocast)] == [80]
+    save_policy(tmp_path, policy, algo.optimizer, timesteps=160, updates=2, keep=0)
+    assert [c.timesteps for c in reviver.candidates(policy, autocast)] == [80, 160]
+    assert [p.name for p in read] == ["policy-000000000080.pt", "policy-000000000160.pt"]
 
 
 def test_a_layer_silent_on_the_rollout_but_alive_in_random_play_is_left_as_it_is(tmp_path,
                                                                                   monkeypatch):
     import multiprocessing as mp
 
-    import a2c.revive
     from a2c.config import A2CStats
+    from a2c.revive import Reviver
     from a2c.train import A2CAgent
 
     stats = A2CStats(mp.get_context("spawn"))
@@ -341,8 +376,8 @@ def test_a_layer_silent_on_the_rollout_but_alive_in_random_play_is_left_as_it_is
                           ckpt_dir=str(tmp_path / "p"), ckpt_keep=0, revive_dead=True)
     agent = A2CAgent(config, log_dir=str(tmp_path / "tb"), stats=stats)
     # random play's screens light every layer up: the rollout's are not all the game
-    monkeypatch.setattr(a2c.revive, "measure", lambda *_: ([0.5, 0.5, 0.5], 1.0))
-    monkeypatch.setattr(a2c.revive, "assess", lambda *_: pytest.fail("no checkpoint is read"))
+    monkeypatch.setattr(Reviver, "is_dead", lambda *_: False)
+    monkeypatch.setattr(Reviver, "candidates", lambda *_: pytest.fail("no checkpoint is read"))
     try:
         agent.learn(agent.act())
         agent.checkpoint()
@@ -350,7 +385,7 @@ def test_a_layer_silent_on_the_rollout_but_alive_in_random_play_is_left_as_it_is
             agent.policy.torso[0].bias.fill_(-1e3)
         agent.learn(agent.act())
         agent.checkpoint()
-        assert stats.dead_since.value == -1
+        assert stats.dead_since.value == -1 and stats.revivals.value == 0
         assert (agent.policy.torso[0].bias == -1e3).all()  # nothing put back
     finally:
         agent.close()
