@@ -29,7 +29,7 @@ KEEP_EVERY = 4  # observations 4 agent steps apart: consecutive ones nearly repe
 RANDOM_STEPS, RANDOM_ENVS = 400, 8  # random play's steps per env, and envs: 800 screens
 
 # A checkpoint revives the run if its logits vary across random play's screens at least this
-# share of the most any live kept checkpoint's do: Pong seed 1's sick checkpoints varied 2-5% as
+# share of the most any live kept checkpoint's do: Pong seed 1's sick checkpoints varied 2-4% as
 # much as its playing ones (docs/experiments.md, item 2); a live network early in a run may vary
 # little.
 SPREAD_SHARE = 0.1
