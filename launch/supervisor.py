@@ -200,6 +200,8 @@ def a2c_status(stats, steps: bool = True) -> str:
     line = f"ep {stats.episodes.value} | return {number(stats.recent_return.value)}"
     if stats.dead_since.value >= 0:
         line += " | policy dead"
+    elif stats.revivals.value:
+        line += f" | revived {stats.revivals.value}×"  # --revive_dead_policy put it back
     if not steps:
         return line
     return (f"steps {stats.timesteps.value / 1e3:,.1f}k | {stats.steps_per_sec.value:,.0f}/s | "

@@ -253,12 +253,15 @@ def test_the_status_line_shows_a_dash_before_the_first_episode_ends():
         return SimpleNamespace(value=v)
 
     stats = SimpleNamespace(timesteps=value(1200), steps_per_sec=value(300.0), episodes=value(0),
-                            recent_return=value(float("nan")), dead_since=value(-1))
+                            recent_return=value(float("nan")), dead_since=value(-1),
+                            revivals=value(0))
     assert a2c_status(stats).endswith("return -") and "nan" not in a2c_status(stats)
     stats.recent_return = value(-20.5)
     assert a2c_status(stats).endswith("return -20.5")
     stats.dead_since = value(3_920_000)  # a checkpoint found a layer with no unit alive
     assert a2c_status(stats).endswith("return -20.5 | policy dead")
+    stats.dead_since, stats.revivals = value(-1), value(1)  # put back to a live checkpoint
+    assert a2c_status(stats).endswith("return -20.5 | revived 1×")
 
 
 def test_help_shows_every_flags_default(capsys):
