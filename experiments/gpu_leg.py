@@ -87,7 +87,9 @@ def pack(run_dir: Path, wheels: Path | None, seconds: int, root: Path = ROOT) ->
         print(f"error: {run_dir} has no policy checkpoint to resume from", file=sys.stderr)
         return 2
     name = run_dir.name
-    (root / PACK_DIR).mkdir(exist_ok=True)
+    # one leg travels at a time: an earlier run's pack left here would be carried too
+    shutil.rmtree(root / PACK_DIR, ignore_errors=True)
+    (root / PACK_DIR).mkdir()
     out = root / PACK_DIR / f"{name}.tar"
     with tarfile.open(out, "w") as tar:
         for f in ("settings.json", COMMAND_FILE, MACHINES_FILE):

@@ -297,5 +297,18 @@ def flag_tables() -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-if __name__ == "__main__":  # docs/flags.md's tables: python -m launch.settings
-    print(flag_tables(), end="")
+FLAG_TABLES_BEGIN, FLAG_TABLES_END = "<!-- begin flag tables -->\n", "<!-- end flag tables -->"
+
+
+def with_flag_tables(doc: str) -> str:
+    """docs/flags.md's text with the tables between its two markers made anew."""
+    start = doc.index(FLAG_TABLES_BEGIN) + len(FLAG_TABLES_BEGIN)
+    return doc[:start] + flag_tables() + doc[doc.index(FLAG_TABLES_END):]
+
+
+if __name__ == "__main__":  # python -m launch.settings: docs/flags.md's tables made anew
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "flags.md"
+    doc.write_text(with_flag_tables(doc.read_text()))
+    print(f"wrote the flag tables into {doc}")

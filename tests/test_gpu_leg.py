@@ -33,9 +33,11 @@ def test_a_leg_elsewhere_comes_back_into_the_run_directory(tmp_path, capsys):
     n_labels, n_commands = labels(run), len((run / "command.txt").read_text().splitlines())
 
     here = tmp_path / "checkout"
-    here.mkdir()
+    (here / ".gpu").mkdir(parents=True)
+    (here / ".gpu" / "other_run.tar").write_bytes(b"an earlier leg's pack")
     assert gpu_leg.pack(run, None, 20, root=here) == 0
     assert "experiments.gpu_leg leg dot --seconds 20" in capsys.readouterr().out
+    assert [p.name for p in (here / ".gpu").iterdir()] == ["dot.tar"]  # only this leg travels
     assert (here / ".gpu" / "dot.tar").stat().st_size < 4 * 2**20
 
     out = tmp_path / "out"

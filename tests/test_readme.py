@@ -10,12 +10,10 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_every_run_py_flag_is_in_the_flag_tables_with_the_settings_own_default_and_help():
     """docs/flags.md is `python -m launch.settings`'s output: made from the one home of every
     setting, and every flag of the parser (made from the same place) is in it."""
-    from launch.settings import flag_tables
+    from launch.settings import with_flag_tables
 
     doc = (ROOT / "docs" / "flags.md").read_text()
-    start = doc.index("<!-- begin flag tables -->\n") + len("<!-- begin flag tables -->\n")
-    assert doc[start:doc.index("<!-- end flag tables -->")] == flag_tables(), \
-        "run `python -m launch.settings` into docs/flags.md"
+    assert doc == with_flag_tables(doc), "run `python -m launch.settings` to write them anew"
     documented = set(re.findall(r"`(--[a-z0-9_]+)", doc))
     flags = {s for action in build_parser()._actions for s in action.option_strings
              if s.startswith("--") and s != "--help"}
