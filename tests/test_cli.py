@@ -92,7 +92,12 @@ def test_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
     ["MovingDotNoFrameskip-v0", "{policy}", "--reward_predictor", "{tmp}/rp.txt"],
     ["PongNoFrameskip-v4", "{policy}"],  # MovingDot's policy
 ])
-def test_run_checkpoint_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
+def test_run_checkpoint_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path, capsys):
+    """In this process (a subprocess each would import torch ten times over): an exception that
+    escaped main() would fail the test as a traceback would; tests/test_evaluate.py runs the
+    command itself to its status 2."""
+    import run_checkpoint
+
     policy = tmp_path / "policy"
     policy.mkdir()
     (policy / "policy-000000000008.pt").write_bytes(b"not a checkpoint")
@@ -104,9 +109,9 @@ def test_run_checkpoint_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_
         net = make_policy("moving_dot", 5)
         save_policy(policy, net, A2C(net, A2CConfig()).optimizer, timesteps=800, updates=10)
         kept = (policy / "policy-000000000800.pt").read_bytes()
-    r = run("run_checkpoint.py", *[a.format(policy=policy, tmp=tmp_path) for a in args])
-    assert r.return_code == 2
-    assert "\n" not in r.stderr and r.stderr.startswith("run_checkpoint.py: error:"), r.stderr
+    assert run_checkpoint.main([a.format(policy=policy, tmp=tmp_path) for a in args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("run_checkpoint.py: error:"), err
     assert not list(tmp_path.glob("dot.*")) and not list(tmp_path.glob("ep.*"))
     if "{policy}" in args:  # never overwritten
         assert (policy / "policy-000000000800.pt").read_bytes() == kept

@@ -41,9 +41,9 @@ def test_a_leg_elsewhere_comes_back_into_the_run_directory(tmp_path, capsys):
     assert (here / ".gpu" / "dot.tar").stat().st_size < 4 * 2**20
 
     out = tmp_path / "out"
-    # 20 s of a run set for 0.1M steps: stopped by SIGTERM, which saves everything
-    assert gpu_leg.leg("dot", 20, out, [*CPU, "--million_timesteps", "0.1",
-                                        "--policy_ckpt_interval", "25"],
+    # 12 s of a run set for 0.1M steps: stopped by SIGTERM, which saves everything
+    assert gpu_leg.leg("dot", 12, out, [*CPU, "--million_timesteps", "0.1",
+                                        "--policy_ckpt_interval", "10"],
                        root=here, work=tmp_path / "device") == 0
     parts = sorted(out.iterdir())
     assert parts and all(p.stat().st_size <= gpu_leg.PART_BYTES for p in parts)

@@ -68,20 +68,6 @@ def test_every_mode_runs_and_hands_its_results_to_the_next(tmp_path):
     assert not (frozen / "prefs.sqlite").exists()  # no labels collected at all
 
 
-def test_full_preference_pipeline_from_nothing(tmp_path):
-    d = tmp_path / "run"
-    r = run("train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
-            "--n_initial_prefs", "30", "--n_initial_epochs", "2", "--million_timesteps", "0.008",
-            "--query_selection", "disagreement", "--adaptive_l2", "--label_schedule", "constant",
-            "--max_labels", "60", "--teacher", "mistake:eps=0.1", "--log_dir", str(d), *TINY)
-    assert r.returncode == 0, r.stderr
-    assert 30 < labels(d) <= 60  # the schedule's budget holds
-    assert json.loads((d / "reward_predictor" / "pretraining.json").read_text()) == {
-        "epochs_done": 2}
-    tags = {p.parent.name for p in d.glob("tb/**/events.out.tfevents.*")}
-    assert {"tb", "gather", "pretrain", "reward_predictor", "labels"} <= tags
-
-
 def test_resume_continues_from_the_last_checkpoint(tmp_path):
     d = tmp_path / "run"
     r = run("train_policy_with_original_rewards", "MovingDotNoFrameskip-v0",
@@ -167,11 +153,18 @@ def test_show_prefs_exports_and_imports_a_label_set_as_plain_npz(tmp_path):
 
 def test_a_preference_run_resumes_without_gathering_or_pretraining_again(tmp_path):
     d = tmp_path / "run"
-    first = ["train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
-             "--n_initial_prefs", "30", "--n_initial_epochs", "2", "--million_timesteps", "0.006",
-             "--log_dir", str(d), *TINY]
-    assert run(*first).returncode == 0
+    # from nothing, with the paper's options that are not the defaults
+    r = run("train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
+            "--n_initial_prefs", "30", "--n_initial_epochs", "2", "--million_timesteps", "0.006",
+            "--query_selection", "disagreement", "--adaptive_l2", "--label_schedule", "constant",
+            "--max_labels", "60", "--teacher", "mistake:eps=0.1", "--log_dir", str(d), *TINY)
+    assert r.returncode == 0, r.stderr
     n_labels = labels(d)
+    assert 30 < n_labels <= 60  # the schedule's budget holds
+    assert json.loads((d / "reward_predictor" / "pretraining.json").read_text()) == {
+        "epochs_done": 2}
+    tags = {p.parent.name for p in d.glob("tb/**/events.out.tfevents.*")}
+    assert {"tb", "gather", "pretrain", "reward_predictor", "labels"} <= tags
     predictor_steps = torch.load(d / "reward_predictor" / "reward_predictor.pt",
                                  weights_only=True)["steps"]
     commands = (d / "command.txt").read_text()
@@ -180,12 +173,12 @@ def test_a_preference_run_resumes_without_gathering_or_pretraining_again(tmp_pat
     assert (d / "command.txt").read_text() == commands
     r = run("--resume", str(d), "--log_dir", str(tmp_path / "elsewhere"))
     assert r.returncode == 2 and "apply to a new run only" in r.stderr, r.stderr
-    r = run("--resume", str(d), "--million_timesteps", "0.012")
+    r = run("--resume", str(d), "--million_timesteps", "0.012", "--max_labels", "90")
     assert r.returncode == 0, r.stderr
     assert "gathering" not in r.stderr and "pretraining" not in r.stderr
     newest = sorted((d / "policy").glob("policy-*.pt"))[-1]
     assert torch.load(newest, weights_only=True)["timesteps"] == 12000
-    assert labels(d) > n_labels  # the same store goes on growing
+    assert n_labels < labels(d) <= 90  # the same store goes on growing, to the new budget
     assert torch.load(d / "reward_predictor" / "reward_predictor.pt",
                       weights_only=True)["steps"] > predictor_steps
 
