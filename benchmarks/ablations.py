@@ -34,7 +34,7 @@ BASE = ["train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic
         "--reward_predictor_learning_rate", "3e-3", "--lr_zero_million_timesteps", "0.3",
         # The table in docs/results.md was measured with this baseline, from before adaptive L2, the
         # limit of 2 pairs per clip and MovingDot's entropy bonus of 0.003 became run.py's
-        # defaults; the "adaptive L2" row turns L2 back on (the last flag wins).
+        # defaults; the "adaptive L2" row turns L2 back on (`command` drops the negation).
         "--no_adaptive_l2", "--max_pairs_per_clip", "0", "--ent_coef", "0.01"]
 SETTINGS: dict[str, list[str]] = {
     "baseline": [],
@@ -58,10 +58,17 @@ def slug(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name).strip("_")
 
 
+def command(name: str) -> list[str]:
+    """run.py's arguments for a setting: BASE with the setting's flags, less BASE's `--no_X` where
+    the setting turns X on (run.py refuses the two together)."""
+    turned_on = {f"--no_{f[2:]}" for f in SETTINGS[name] if f.startswith("--")}
+    return [*(f for f in BASE if f not in turned_on), *SETTINGS[name]]
+
+
 def run_one(name: str, seed: int, million: float) -> dict:
     d = OUT / f"{slug(name)}-seed{seed}"
-    cmd = ["run.py", *BASE, *SETTINGS[name], "--seed", str(seed), "--million_timesteps",
-           str(million), "--log_dir", str(d)]
+    cmd = ["run.py", *command(name), "--seed", str(seed), "--million_timesteps", str(million),
+           "--log_dir", str(d)]
     return {"setting": name, "seed": seed, **run_until_level(cmd, d, LEVEL)}
 
 

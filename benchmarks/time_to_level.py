@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,17 +27,23 @@ def run_until_level(cmd: list[str], run_dir: Path, level: float, poll_s: float =
     if run_dir.exists():
         shutil.rmtree(run_dir)  # an unfinished run from an earlier attempt: start it again
     t0 = time.time()
-    proc = subprocess.Popen([sys.executable, *cmd], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    hit = None
-    while proc.poll() is None:
-        time.sleep(poll_s)
-        if (run_dir / "tb").is_dir():
-            hit = RunLog(run_dir).first_time_at(level)
-            if hit is not None:
-                os.killpg(proc.pid, signal.SIGINT)  # a clean stop, as Ctrl-C
-                proc.wait(300)
-                break
+    with tempfile.TemporaryFile("w+") as err:  # kept for a run that fails: its one-line error
+        proc = subprocess.Popen([sys.executable, *cmd], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=err, start_new_session=True)
+        hit = None
+        while proc.poll() is None:
+            time.sleep(poll_s)
+            if (run_dir / "tb").is_dir():
+                hit = RunLog(run_dir).first_time_at(level)
+                if hit is not None:
+                    os.killpg(proc.pid, signal.SIGINT)  # a clean stop, as Ctrl-C
+                    proc.wait(300)
+                    break
+        if hit is None and proc.returncode != 0:
+            err.seek(0)
+            lines = err.read().strip().splitlines() or ["(nothing on stderr)"]
+            raise RuntimeError(f"python {' '.join(cmd)} exited with status {proc.returncode}: "
+                               f"{lines[-1]}")
     log = RunLog(run_dir)
     hit = hit or log.first_time_at(level)
     steps, returns = log.returns()
