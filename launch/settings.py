@@ -82,8 +82,8 @@ class Settings:
         "--all_checkpoints)")
     revive_dead_policy: bool = setting(
         A2CRunConfig.revive_dead, "a2c", "when a check of the policy (at each checkpoint and "
-        "after the first update of each start) finds a layer with no unit alive, and it has none on "
-        "random play's screens either (it can never learn again), go on from the newest kept "
+        "after the first update of each start) finds a layer with no unit alive, and it has none "
+        "on random play's screens either (it can never learn again), go on from the newest kept "
         "training checkpoint that still tells those screens apart (not the paper's; keep "
         "checkpoints with --policy_ckpts_kept 0)")
     render_episodes: bool = setting(
