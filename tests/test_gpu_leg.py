@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from experiments import gpu_leg
@@ -26,6 +27,7 @@ def steps(checkpoint: Path) -> int:
     return torch.load(checkpoint, weights_only=True)["timesteps"]
 
 
+@pytest.mark.slow  # 25-30 s; a maintainers' tool for the project's lent GPU (README, Tests)
 def test_a_leg_elsewhere_comes_back_into_the_run_directory(tmp_path, capsys):
     run = tmp_path / "runs" / "dot"
     shutil.copytree(ROOT / "tests" / "fixtures" / "run_29d3a96", run)  # 4,000 steps, 21 labels

@@ -41,7 +41,7 @@ def test_every_mode_runs_and_hands_its_results_to_the_next(tmp_path):
     train = tmp_path / "train"
     r = run("train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
             "--load_prefs_dir", str(gather), "--load_reward_predictor_ckpt_dir", str(pretrain),
-            "--million_timesteps", "0.01", "--min_predictor_labels_per_step", "0.5",
+            "--million_timesteps", "0.006", "--min_predictor_labels_per_step", "0.5",
             "--log_dir", str(train), *TINY)
     assert r.returncode == 0, r.stderr
     assert labels(train) > 40  # labelling went on while the policy trained
@@ -173,11 +173,11 @@ def test_a_preference_run_resumes_without_gathering_or_pretraining_again(tmp_pat
     assert (d / "command.txt").read_text() == commands
     r = run("--resume", str(d), "--log_dir", str(tmp_path / "elsewhere"))
     assert r.returncode == 2 and "apply to a new run only" in r.stderr, r.stderr
-    r = run("--resume", str(d), "--million_timesteps", "0.012", "--max_labels", "90")
+    r = run("--resume", str(d), "--million_timesteps", "0.009", "--max_labels", "90")
     assert r.returncode == 0, r.stderr
     assert "gathering" not in r.stderr and "pretraining" not in r.stderr
     newest = sorted((d / "policy").glob("policy-*.pt"))[-1]
-    assert torch.load(newest, weights_only=True)["timesteps"] == 12000
+    assert torch.load(newest, weights_only=True)["timesteps"] == 9000
     assert n_labels < labels(d) <= 90  # the same store goes on growing, to the new budget
     assert torch.load(d / "reward_predictor" / "reward_predictor.pt",
                       weights_only=True)["steps"] > predictor_steps
