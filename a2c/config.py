@@ -16,6 +16,11 @@ def checkpoints(ckpt_dir: str | Path) -> list[Path]:
     return sorted(Path(ckpt_dir).glob(f"{CHECKPOINT_PREFIX}*.pt"))
 
 
+def checkpoint_steps(path: Path) -> int:
+    """The agent steps at which a policy checkpoint was saved (from its name)."""
+    return int(path.stem.removeprefix(CHECKPOINT_PREFIX))
+
+
 @dataclass
 class A2CConfig:
     """A2C hyperparameters; defaults are the paper's Atari settings (App. A.2)."""

@@ -23,9 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from a2c.config import checkpoint_steps, checkpoints  # noqa: E402
 from envs.scores import MOVING_DOT_LEVEL  # noqa: E402
 from experiments.plot_runs import plot  # noqa: E402
 from experiments.runlog import RunLog  # noqa: E402
+from launch.cli import load_settings  # noqa: E402
 from launch.stopping import interrupted_status, stop_main_process_on_signals  # noqa: E402
 
 
@@ -111,10 +113,12 @@ def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR)
         last = f"{values[-m.window:].mean():+.1f}" if len(values) else "-"
         hit = log.first_time_at(m.level, m.window) if m.level is not None else None
         if hit is None:
-            total = steps[-1] if len(steps) else 0
+            kept = checkpoints(d / "policy")
+            total = checkpoint_steps(kept[-1]) if kept else 0
+            so_far = "" if total >= load_settings(d).million_timesteps * 1e6 else " so far"
             reached = "not yet" if m.level is not None else "-"
-            print(f"| {seed} | {reached} | {total:,.0f} so far | | "
-                  f"{log.wall_clock_s() / 60:.1f} min so far | {last} |")
+            print(f"| {seed} | {reached} | {total:,.0f}{so_far} | | "
+                  f"{log.wall_clock_s() / 60:.1f} min{so_far} | {last} |")
             continue
         at_steps, at_s = hit
         n = log.labels_at(at_steps)

@@ -10,7 +10,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from a2c.config import CHECKPOINT_PREFIX, checkpoints
+from a2c.config import checkpoint_steps, checkpoints
 from a2c.entry_points import check_policy
 from launch.env_settings import describe as env_settings_help
 from launch.env_settings import env_settings
@@ -112,7 +112,7 @@ def resume(run_dir: Path, given: dict[str, Any]) -> Run:
     policy = run_dir / "policy"
     kept = checkpoints(policy)
     if kept and settings.mode in TRAINING_MODES:
-        done = int(kept[-1].stem.removeprefix(CHECKPOINT_PREFIX))
+        done = checkpoint_steps(kept[-1])
         if done >= settings.million_timesteps * 1e6:
             raise TargetReached(f"{run_dir} is at {done:,} agent steps, its target "
                                 f"(--million_timesteps {settings.million_timesteps:g}): nothing "
