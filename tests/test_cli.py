@@ -194,6 +194,34 @@ def test_each_milestone_command_is_a_valid_run(name, tmp_path):
     parse_args([m.mode, m.env_id, *m.flags, "--seed", "0", "--log_dir", str(tmp_path / name)])
 
 
+def test_a_milestone_run_that_reached_its_steps_is_not_reported_as_going_on(tmp_path, capsys,
+                                                                           monkeypatch):
+    """A run with no level to reach ends at its agent steps: the report gives them from its
+    newest checkpoint (its last episode may end earlier) and no longer says "so far"."""
+    import json
+
+    from experiments import milestone
+    from runtime.scalars import ScalarWriter
+
+    monkeypatch.setattr(milestone, "plot", lambda *args: None)
+    d = milestone.run_dir("enduro_true", 0, tmp_path)
+    (d / "policy").mkdir(parents=True)
+    (d / "settings.json").write_text(json.dumps({"million_timesteps": 0.001}))
+    a2c = ScalarWriter(str(d / "tb"))
+    for step in (300, 600, 900):
+        a2c.add_scalar("charts/episodic_return", 0.0, step)
+    a2c.close()
+
+    def row() -> str:
+        milestone.report(milestone.MILESTONES["enduro_true"], "enduro_true", [0], tmp_path)
+        return capsys.readouterr().out.splitlines()[-1]
+
+    (d / "policy" / "policy-000000000960.pt").touch()
+    assert row().startswith("| 0 | - | 960 so far |")
+    (d / "policy" / "policy-000000001000.pt").touch()
+    assert row().startswith("| 0 | - | 1,000 | | ") and "so far" not in row()
+
+
 def test_the_supervising_process_wires_a_preference_run_without_importing_torch(tmp_path):
     """Its settings, channels, counters and shared weights come from torch-free modules; torch
     is imported in the children that compute (issue: 300 MB for a process that only waits)."""
