@@ -33,10 +33,13 @@ LAGS = np.arange(-20, 6)  # steps around an event, negative before it
 
 @dataclass
 class Probe:
-    """Predicted (T, N) and true (T, N) rewards of T steps of N envs, and what they tell."""
+    """Predicted (T, N) and true (T, N) rewards of T steps of N envs, and what they tell. For a
+    run taught by Enduro's "alongside" teacher, `true` is what that teacher counts instead: 1 for
+    each step level with another car."""
 
     predicted: np.ndarray
     true: np.ndarray
+    target: str = "the true reward"
 
     def step_correlation(self) -> float:
         return _corr(self.predicted.ravel(), self.true.ravel())
@@ -83,18 +86,26 @@ def _corr(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def collect(env, reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
-            act: Callable[[np.ndarray], np.ndarray], steps: int) -> Probe:
+            act: Callable[[np.ndarray], np.ndarray], steps: int, alongside: bool = False
+            ) -> Probe:
     """Play `steps` steps of a vector env, scoring each observation before it is acted on, as
-    A2C's rollout does."""
+    A2C's rollout does. `alongside`: compare r̂ with the alongside teacher's count (each
+    observation's newest frame judged, as `clip_alongside` judges a clip) instead of the reward."""
+    from pref_interface.alongside import is_alongside
+
     obs = env.reset()
     predicted, true = [], []
     for _ in range(steps):
         actions = act(obs)
         predicted.append(reward_fn(obs, actions))
+        if alongside:
+            true.append([is_alongside(o[-1]) for o in obs])
         result = env.step(actions)
-        true.append(result.rewards)
+        if not alongside:
+            true.append(result.rewards)
         obs = result.obs
-    return Probe(np.array(predicted, dtype=np.float64), np.array(true, dtype=np.float64))
+    return Probe(np.array(predicted, dtype=np.float64), np.array(true, dtype=np.float64),
+                 "steps level with a car" if alongside else "the true reward")
 
 
 def load_run(run_dir: Path, policy: str, n_envs: int, seed: int):
@@ -143,7 +154,7 @@ def plot(probe: Probe, out: str, title: str) -> None:
     ax.legend()
     pred, true = probe.clip_returns()
     bx.scatter(true + np.random.default_rng(0).uniform(-0.15, 0.15, len(true)), pred, s=2, alpha=0.2)
-    bx.set(xlabel=f"true return of a {CLIP}-step clip (jittered)",
+    bx.set(xlabel=f"{probe.target} over a {CLIP}-step clip (jittered)",
            ylabel="predicted return", title=f"clips: correlation {probe.clip_correlation():.2f}")
     fig.suptitle(title)
     fig.tight_layout()
@@ -154,9 +165,14 @@ def plot(probe: Probe, out: str, title: str) -> None:
 
 def report(probe: Probe) -> str:
     lines = [f"predicted reward: mean {probe.predicted.mean():+.4f}, std {probe.predicted.std():.4f}",
-             f"correlation with the true reward: per step {probe.step_correlation():.3f}, "
+             f"correlation with {probe.target}: per step {probe.step_correlation():.3f}, "
              f"per {CLIP}-step clip {probe.clip_correlation():.3f}",
-             f"clip agreement (pairs with different true returns): {probe.clip_agreement():.3f}"]
+             f"clip agreement (pairs that differ in {probe.target}): "
+             f"{probe.clip_agreement():.3f}"]
+    if probe.target != "the true reward":
+        share = probe.true.mean()
+        lines.append(f"share of steps level with a car: {share:.1%}")
+        return "\n".join(lines)
     for sign, name in ((-1, "negative"), (1, "positive")):
         mean, _, n = probe.around_events(sign)
         if n:
@@ -185,12 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     torch.set_num_threads(1)
     from a2c.checkpoint import CheckpointError
+    from launch.cli import load_settings
     try:
         env, reward_fn, act = load_run(run_dir, a.policy, a.n_envs, a.seed)
     except CheckpointError as e:
         p.error(str(e))
     try:
-        probe = collect(env, reward_fn, act, a.steps)
+        probe = collect(env, reward_fn, act, a.steps,
+                        alongside=load_settings(run_dir).teacher == "alongside")
     finally:
         env.close()
     print(f"{run_dir} ({a.policy} play, {a.steps} steps x {a.n_envs} envs)")

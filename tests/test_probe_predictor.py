@@ -79,3 +79,34 @@ def test_validation_leak_counts_validation_labels_that_share_clips_with_training
              Preference(clip(1), clip(2), 0.5, is_validation=True),  # both
              Preference(clip(5), clip(6), 0.0, is_validation=True)]  # none
     assert leak(prefs) == (3, 2, 1)
+
+
+def test_for_the_alongside_teacher_collect_counts_the_steps_level_with_a_car():
+    """An alongside run's predictor is judged against what its teacher counted: each
+    observation's newest frame level with a car or not, whatever the game's reward."""
+    from types import SimpleNamespace
+
+    from experiments.probe_predictor import report
+    from tests.test_teachers import enduro_frame
+
+    beside, alone = enduro_frame(cars=((62, 57, 5, 8, 100),)), enduro_frame()
+    level = [True, False, False, True] * 10  # env 0's newest frame, step by step; env 1 alone
+    frames = [np.stack([np.stack([beside if lv else alone] * 4), np.stack([alone] * 4)])
+              for lv in level]
+
+    class Env:
+        t = 0
+
+        def reset(self):
+            return frames[0]
+
+        def step(self, actions):
+            self.t += 1
+            return SimpleNamespace(obs=frames[min(self.t, len(frames) - 1)],
+                                   rewards=np.ones(2, np.float32))
+
+    probe = collect(Env(), lambda obs, a: np.zeros(len(obs)), lambda obs: np.zeros(len(obs), int),
+                    len(level), alongside=True)
+    assert probe.true[:, 0].tolist() == [float(v) for v in level] and not probe.true[:, 1].any()
+    assert probe.target == "steps level with a car"
+    assert "share of steps level with a car: 25.0%" in report(probe)
