@@ -108,7 +108,7 @@ def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR)
             continue
         dirs.append(str(d))
         log = RunLog(d)
-        steps, values = log.returns()
+        _, values = log.returns()
         # Where the run stands now: a level reached once need not be held.
         last = f"{values[-m.window:].mean():+.1f}" if len(values) else "-"
         hit = log.first_time_at(m.level, m.window) if m.level is not None else None

@@ -11,7 +11,8 @@ Plays the run's env, scores every step with the run's saved predictor exactly as
 - clip agreement: for random pairs of clips whose true returns differ, how often the predicted
   returns order them the same way (the synthetic labeller's answer on this policy's clips);
 - the mean predicted reward in the steps around true reward events (a miss in Pong is -1).
-With `--out` it draws the last two. Comparing `--policy random` with `--policy run` shows reward
+For a run taught by `--teacher alongside` (Enduro), r̂ is compared with what that teacher counts,
+the steps level with another car, instead of the game's reward. With `--out` it draws the last two. Comparing `--policy random` with `--policy run` shows reward
 hacking: the policy's own clips scored well by r̂ but badly by the game.
 """
 from __future__ import annotations
@@ -29,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 CLIP = 25  # App. A: clips of 25 agent steps
 LAGS = np.arange(-20, 6)  # steps around an event, negative before it
+TRUE_REWARD, LEVEL_STEPS = "the true reward", "steps level with a car"  # what r̂ is compared with
 
 
 @dataclass
@@ -39,7 +41,7 @@ class Probe:
 
     predicted: np.ndarray
     true: np.ndarray
-    target: str = "the true reward"
+    target: str = TRUE_REWARD
 
     def step_correlation(self) -> float:
         return _corr(self.predicted.ravel(), self.true.ravel())
@@ -105,7 +107,7 @@ def collect(env, reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
             true.append(result.rewards)
         obs = result.obs
     return Probe(np.array(predicted, dtype=np.float64), np.array(true, dtype=np.float64),
-                 "steps level with a car" if alongside else "the true reward")
+                 LEVEL_STEPS if alongside else TRUE_REWARD)
 
 
 def load_run(run_dir: Path, policy: str, n_envs: int, seed: int):
@@ -169,9 +171,8 @@ def report(probe: Probe) -> str:
              f"per {CLIP}-step clip {probe.clip_correlation():.3f}",
              f"clip agreement (pairs that differ in {probe.target}): "
              f"{probe.clip_agreement():.3f}"]
-    if probe.target != "the true reward":
-        share = probe.true.mean()
-        lines.append(f"share of steps level with a car: {share:.1%}")
+    if probe.target == LEVEL_STEPS:
+        lines.append(f"share of {LEVEL_STEPS}: {probe.true.mean():.1%}")
         return "\n".join(lines)
     for sign, name in ((-1, "negative"), (1, "positive")):
         mean, _, n = probe.around_events(sign)
