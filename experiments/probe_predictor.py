@@ -12,8 +12,9 @@ Plays the run's env, scores every step with the run's saved predictor exactly as
   returns order them the same way (the synthetic labeller's answer on this policy's clips);
 - the mean predicted reward in the steps around true reward events (a miss in Pong is -1).
 For a run taught by `--teacher alongside` (Enduro), r̂ is compared with what that teacher counts,
-the steps level with another car, instead of the game's reward. With `--out` it draws the last two. Comparing `--policy random` with `--policy run` shows reward
-hacking: the policy's own clips scored well by r̂ but badly by the game.
+the steps level with another car, instead of the game's reward. With `--out` it draws the last
+two. Comparing `--policy random` with `--policy run` shows reward hacking: the policy's own clips
+scored well by r̂ but badly by the game.
 """
 from __future__ import annotations
 
