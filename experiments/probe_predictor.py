@@ -94,7 +94,7 @@ def collect(env, reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
     """Play `steps` steps of a vector env, scoring each observation before it is acted on, as
     A2C's rollout does. `alongside`: compare r̂ with the alongside teacher's count (each
     observation's newest frame judged, as `clip_alongside` judges a clip) instead of the reward."""
-    from pref_interface.alongside import is_alongside
+    from pref_interface.alongside import alongside_steps
 
     obs = env.reset()
     predicted, true = [], []
@@ -102,7 +102,7 @@ def collect(env, reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
         actions = act(obs)
         predicted.append(reward_fn(obs, actions))
         if alongside:
-            true.append([is_alongside(o[-1]) for o in obs])
+            true.append(alongside_steps(obs[:, -1]))
         result = env.step(actions)
         if not alongside:
             true.append(result.rewards)
