@@ -47,7 +47,8 @@ class RunRow:
     best: tuple[float, float] | None  # (mean of the window, agent steps at its end)
     final: float | None
 
-    def markdown(self) -> str:
+    def markdown(self, with_level: bool = True) -> str:
+        """The table row; without a milestone level it has no column for reaching one."""
         cells = [KINDS[self.kind][0], "-" if self.seed is None else str(self.seed),
                  f"{self.steps / 1e6:.2f}M", "-" if self.labels is None else f"{self.labels:,.0f}",
                  f"{self.hours:.1f} h", "; ".join(self.machines) or "not recorded",
@@ -57,13 +58,17 @@ class RunRow:
                                                     else f", {self.reached[1]:,.0f} labels"),
                  "-" if self.best is None else f"{self.best[0]:+.1f} at {self.best[1] / 1e6:.2f}M",
                  "-" if self.final is None else f"{self.final:+.1f}"]
+        if not with_level:
+            del cells[7]
         return "| " + " | ".join(cells) + " |"
 
 
 def table_head(window: int, level: float | None) -> str:
     names = ["run", "seed", "agent steps", "labels", "training", "machine", "resumed",
              "mean of {w} first ≥ {level}", "best mean of {w}", "final mean of {w}"]
-    names = [n.format(w=window, level="-" if level is None else f"{level:g}") for n in names]
+    if level is None:  # a game with no milestone level (Enduro): no column for reaching it
+        del names[7]
+    names = [n.format(w=window, level=f"{level:g}" if level is not None else "") for n in names]
     return "| " + " | ".join(names) + " |\n|" + "---|" * len(names)
 
 
@@ -149,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"wrote {out}")
     print(table_head(a.window, a.level))
     for row in rows:
-        print(row.markdown())
+        print(row.markdown(with_level=a.level is not None))
     if a.out:
         plot(rows, a.game, a.out, a.window, a.level)
     return 0

@@ -45,7 +45,7 @@ def test_a_row_per_run_and_one_figure_of_every_seed(tmp_path, capsys, monkeypatc
                               str(tmp_path / "t0"), "--level", "19", "--window", "2",
                               "--out", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("| run | seed |") and "first ≥ 19" in lines[0]
+    assert lines[0].startswith("| run | seed |") and "first ≥ 19 |" in lines[0]
     prefs, true = ([c.strip() for c in line.strip("|").split("|")] for line in lines[2:4])
     assert prefs[:4] == ["from preferences", "1", "0.60M", "600"]
     assert prefs[5] == ("AMD EPYC, 2 cores, avx2; Intel Xeon, 2 cores, amx_bf16; "
@@ -54,6 +54,15 @@ def test_a_row_per_run_and_one_figure_of_every_seed(tmp_path, capsys, monkeypatc
     assert prefs[7] == "0.40M, 400 labels" and prefs[8] == "+19.5 at 0.40M" and prefs[9] == "+16.0"
     assert true[:4] == ["true reward", "0", "0.30M", "-"] and true[6] == "0"
     assert true[7] == "not yet" and true[9] == "-20.5" and out.stat().st_size > 0
+
+
+def test_without_a_level_the_table_has_no_column_for_reaching_it(tmp_path, capsys, monkeypatch):
+    """Enduro has no milestone level: no column that would read "not yet" for every run."""
+    fake_run(tmp_path / "t0", 0, [0, 0, 5], starts=1, monkeypatch=monkeypatch)
+    assert reproduction.main(["Pong", "--true", str(tmp_path / "t0"), "--window", "2"]) == 0
+    head, rule, row = capsys.readouterr().out.splitlines()
+    assert "first" not in head and head.count("|") == rule.count("|") == row.count("|") == 10
+    assert row.split("|")[-3:-1] == [" +2.5 at 0.30M ", " +2.5 "]
 
 
 def test_a_directory_that_is_no_run_is_a_one_line_error(tmp_path, capsys):
