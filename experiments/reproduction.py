@@ -31,6 +31,7 @@ from runtime.outputs import prepare_output  # noqa: E402
 
 KINDS = {"prefs": ("from preferences", "tab:blue"), "true": ("true reward", "tab:orange")}
 LINESTYLES = ("-", "--", ":", "-.")
+REACHED = 7  # the table's column for reaching the level: left out where a game has none (Enduro)
 
 
 @dataclass
@@ -59,15 +60,15 @@ class RunRow:
                  "-" if self.best is None else f"{self.best[0]:+.1f} at {self.best[1] / 1e6:.2f}M",
                  "-" if self.final is None else f"{self.final:+.1f}"]
         if not with_level:
-            del cells[7]
+            del cells[REACHED]
         return "| " + " | ".join(cells) + " |"
 
 
 def table_head(window: int, level: float | None) -> str:
     names = ["run", "seed", "agent steps", "labels", "training", "machine", "resumed",
              "mean of {w} first ≥ {level}", "best mean of {w}", "final mean of {w}"]
-    if level is None:  # a game with no milestone level (Enduro): no column for reaching it
-        del names[7]
+    if level is None:
+        del names[REACHED]
     names = [n.format(w=window, level=f"{level:g}" if level is not None else "") for n in names]
     return "| " + " | ".join(names) + " |\n|" + "---|" * len(names)
 
