@@ -6,12 +6,14 @@ and its image lacks gymnasium and ale-py. So, with the run stopped here (SIGTERM
 
     python -m experiments.gpu_leg pack ~/runs/NAME --wheels ~/runs/gpu_wheels
 
-writes `.gpu/NAME.tar` (the run without its TensorBoard files and older checkpoints) and copies
+writes `.gpu/NAME.tar` (the run without its TensorBoard files and older checkpoints; a run
+stopped before its first checkpoint gathers its first labels and pretrains there) and copies
 the wheels into `.whl/`, both ignored by git, and prints the command to `run` there with
 `carry` [".gpu", ".whl"]. That command resumes the run on the GPU, stops it with SIGTERM after
-`--seconds`, and leaves in $OUT what changed: the newest checkpoint, the store, the predictor, the
-new TensorBoard files, `command.txt` and `machines.txt`, and as many of the leg's other policy
-checkpoints (weights only) as fit, evenly spaced. Back here:
+`--seconds` (sooner if what comes back would pass the device's limit), and leaves in $OUT what
+changed: the newest checkpoint, the store, the predictor, the new TensorBoard files,
+`command.txt` and `machines.txt`, and as many of the leg's other policy checkpoints (weights
+only) as fit, evenly spaced. Back here:
 
     python -m experiments.gpu_leg unpack ~/runs/NAME FILES_AT
 
@@ -42,6 +44,8 @@ PACK_DIR, WHEEL_DIR = ".gpu", ".whl"  # in the checkout, ignored by git, carried
 PART_BYTES = 16 * 2**20  # the device's limits on the files it returns: 16 MiB each,
 BACK_BYTES = 60 * 2**20  # 64 MiB in all (4 MiB kept spare)
 CARRY_BYTES = 64 * 2**20  # ... and on the working tree it takes
+# A leg stops early past this much to send back: room for the labels taken while it stops
+FULL_BYTES, POLL_S = BACK_BYTES - 6 * 2**20, 5
 # The README's GPU flags, and threads for the machine's 16 cores: A2C's (its rewards come from a
 # CPU copy of the predictor), the envs' and the trainer's.
 DEVICE_FLAGS = ["--device", "cuda", "--reward_predictor_device", "cuda",
@@ -82,10 +86,7 @@ def pack(run_dir: Path, wheels: Path | None, seconds: int, root: Path = ROOT) ->
     if not (run_dir / "settings.json").is_file():
         print(f"error: {run_dir} is not a run directory (no settings.json)", file=sys.stderr)
         return 2
-    policies = _policies(run_dir)
-    if not policies:
-        print(f"error: {run_dir} has no policy checkpoint to resume from", file=sys.stderr)
-        return 2
+    policies = _policies(run_dir)  # none yet: the leg starts policy training there
     name = run_dir.name
     # one leg travels at a time: an earlier run's pack left here would be carried too
     shutil.rmtree(root / PACK_DIR, ignore_errors=True)
@@ -95,8 +96,10 @@ def pack(run_dir: Path, wheels: Path | None, seconds: int, root: Path = ROOT) ->
         for f in ("settings.json", COMMAND_FILE, MACHINES_FILE):
             if (run_dir / f).is_file():
                 tar.add(run_dir / f, f"{name}/{f}")
-        tar.add(run_dir / "reward_predictor", f"{name}/reward_predictor")
-        tar.add(policies[-1], f"{name}/policy/{policies[-1].name}")
+        if (run_dir / "reward_predictor").is_dir():
+            tar.add(run_dir / "reward_predictor", f"{name}/reward_predictor")
+        if policies:
+            tar.add(policies[-1], f"{name}/policy/{policies[-1].name}")
         if (run_dir / PREFS_FILE).is_file():
             _add(tar, f"{name}/{PREFS_FILE}", _store_copy(run_dir / PREFS_FILE))
     if wheels is not None:
@@ -120,10 +123,19 @@ def pack(run_dir: Path, wheels: Path | None, seconds: int, root: Path = ROOT) ->
     return 0
 
 
+def _bytes_to_send(run_dir: Path) -> int:
+    """About what `_send_back` must send whatever else fits: the store (with its write-ahead
+    log), the predictor, the newest checkpoint and the TensorBoard files."""
+    paths = [*run_dir.glob(f"{PREFS_FILE}*"), *(run_dir / "reward_predictor").rglob("*"),
+             *(run_dir / "tb").rglob("*"), *_policies(run_dir)[-1:]]
+    return sum(p.stat().st_size for p in paths if p.is_file())
+
+
 def leg(name: str, seconds: int, out_dir: Path, extra: list[str], root: Path = ROOT,
-        work: Path = Path("/tmp/gpu_leg")) -> int:
+        work: Path = Path("/tmp/gpu_leg"), full_bytes: int = FULL_BYTES) -> int:
     """On the device: resume the run carried in `root`/.gpu on the GPU for `seconds` (in
-    `work`), stop it with SIGTERM, and leave what changed in `out_dir` as parts of PART_BYTES."""
+    `work`), stop it with SIGTERM, and leave what changed in `out_dir` as parts of PART_BYTES.
+    The run is stopped sooner when what must come back passes `full_bytes`."""
     run_dir = work / name
     if not run_dir.is_dir():  # a warm machine keeps the run from the leg before
         work.mkdir(parents=True, exist_ok=True)
@@ -133,9 +145,13 @@ def leg(name: str, seconds: int, out_dir: Path, extra: list[str], root: Path = R
     started = time.time()
     proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "--resume", str(run_dir),
                              *DEVICE_FLAGS, *extra], cwd=ROOT, start_new_session=True)
-    try:
-        proc.wait(timeout=seconds)
-    except subprocess.TimeoutExpired:
+    while proc.poll() is None and time.time() - started < seconds:
+        time.sleep(min(POLL_S, max(0.0, seconds - (time.time() - started))))
+        if proc.poll() is None and _bytes_to_send(run_dir) > full_bytes:  # Enduro: 32 KB a label
+            print("leg: what it would send back nears the device's limit; stopping it early",
+                  flush=True)
+            break
+    if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)  # the run saves everything and stops
         proc.wait()
     print(f"leg: {time.time() - started:.0f} s, exit status {proc.returncode}", flush=True)
@@ -152,8 +168,9 @@ def _send_back(run_dir: Path, before: set[str], out_dir: Path) -> int:
             if (run_dir / f).exists():  # (a run refused at its start writes none of them)
                 tar.add(run_dir / f, f"{name}/{f}")
         _add(tar, f"{name}/{PREFS_FILE}", _store_copy(run_dir / PREFS_FILE))
-        tar.add(run_dir / "reward_predictor", f"{name}/reward_predictor")
-        tar.add(policies[-1], f"{name}/policy/{policies[-1].name}")
+        for f in ["reward_predictor", *(f"policy/{p.name}" for p in policies[-1:])]:
+            if (run_dir / f).exists():  # (a leg stopped before policy training has neither)
+                tar.add(run_dir / f, f"{name}/{f}")
         # the leg's other checkpoints, weights only, evenly spaced, as many as fit
         others = [p for p in policies[:-1] if p.name not in before]
         if others:

@@ -5,6 +5,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,40 @@ def test_the_printed_leg_command_parses_with_run_py_flags_after_it(monkeypatch, 
     monkeypatch.setattr(gpu_leg, "leg", lambda *a: seen.setdefault("args", a) and 0)
     gpu_leg.main(["leg", "dot", "--seconds", "20", "--out", str(tmp_path), "--", *CPU])
     assert seen["args"] == ("dot", 20, tmp_path, CPU)
+
+
+def fresh_copy(tmp_path: Path) -> Path:
+    (tmp_path / "checkout").mkdir()
+    run = tmp_path / "runs" / "dot"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "run_29d3a96", run)
+    return run
+
+
+@pytest.mark.slow  # about 20 s
+def test_a_run_stopped_before_its_first_checkpoint_starts_on_the_device(tmp_path):
+    run = fresh_copy(tmp_path)  # as if stopped while gathering its first labels: no store yet
+    for gone in ("policy", "reward_predictor"):
+        shutil.rmtree(run / gone)
+    for store in run.glob("prefs.sqlite*"):
+        store.unlink()
+    here, out = tmp_path / "checkout", tmp_path / "out"
+    assert gpu_leg.pack(run, None, 60, root=here) == 0
+    assert gpu_leg.leg("dot", 60, out, CPU, root=here, work=tmp_path / "device") == 0
+    assert gpu_leg.unpack(run, out) == 0
+    # it gathered its first labels, pretrained and trained to its 4,000 steps there
+    assert labels(run) >= 12
+    assert steps(sorted((run / "policy").glob("policy-*.pt"))[-1]) == 4000
+    assert (run / "reward_predictor").is_dir()
+
+
+@pytest.mark.slow  # about 10 s
+def test_a_leg_stops_early_when_what_it_sends_back_would_pass_the_limit(tmp_path, capsys):
+    run = fresh_copy(tmp_path)
+    here, out = tmp_path / "checkout", tmp_path / "out"
+    assert gpu_leg.pack(run, None, 120, root=here) == 0
+    started = time.time()
+    assert gpu_leg.leg("dot", 120, out, [*CPU, "--million_timesteps", "1"], root=here,
+                       work=tmp_path / "device", full_bytes=1) == 0
+    assert time.time() - started < 60
+    assert "stopping it early" in capsys.readouterr().out
+    assert gpu_leg.unpack(run, out) == 0  # what it saved as it stopped came back
