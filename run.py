@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     code = 1
     try:
         code = MODE_RUNNERS[run.settings.mode](run, ctx, session, report)
-    except KeyboardInterrupt:  # between phases: nothing is running
+    except KeyboardInterrupt:  # between phases or as a child starts: stopped at exit
         code = interrupted_status()
     finally:
         session.close()  # the terminal gets its settings back

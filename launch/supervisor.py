@@ -81,7 +81,7 @@ class Supervisor:
                                 name=name, daemon=False)
         with child_environ(environ or {}), signals_held():
             proc.start()
-        self.procs[name] = proc
+            self.procs[name] = proc  # known before a held signal lands, so that it is stopped
 
     def wait(self, status_line=None, until=None, grace_s: float = 60.0,
              progress: Progress | None = None) -> int:

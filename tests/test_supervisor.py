@@ -3,6 +3,7 @@ seconds (status 1); progress; a child's own environment."""
 import json
 import multiprocessing as mp
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -11,6 +12,33 @@ import pytest
 from launch.supervisor import Supervisor
 from tests.supervised_targets import (count_to, crash_after, ignore_the_stop, report_malloc,
                                       work_until_stopped)
+
+
+class _SignalledAsItStarts(mp.context.SpawnProcess):
+    def start(self):
+        os.kill(os.getpid(), signal.SIGHUP)  # held back until the child has started
+        super().start()
+
+
+class _SignallingContext(mp.context.SpawnContext):
+    Process = _SignalledAsItStarts
+
+
+def test_a_stop_signal_as_a_child_starts_cannot_leave_that_child_running():
+    # The signal held while the child starts lands as the supervisor lets it through; the child
+    # must be known to it by then, or nothing would ever stop it (the run went on training).
+    old = signal.signal(signal.SIGHUP, lambda signum, frame: (_ for _ in ()).throw(
+        KeyboardInterrupt))
+    try:
+        sup = Supervisor(_SignallingContext())
+        finished = sup.ctx.Value("i", 0)
+        with pytest.raises(KeyboardInterrupt):
+            sup.start("worker", work_until_stopped, sup.stop_event, finished)
+    finally:
+        signal.signal(signal.SIGHUP, old)
+    assert list(sup.procs) == ["worker"]
+    sup.stop(15.0)
+    assert finished.value == 1 and not sup.procs["worker"].is_alive()
 
 
 def test_a_crashed_child_stops_the_others_and_the_run_fails(capsys):
