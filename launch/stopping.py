@@ -19,6 +19,8 @@ EXIT_INTERRUPTED = 128 + signal.SIGINT  # Ctrl-C; a stop by another signal gives
 WAIT_POLL_S = 0.02  # how often `StopFlag.wait` looks at the flag
 
 _received: list[int] = []  # the stop signals this process has had, in order
+_held = 0  # how deep in `signals_held` the main thread is
+_deferred = False  # a first stop signal came while held: raised as the hold ends
 
 
 class StopFlag:
@@ -54,11 +56,15 @@ def _wanted(sig: int) -> bool:
 
 
 def _interrupt(signum: int, frame: Any) -> None:
+    global _deferred
     first = not _received
     _received.append(signum)
-    if first:
+    if first and _held:  # another thread took the signal while the main thread held it
+        _deferred = True
+    elif first:
         raise KeyboardInterrupt
-    sys.stderr.write(f"\n{signal.Signals(signum).name}: already stopping, saving work\n")
+    else:
+        sys.stderr.write(f"\n{signal.Signals(signum).name}: already stopping, saving work\n")
 
 
 def stop_main_process_on_signals(only_default: bool = False) -> None:
@@ -77,12 +83,20 @@ def stop_main_process_on_signals(only_default: bool = False) -> None:
 def signals_held() -> Iterator[None]:
     """Hold the stop signals back (they wait, pending) while a child is started: the child
     inherits the held set, so a signal sent while it starts reaches it only once
-    `stop_child_on_signals` is in place, instead of killing it before it can save."""
+    `stop_child_on_signals` is in place, instead of killing it before it can save. In the main
+    process the stop is raised only as the hold ends, also when another of its threads (a queue's
+    feeder, the labelling page's server) took the signal meanwhile."""
+    global _held, _deferred
     old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    _held += 1
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _held -= 1
+    if _deferred and not _held:
+        _deferred = False
+        raise KeyboardInterrupt
 
 
 def stop_child_on_signals(stop: StopFlag) -> None:

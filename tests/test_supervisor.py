@@ -4,6 +4,7 @@ import json
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -24,19 +25,35 @@ class _SignallingContext(mp.context.SpawnContext):
     Process = _SignalledAsItStarts
 
 
-def test_a_stop_signal_as_a_child_starts_cannot_leave_that_child_running():
-    # The signal held while the child starts lands as the supervisor lets it through; the child
-    # must be known to it by then, or nothing would ever stop it (the run went on training).
-    old = signal.signal(signal.SIGHUP, lambda signum, frame: (_ for _ in ()).throw(
-        KeyboardInterrupt))
+def _idle(stop: threading.Event) -> None:
+    stop.wait()
+
+
+@pytest.mark.parametrize("other_thread", [False, True])
+def test_a_stop_signal_as_a_child_starts_cannot_leave_that_child_running(other_thread,
+                                                                         monkeypatch):
+    # The signal held while the child starts lands as the supervisor lets it through, or at
+    # once where another thread of the process takes it; either way the child must be known to
+    # the supervisor when the stop is raised, or nothing would ever stop it (the run trained on).
+    from launch import stopping
+
+    monkeypatch.setattr(stopping, "_received", [])
+    handlers = {sig: signal.getsignal(sig) for sig in stopping.STOP_SIGNALS}
+    done = threading.Event()
+    thread = threading.Thread(target=_idle, args=(done,), daemon=True)
+    if other_thread:
+        thread.start()  # its signals are not held: the kernel gives it the signal
     try:
+        stopping.stop_main_process_on_signals()
         sup = Supervisor(_SignallingContext())
         finished = sup.ctx.Value("i", 0)
         with pytest.raises(KeyboardInterrupt):
             sup.start("worker", work_until_stopped, sup.stop_event, finished)
     finally:
-        signal.signal(signal.SIGHUP, old)
-    assert list(sup.procs) == ["worker"]
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        done.set()
+    assert list(sup.procs) == ["worker"] and stopping.interrupted_status() == 129
     sup.stop(15.0)
     assert finished.value == 1 and not sup.procs["worker"].is_alive()
 
