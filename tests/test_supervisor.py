@@ -1,5 +1,5 @@
 """The supervisor: a crashing child's error is printed and the others are stopped within
-seconds (status 1); progress; a child's own environment."""
+seconds (status 1); a stop as a child starts stops it too; progress; a child's own environment."""
 import json
 import multiprocessing as mp
 import os
@@ -25,10 +25,6 @@ class _SignallingContext(mp.context.SpawnContext):
     Process = _SignalledAsItStarts
 
 
-def _idle(stop: threading.Event) -> None:
-    stop.wait()
-
-
 @pytest.mark.parametrize("other_thread", [False, True])
 def test_a_stop_signal_as_a_child_starts_cannot_leave_that_child_running(other_thread,
                                                                          monkeypatch):
@@ -40,7 +36,7 @@ def test_a_stop_signal_as_a_child_starts_cannot_leave_that_child_running(other_t
     monkeypatch.setattr(stopping, "_received", [])
     handlers = {sig: signal.getsignal(sig) for sig in stopping.STOP_SIGNALS}
     done = threading.Event()
-    thread = threading.Thread(target=_idle, args=(done,), daemon=True)
+    thread = threading.Thread(target=done.wait, daemon=True)
     if other_thread:
         thread.start()  # its signals are not held: the kernel gives it the signal
     try:
