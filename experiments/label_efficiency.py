@@ -49,8 +49,9 @@ def first_labels(src: Path, n: int, dst: Path) -> None:
 def agreement(run_dir: Path, steps: int, n_envs: int, seed: int) -> dict:
     """The predictor of `run_dir` on fresh random play: clip agreement and correlation."""
     from experiments.probe_predictor import collect, load_run
+    from launch.cli import saved_run
 
-    env, reward_fn, act = load_run(run_dir, "random", n_envs, seed)
+    env, reward_fn, act = load_run(saved_run(run_dir), "random", n_envs, seed)
     try:
         probe = collect(env, reward_fn, act, steps)
     finally:

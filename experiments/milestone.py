@@ -10,7 +10,7 @@ the checkout, e.g. `--runs_dir ~/runs`). A run that exists is resumed (`run.py -
 the same command continues a long reproduction after a stop, a crash or a new session. The report
 gives, per seed, the agent steps, labels and wall-clock at which the mean true return of the last
 episodes first reached the milestone's level, and where the run stands now (the mean of the last
-episodes), and writes docs/<name>.png.
+episodes), and plots every seed's curve into docs/<name>.png (`--out` elsewhere).
 """
 from __future__ import annotations
 
@@ -96,7 +96,9 @@ def run_seed(m: Milestone, name: str, seed: int, extra: list[str],
         return proc.wait()
 
 
-def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR) -> None:
+def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR,
+           out: Path | None = None) -> None:
+    """Print each seed's row and plot the seeds' curves into `out` (docs/<name>.png)."""
     print(f"\n{name}: {m.env_id}, " + (f"level {m.level:g}" if m.level is not None
                                           else "no level") + f" ({m.note})")
     print(f"| seed | reached | agent steps | labels | wall-clock | last {m.window} episodes |")
@@ -125,7 +127,8 @@ def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR)
         labels = "-" if n is None else f"{n:,.0f}"
         print(f"| {seed} | yes | {at_steps:,.0f} | {labels} | {at_s / 60:.1f} min | {last} |")
     if dirs:
-        plot(dirs, [f"seed {s}" for s in seeds[:len(dirs)]], str(ROOT / "docs" / f"{name}.png"),
+        out = out or ROOT / "docs" / f"{name}.png"
+        plot(dirs, [f"seed {s}" for s in seeds[:len(dirs)]], str(out),
              f"{name} ({m.env_id})", max(8, m.window // 2), m.level)
 
 
@@ -139,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--extra", default="", help="more run.py flags, quoted (e.g. threads)")
     p.add_argument("--runs_dir", type=Path, default=RUNS_DIR,
                    help="where the runs live (<runs_dir>/<name>-seed<k>)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="where the figure goes (default docs/<name>.png, the README's)")
     a = p.parse_args(argv)
     m = MILESTONES[a.name]
     seeds = a.seeds if a.seeds is not None else ([0, 1, 2] if a.name == "moving_dot" else [0])
@@ -150,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"run for seed {seed} ended with status {code}", file=sys.stderr)
                 if code > 128:  # stopped by Ctrl-C or a signal: the later seeds wait
                     return code
-    report(m, a.name, seeds, a.runs_dir.expanduser())
+    report(m, a.name, seeds, a.runs_dir.expanduser(), a.out and a.out.expanduser())
     return 0
 
 

@@ -22,12 +22,15 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+if TYPE_CHECKING:
+    from launch.rundir import Run
 
 CLIP = 25  # App. A: clips of 25 agent steps
 LAGS = np.arange(-20, 6)  # steps around an event, negative before it
@@ -111,21 +114,19 @@ def collect(env, reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
                  LEVEL_STEPS if alongside else TRUE_REWARD)
 
 
-def load_run(run_dir: Path, policy: str, n_envs: int, seed: int):
+def load_run(run: Run, policy: str, n_envs: int, seed: int):
     """The run's env, its predictor as A2C uses it, and an action function."""
     import torch
 
-    from launch.cli import saved_run
     from launch.configs import trainer_config
     from launch.rundir import PREDICTOR_FILE
     from a2c.rollout import sample_actions
     from envs import make_vec_env
     from reward_predictor.reward_fn import load_ensemble
 
-    run = saved_run(run_dir)
     kind = run.env_kind
     ensemble = load_ensemble(trainer_config(run, load_from=None, save=False),
-                             str(run_dir / "reward_predictor" / PREDICTOR_FILE))
+                             str(run.dir / "reward_predictor" / PREDICTOR_FILE))
     env = make_vec_env(run.settings.env_id, n_envs, seed=seed, num_threads=1)
     if policy == "random":
         rng = np.random.default_rng(seed)
@@ -134,7 +135,7 @@ def load_run(run_dir: Path, policy: str, n_envs: int, seed: int):
     from a2c.policies import make_policy
 
     net = make_policy(kind, env.num_actions)
-    net.load_state_dict(load_policy_weights(run_dir / "policy")["policy"])
+    net.load_state_dict(load_policy_weights(run.dir / "policy")["policy"])
     net.eval()
     torch.manual_seed(seed)
     return env, ensemble.reward, lambda obs: sample_actions(net, obs)
@@ -203,14 +204,14 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     torch.set_num_threads(1)
     from a2c.checkpoint import CheckpointError
-    from launch.cli import load_settings
+    from launch.cli import saved_run
+    run = saved_run(run_dir)
     try:
-        env, reward_fn, act = load_run(run_dir, a.policy, a.n_envs, a.seed)
+        env, reward_fn, act = load_run(run, a.policy, a.n_envs, a.seed)
     except CheckpointError as e:
         p.error(str(e))
     try:
-        probe = collect(env, reward_fn, act, a.steps,
-                        alongside=load_settings(run_dir).teacher == "alongside")
+        probe = collect(env, reward_fn, act, a.steps, alongside=run.settings.teacher == "alongside")
     finally:
         env.close()
     print(f"{run_dir} ({a.policy} play, {a.steps} steps x {a.n_envs} envs)")

@@ -94,9 +94,9 @@ def signals_held() -> Iterator[None]:
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
         _held -= 1
-    if _deferred and not _held:
-        _deferred = False
-        raise KeyboardInterrupt
+        if _deferred and not _held:  # also over an error of the body: the stop came first
+            _deferred = False
+            raise KeyboardInterrupt
 
 
 def stop_child_on_signals(stop: StopFlag) -> None:

@@ -222,6 +222,23 @@ def test_a_milestone_run_that_reached_its_steps_is_not_reported_as_going_on(tmp_
     assert row().startswith("| 0 | - | 1,000 | | ") and "so far" not in row()
 
 
+def test_a_milestone_figure_goes_where_out_says(tmp_path, monkeypatch):
+    """`--out` keeps a measurement's figure out of the checkout's docs/<name>.png."""
+    from experiments import milestone
+
+    drawn = []
+    monkeypatch.setattr(milestone, "plot", lambda dirs, names, out, *rest: drawn.append(out))
+    monkeypatch.setattr(milestone, "run_seed", lambda *args: 0)
+    monkeypatch.setattr(milestone, "stop_main_process_on_signals", lambda: None)
+    d = milestone.run_dir("moving_dot", 0, tmp_path)
+    (d / "tb").mkdir(parents=True)
+    (d / "settings.json").write_text('{"million_timesteps": 0.001}')
+    milestone.main(["moving_dot", "--seeds", "0", "--runs_dir", str(tmp_path),
+                    "--out", str(tmp_path / "md.png")])
+    milestone.main(["moving_dot", "--seeds", "0", "--runs_dir", str(tmp_path), "--report_only"])
+    assert drawn == [str(tmp_path / "md.png"), str(milestone.ROOT / "docs" / "moving_dot.png")]
+
+
 def test_the_supervising_process_wires_a_preference_run_without_importing_torch(tmp_path):
     """Its settings, channels, counters and shared weights come from torch-free modules; torch
     is imported in the children that compute (issue: 300 MB for a process that only waits)."""

@@ -34,6 +34,20 @@ def test_a_process_killed_while_waiting_on_the_stop_flag_cannot_block_setting_it
     assert not setter.is_alive() and flag.is_set() and flag.wait(0.0)
 
 
+def test_a_stop_held_back_is_raised_even_when_the_held_start_fails(monkeypatch):
+    # The stop was asked for: an error of the start it waited behind must not swallow it, nor
+    # leave it pending to stop a later start that nobody asked to stop.
+    from launch import stopping
+
+    monkeypatch.setattr(stopping, "_received", [])
+    with pytest.raises(KeyboardInterrupt):
+        with stopping.signals_held():
+            stopping._interrupt(signal.SIGHUP, None)  # as when another thread takes the signal
+            raise OSError("the child could not start")
+    with stopping.signals_held():
+        pass
+
+
 def test_the_summary_names_what_stopped_the_run():
     assert how_it_ended(0) == "finished"
     assert how_it_ended(1) == "stopped: a process failed"
