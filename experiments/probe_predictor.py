@@ -168,11 +168,15 @@ def plot(probe: Probe, out: str, title: str) -> None:
 
 
 def report(probe: Probe) -> str:
-    lines = [f"predicted reward: mean {probe.predicted.mean():+.4f}, std {probe.predicted.std():.4f}",
-             f"correlation with {probe.target}: per step {probe.step_correlation():.3f}, "
-             f"per {CLIP}-step clip {probe.clip_correlation():.3f}",
-             f"clip agreement (pairs that differ in {probe.target}): "
-             f"{probe.clip_agreement():.3f}"]
+    lines = [f"predicted reward: mean {probe.predicted.mean():+.4f}, std {probe.predicted.std():.4f}"]
+    if probe.true.std() == 0:  # e.g. Enduro's random play, which never passes a car
+        lines.append(f"{probe.target} was {probe.true.flat[0]:g} at every step: nothing to compare "
+                     "r̂ with (play more --steps, or --policy run)")
+        return "\n".join(lines)
+    lines += [f"correlation with {probe.target}: per step {probe.step_correlation():.3f}, "
+              f"per {CLIP}-step clip {probe.clip_correlation():.3f}",
+              f"clip agreement (pairs that differ in {probe.target}): "
+              f"{probe.clip_agreement():.3f}"]
     if probe.target == LEVEL_STEPS:
         lines.append(f"share of {LEVEL_STEPS}: {probe.true.mean():.1%}")
         return "\n".join(lines)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.probe_predictor import LAGS, Probe, collect, main
+from experiments.probe_predictor import LAGS, Probe, collect, main, report
 
 
 def _events(seed: int = 0, steps: int = 400, n: int = 4) -> np.ndarray:
@@ -110,3 +110,9 @@ def test_for_the_alongside_teacher_collect_counts_the_steps_level_with_a_car():
     assert probe.true[:, 0].tolist() == [float(v) for v in level] and not probe.true[:, 1].any()
     assert probe.target == "steps level with a car"
     assert "share of steps level with a car: 25.0%" in report(probe)
+
+
+def test_a_probe_where_the_true_reward_never_changes_says_so_instead_of_nan():
+    probe = Probe(np.random.default_rng(0).normal(size=(100, 2)), np.zeros((100, 2)))
+    text = report(probe)
+    assert "nan" not in text and "was 0 at every step: nothing to compare" in text
