@@ -168,7 +168,8 @@ def plot(probe: Probe, out: str, title: str) -> None:
 
 
 def report(probe: Probe) -> str:
-    lines = [f"predicted reward: mean {probe.predicted.mean():+.4f}, std {probe.predicted.std():.4f}"]
+    lines = [f"predicted reward: mean {probe.predicted.mean():+.4f}, "
+             f"std {probe.predicted.std():.4f}"]
     if probe.true.std() == 0:  # e.g. Enduro's random play, which never passes a car
         lines.append(f"{probe.target} was {probe.true.flat[0]:g} at every step: nothing to compare "
                      "r̂ with (play more --steps, or --policy run)")
