@@ -209,11 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     torch.set_num_threads(1)
     from a2c.checkpoint import CheckpointError
-    from launch.cli import saved_run
-    run = saved_run(run_dir)
+    from launch.cli import UsageError, saved_run
     try:
+        run = saved_run(run_dir)
         env, reward_fn, act = load_run(run, a.policy, a.n_envs, a.seed)
-    except CheckpointError as e:
+    except (CheckpointError, UsageError) as e:
         p.error(str(e))
     try:
         probe = collect(env, reward_fn, act, a.steps, alongside=run.settings.teacher == "alongside")

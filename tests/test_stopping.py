@@ -40,6 +40,7 @@ def test_a_stop_held_back_is_raised_even_when_the_held_start_fails(monkeypatch):
     from launch import stopping
 
     monkeypatch.setattr(stopping, "_received", [])
+    monkeypatch.setattr(stopping, "_deferred", False)
     with pytest.raises(KeyboardInterrupt):
         with stopping.signals_held():
             stopping._interrupt(signal.SIGHUP, None)  # as when another thread takes the signal
