@@ -63,8 +63,8 @@ class A2CRunConfig:
 class A2CStats:
     """Shared counters the run's supervisor reads for the live status line."""
 
-    def __init__(self, ctx):
-        self.timesteps = ctx.Value("q", 0, lock=False)
+    def __init__(self, ctx, timesteps: int = 0):
+        self.timesteps = ctx.Value("q", timesteps, lock=False)
         self.steps_per_sec = ctx.Value("d", 0.0, lock=False)
         self.episodes = ctx.Value("q", 0, lock=False)
         self.recent_return = ctx.Value("d", float("nan"), lock=False)

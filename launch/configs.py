@@ -13,6 +13,15 @@ if TYPE_CHECKING:
 MILLION = 1_000_000
 
 
+def agent_stats(ctx, run: Run):
+    """A2C's shared counters, its agent steps starting where the policy it loads left off: a
+    resumed run's first status line and rate are right before A2C has loaded it."""
+    from a2c.config import A2CStats, checkpoint_steps, checkpoints
+
+    kept = checkpoints(run.policy_ckpt_dir) if run.policy_ckpt_dir else []
+    return A2CStats(ctx, checkpoint_steps(kept[-1]) if kept else 0)
+
+
 def a2c_config(run: Run):
     from a2c.config import A2CConfig, A2CRunConfig
 

@@ -34,7 +34,7 @@ import time
 from functools import partial
 from typing import Any
 
-from launch.configs import interface_config, trainer_config, trainer_environ
+from launch.configs import agent_stats, interface_config, trainer_config, trainer_environ
 from launch.rundir import Run
 from launch.session import Session
 from launch.supervisor import Supervisor, preference_status
@@ -194,7 +194,6 @@ class PreferenceLoop:
 
     def __init__(self, run: Run, ctx, session: Session, prefs_path: str,
                  predictor_path: str | None) -> None:
-        from a2c.config import A2CStats
         from pref_interface.labelling import InterfaceStats
         from reward_predictor.config import TrainerStats
         from reward_predictor.shared import SharedWeights
@@ -204,7 +203,7 @@ class PreferenceLoop:
         tconfig.initial_prefs_path = prefs_path
         self.sup = sup = Supervisor(ctx)
         self.ch = ch = Channels.for_run(ctx, session, sup.stop_event, SharedWeights(ctx))
-        self.agent_stats, self.trainer_stats = A2CStats(ctx), TrainerStats.create(ctx)
+        self.agent_stats, self.trainer_stats = agent_stats(ctx, run), TrainerStats.create(ctx)
         self.interface_stats = InterfaceStats.create(ctx, self.trainer_stats.labels_received)
         sup.start("reward_predictor", run_predictor_trainer, tconfig,
                   environ=trainer_environ(tconfig), pref_queue=ch.preferences,

@@ -7,7 +7,8 @@ import sys
 from functools import partial
 from typing import Any, Callable
 
-from launch.configs import MILLION, a2c_config, interface_config, trainer_config, trainer_environ
+from launch.configs import (MILLION, a2c_config, agent_stats, interface_config, trainer_config,
+                            trainer_environ)
 from launch.loop import Channels, PreferenceLoop, run_agent, run_labelling
 from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run
 from launch.session import Session
@@ -19,13 +20,12 @@ from reward_predictor import entry_points as predictor
 
 def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = None) -> int:
     """The untrained policy acts (no updates) while clips are labelled into the store."""
-    from a2c.config import A2CStats
     from pref_interface.labelling import InterfaceStats
 
     n_labels = run.settings.n_initial_prefs
     sup = Supervisor(ctx)
     ch = Channels.for_run(ctx, session, sup.stop_event)
-    a2c_stats, istats = A2CStats(ctx), InterfaceStats.create(ctx)
+    a2c_stats, istats = agent_stats(ctx, run), InterfaceStats.create(ctx)
     if report is not None:
         report.agent_stats = a2c_stats
     config = a2c_config(run)
@@ -166,11 +166,9 @@ def train_policy_with_original_rewards(run: Run, ctx, session: Session, report: 
 def a2c_alone(run: Run, ctx, session: Session, report: RunReport,
               make_reward_fn: Callable[[], Any] | None = None) -> int:
     """A2C with no labelling beside it, on the game's reward or `make_reward_fn`'s."""
-    from a2c.config import A2CStats
-
     sup = Supervisor(ctx)
     ch = Channels.for_run(ctx, session, sup.stop_event)
-    stats = report.agent_stats = A2CStats(ctx)
+    stats = report.agent_stats = agent_stats(ctx, run)
     sup.start("a2c", run_agent, a2c_config(run), log_dir=str(run.dir / "tb"), stats=stats,
               make_reward_fn=make_reward_fn, make_observers=ch.a2c_observers(),
               stop_event=sup.stop_event)

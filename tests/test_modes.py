@@ -81,6 +81,9 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
     assert r.returncode == 0, r.stderr
     newest = sorted((d / "policy").glob("policy-*.pt"))[-1]
     assert torch.load(newest, weights_only=True)["timesteps"] == 8000
+    # The log's first line counts from the checkpoint, not from 0 (no rate over a false jump).
+    assert next(line for line in (r.stdout + r.stderr).splitlines()
+                if line.startswith("agent steps")).startswith("agent steps 4,000/8,000"), r.stderr
     assert len((d / "command.txt").read_text().splitlines()) == 2
     starts = [line.split("\t") for line in (d / "machines.txt").read_text().splitlines()]
     assert len(starts) == 2 and all(len(s) == 3 and s[2] == "policy on cpu, predictor on cpu"
@@ -197,5 +200,7 @@ def test_a_run_directory_written_by_earlier_code_resumes(tmp_path):
     assert "gathering" not in r.stderr and "pretraining" not in r.stderr
     newest = sorted((d / "policy").glob("policy-*.pt"))[-1]
     assert torch.load(newest, weights_only=True)["timesteps"] == 8000
+    assert next(line for line in (r.stdout + r.stderr).splitlines()
+                if line.startswith("steps ")).startswith("steps 4.0k |"), r.stderr
     assert labels(d) > n_labels
     assert torch.load(predictor, weights_only=True)["steps"] > predictor_steps
