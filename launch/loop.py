@@ -195,6 +195,7 @@ class PreferenceLoop:
     def __init__(self, run: Run, ctx, session: Session, prefs_path: str,
                  predictor_path: str | None) -> None:
         from pref_interface.labelling import InterfaceStats
+        from pref_interface.store import stored_labels
         from reward_predictor.config import TrainerStats
         from reward_predictor.shared import SharedWeights
 
@@ -204,7 +205,8 @@ class PreferenceLoop:
         self.sup = sup = Supervisor(ctx)
         self.ch = ch = Channels.for_run(ctx, session, sup.stop_event, SharedWeights(ctx))
         self.agent_stats, self.trainer_stats = agent_stats(ctx, run), TrainerStats.create(ctx)
-        self.interface_stats = InterfaceStats.create(ctx, self.trainer_stats.labels_received)
+        self.interface_stats = InterfaceStats.create(ctx, self.trainer_stats.labels_received,
+                                                     stored_labels(prefs_path))
         sup.start("reward_predictor", run_predictor_trainer, tconfig,
                   environ=trainer_environ(tconfig), pref_queue=ch.preferences,
                   shared_weights=ch.reward_weights, stop_event=ch.stop, stats=self.trainer_stats,

@@ -25,7 +25,9 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
     n_labels = run.settings.n_initial_prefs
     sup = Supervisor(ctx)
     ch = Channels.for_run(ctx, session, sup.stop_event)
-    a2c_stats, istats = agent_stats(ctx, run), InterfaceStats.create(ctx)
+    store_path = str(run.dir / PREFS_FILE)
+    a2c_stats = agent_stats(ctx, run)
+    istats = InterfaceStats.create(ctx, labels_stored=stored_labels(store_path))
     if report is not None:
         report.agent_stats = a2c_stats
     config = a2c_config(run)
@@ -33,7 +35,7 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
     sup.start("pref_interface", run_labelling,
               interface_config(run, session.page_updates, n_labels),
               clip_queue=ch.clips, pref_queue=None, stop_event=ch.stop, stats=istats,
-              store_path=str(run.dir / PREFS_FILE), log_dir=str(run.dir / "tb" / "labels"),
+              store_path=store_path, log_dir=str(run.dir / "tb" / "labels"),
               answers=ch.answers)
     sup.start("a2c", run_agent, config, log_dir=str(run.dir / "tb" / "gather"), stats=a2c_stats,
               make_observers=ch.a2c_observers(istats), stop_event=ch.stop)

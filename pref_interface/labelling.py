@@ -20,10 +20,13 @@ class InterfaceStats:
     clips_dropped: Any  # clips A2C dropped because clip_queue was full
 
     @classmethod
-    def create(cls, ctx: Any, labels_received: Any | None = None) -> "InterfaceStats":
+    def create(cls, ctx: Any, labels_received: Any | None = None,
+               labels_stored: int = 0) -> "InterfaceStats":
         """Make the counters with a multiprocessing context (e.g. `get_context("spawn")`);
-        pass the trainer's own `labels_received` Value to share it rather than make a new one."""
-        return cls(ctx.Value("i", 0), ctx.Value("i", 0),
+        pass the trainer's own `labels_received` Value to share it rather than make a new one,
+        and the labels the store holds already (the status line's count until the interface
+        has opened it)."""
+        return cls(ctx.Value("i", 0), ctx.Value("i", labels_stored),
                    labels_received if labels_received is not None else ctx.Value("i", 0),
                    ctx.Value("i", 0), ctx.Value("i", 0))
 
