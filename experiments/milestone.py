@@ -114,18 +114,22 @@ def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR,
         # Where the run stands now: a level reached once need not be held.
         last = f"{values[-m.window:].mean():+.1f}" if len(values) else "-"
         hit = log.first_time_at(m.level, m.window) if m.level is not None else None
+
+        def labels(steps: float) -> str:
+            n = log.labels_at(steps)
+            return "-" if n is None else f"{n:,.0f}"
+
         if hit is None:
             kept = checkpoints(d / "policy")
             total = checkpoint_steps(kept[-1]) if kept else 0
             so_far = "" if total >= load_settings(d).million_timesteps * 1e6 else " so far"
             reached = "not yet" if m.level is not None else "-"
-            print(f"| {seed} | {reached} | {total:,.0f}{so_far} | | "
+            print(f"| {seed} | {reached} | {total:,.0f}{so_far} | {labels(total)} | "
                   f"{log.wall_clock_s() / 60:.1f} min{so_far} | {last} |")
             continue
         at_steps, at_s = hit
-        n = log.labels_at(at_steps)
-        labels = "-" if n is None else f"{n:,.0f}"
-        print(f"| {seed} | yes | {at_steps:,.0f} | {labels} | {at_s / 60:.1f} min | {last} |")
+        print(f"| {seed} | yes | {at_steps:,.0f} | {labels(at_steps)} | {at_s / 60:.1f} min "
+              f"| {last} |")
     if dirs:
         out = out or ROOT / "docs" / f"{name}.png"
         plot(dirs, [f"seed {s}" for s in seeds[:len(dirs)]], str(out),

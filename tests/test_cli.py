@@ -210,6 +210,7 @@ def test_a_milestone_run_that_reached_its_steps_is_not_reported_as_going_on(tmp_
     a2c = ScalarWriter(str(d / "tb"))
     for step in (300, 600, 900):
         a2c.add_scalar("charts/episodic_return", 0.0, step)
+        a2c.add_scalar("charts/SPS", 100.0, step)
     a2c.close()
 
     def row() -> str:
@@ -217,9 +218,15 @@ def test_a_milestone_run_that_reached_its_steps_is_not_reported_as_going_on(tmp_
         return capsys.readouterr().out.splitlines()[-1]
 
     (d / "policy" / "policy-000000000960.pt").touch()
-    assert row().startswith("| 0 | - | 960 so far |")
+    assert row().startswith("| 0 | - | 960 so far | - |")
     (d / "policy" / "policy-000000001000.pt").touch()
-    assert row().startswith("| 0 | - | 1,000 | | ") and "so far" not in row()
+    assert row().startswith("| 0 | - | 1,000 | - | ") and "so far" not in row()
+    # A run with labels and no level (Enduro from preferences) gives its count at its steps.
+    labels = ScalarWriter(str(d / "tb" / "labels"))
+    labels.add_scalar("labels/total", 40.0, 500)
+    labels.add_scalar("labels/total", 55.0, 990)
+    labels.close()
+    assert row().startswith("| 0 | - | 1,000 | 55 | ")
 
 
 def test_a_milestone_figure_goes_where_out_says(tmp_path, monkeypatch):
