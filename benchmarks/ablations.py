@@ -33,7 +33,7 @@ BASE = ["train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic
         "--n_initial_prefs", "200", "--n_initial_epochs", "20",
         "--reward_predictor_learning_rate", "3e-3", "--lr_zero_million_timesteps", "0.3",
         # The table in docs/results.md was measured with this baseline, from before adaptive L2, the
-        # limit of 2 pairs per clip and MovingDot's entropy bonus of 0.003 became run.py's
+        # limit of 2 pairs per clip and MovingDot's smaller entropy bonus became run.py's
         # defaults; the "adaptive L2" row turns L2 back on (`command` drops the negation).
         "--no_adaptive_l2", "--max_pairs_per_clip", "0", "--ent_coef", "0.01"]
 SETTINGS: dict[str, list[str]] = {
