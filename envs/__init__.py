@@ -22,6 +22,15 @@ def env_kind(env_id: str) -> str:
     return "atari"
 
 
+def action_names(env_id: str) -> tuple[str, ...]:
+    """What each action of `make_vec_env(env_id)` does, by its number ("noop", "left", ...)."""
+    if env_kind(env_id) == "moving_dot":
+        from envs.moving_dot import ACTION_NAMES
+        return ACTION_NAMES
+    from envs.atari import action_names as atari_action_names, game_from_env_id
+    return atari_action_names(game_from_env_id(env_id))
+
+
 def make_vec_env(env_id: str, num_envs: int, seed: int = 0, num_threads: int = 0,
                  noop_max: int | None = None) -> VecEnv:
     """The paper's preprocessed env: frameskip 4, 84x84 grey, 4-frame stack, score blanked.

@@ -38,6 +38,16 @@ def game_from_env_id(env_id: str) -> str | None:
     return game if game in roms.get_all_rom_ids() else None
 
 
+def action_names(game: str) -> tuple[str, ...]:
+    """The game's actions as the vector env numbers them (its minimal action set), lower case."""
+    from ale_py import ALEInterface, LoggerMode
+
+    ALEInterface.setLoggerMode(LoggerMode.Error)  # no banner
+    ale = ALEInterface()
+    ale.loadROM(roms.get_rom_path(game))
+    return tuple(a.name.lower() for a in ale.getMinimalActionSet())
+
+
 def all_env_ids() -> list[str]:
     camel = ["".join(p.capitalize() for p in g.split("_")) for g in sorted(roms.get_all_rom_ids())]
     return [f"{c}NoFrameskip-v4" for c in camel if game_from_env_id(f"{c}NoFrameskip-v4")]

@@ -20,8 +20,9 @@ from envs.vec_env import StepResult, VecEnv
 HEIGHT, WIDTH, DOT = 210, 160, 4
 CENTRE_X, CENTRE_Y = 80, 105
 EPISODE_FRAMES = 1000
-N_ACTIONS = 5
-# action -> (dx, dy): 0 noop, 1 down, 2 right, 3 up, 4 left
+ACTION_NAMES = ("noop", "down", "right", "up", "left")
+N_ACTIONS = len(ACTION_NAMES)
+# action -> (dx, dy), in ACTION_NAMES' order
 MOVES = np.array([[0, 0], [0, 1], [1, 0], [0, -1], [-1, 0]], dtype=np.int64)
 
 

@@ -23,14 +23,16 @@ beside an earlier one), to the run's TensorBoard (`RUN_DIR/tb/eval`, at the
 policy's agent steps) and, with `--videos K`, the first K episodes of each cell to GIFs in a
 folder named after the figures' file (eval_videos/ beside eval.json, eval-1_videos/ ...). On
 Enduro each cell also gives the share of its steps in which the player's car is level with
-another car (the paper's "keep alongside other cars", `pref_interface.alongside`).
+another car (the paper's "keep alongside other cars", `pref_interface.alongside`). Each cell names
+its policy's rarest action and how often it took it: a policy that has all but stopped using an
+action cannot learn it back (MovingDot seeds that never move left, docs/experiments.md).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -57,17 +59,24 @@ class Cell:
     lengths: list[int]
     cut: int  # episodes stopped at --max_steps, counted as they stood
     alongside: float | None = None  # Enduro: share of steps level with another car
+    action_shares: dict[str, float] = field(default_factory=dict)  # action name -> share of steps
 
     @property
     def mean(self) -> float:
         return float(np.mean(self.returns))
+
+    def rarest_action(self) -> str:
+        if not self.action_shares:
+            return "-"
+        name = min(self.action_shares, key=self.action_shares.__getitem__)
+        return f"{name} {self.action_shares[name]:.1%}"
 
     def row(self) -> str:
         r = np.asarray(self.returns)
         return (f"| {self.policy} | {self.agent_steps:,} | {self.actions} | {self.noop_max} | "
                 f"{len(r)}{f' ({self.cut} cut)' if self.cut else ''} | "
                 f"{r.mean():+.1f} ± {r.std():.1f} | {r.min():+g} | {r.max():+g} | "
-                f"{np.mean(self.lengths):,.0f} | "
+                f"{np.mean(self.lengths):,.0f} | {self.rarest_action()} | "
                 f"{'-' if self.alongside is None else f'{self.alongside:.1%}'} |")
 
 
@@ -123,17 +132,26 @@ def checkpoint_steps(checkpoint: Path) -> int:
     return int(checkpoint.stem.rsplit("-", 1)[-1])
 
 
+@dataclass
+class Played:
+    """What `play` saw of its episodes."""
+
+    returns: list[float]  # true returns
+    lengths: list[int]
+    cut: int  # episodes still going at max_steps
+    frames: list[list]  # the newest 84x84 frame of each step of the first `record` episodes
+    alongside: float | None  # Enduro: the share of all their steps level with another car
+    action_shares: dict[str, float]  # action name -> share of all their steps
+
+
 def play(env_id: str, weights: dict, episodes: int, greedy: bool, noop_max: int, seed: int,
-         max_steps: int, record: int = 0
-         ) -> tuple[list[float], list[int], int, list[list], float | None]:
-    """`episodes` episodes at once, one per env; their true returns and lengths, how many were
-    cut at `max_steps`, the newest 84x84 frame of each step of the first `record` episodes, and
-    on Enduro the share of all their steps level with another car (else None)."""
+         max_steps: int, record: int = 0) -> Played:
+    """`episodes` episodes at once, one per env, each counted until its first end."""
     import torch
 
     from a2c.policies import make_policy
     from a2c.rollout import sample_actions
-    from envs import env_kind, make_vec_env
+    from envs import action_names, env_kind, make_vec_env
     from pref_interface.alongside import is_alongside
 
     env = make_vec_env(env_id, episodes, seed=seed, num_threads=1, noop_max=noop_max)
@@ -144,6 +162,7 @@ def play(env_id: str, weights: dict, episodes: int, greedy: bool, noop_max: int,
     returns, lengths = np.zeros(episodes), np.zeros(episodes, dtype=np.int64)
     done = np.zeros(episodes, dtype=bool)
     frames: list[list] = [[] for _ in range(record)]
+    taken = np.zeros(env.num_actions, dtype=np.int64)
     alongside = 0 if env_id.startswith("Enduro") else None
     with torch.no_grad():
         for _ in range(max_steps):
@@ -152,7 +171,9 @@ def play(env_id: str, weights: dict, episodes: int, greedy: bool, noop_max: int,
                     frames[i].append(obs[i, -1].copy())
             if alongside is not None:
                 alongside += sum(is_alongside(obs[i, -1]) for i in np.flatnonzero(~done))
-            result = env.step(sample_actions(policy, obs, greedy))
+            actions = sample_actions(policy, obs, greedy)
+            taken += np.bincount(actions[~done], minlength=env.num_actions)
+            result = env.step(actions)
             obs = result.obs
             returns[~done] += result.rewards[~done]
             lengths[~done] += 1
@@ -162,7 +183,8 @@ def play(env_id: str, weights: dict, episodes: int, greedy: bool, noop_max: int,
                 break
     env.close()
     share = None if alongside is None else alongside / max(1, int(lengths.sum()))
-    return returns.tolist(), lengths.tolist(), int((~done).sum()), frames, share
+    shares = dict(zip(action_names(env_id), (taken / max(1, taken.sum())).tolist()))
+    return Played(returns.tolist(), lengths.tolist(), int((~done).sum()), frames, share, shares)
 
 
 def evaluate(policies: list[tuple[str, Path, str]], grid: list[tuple[str, int]], episodes: int,
@@ -176,23 +198,22 @@ def evaluate(policies: list[tuple[str, Path, str]], grid: list[tuple[str, int]],
     torch.set_num_threads(1)
     cells = []
     print("| policy | agent steps | actions | no-ops at most | episodes | mean ± std | min | max "
-          "| mean length | level with a car |")
-    print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
+          "| mean length | rarest action | level with a car |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
     for name, path, env_id in policies:
         state = load_policy_weights(path)
         for actions, noops in grid:
-            returns, lengths, cut, frames, alongside = play(
-                env_id, state["policy"], episodes, actions == "greedy", noops, seed, max_steps,
-                record=videos)
-            cell = Cell(name, int(state["timesteps"]), actions, noops, returns, lengths, cut,
-                        alongside)
+            played = play(env_id, state["policy"], episodes, actions == "greedy", noops, seed,
+                          max_steps, record=videos)
+            cell = Cell(name, int(state["timesteps"]), actions, noops, played.returns,
+                        played.lengths, played.cut, played.alongside, played.action_shares)
             cells.append(cell)
             print(cell.row(), flush=True)
             if videos and video_dir is not None:
                 from runtime.video import write_gif
 
                 video_dir.mkdir(parents=True, exist_ok=True)
-                for k, f in enumerate(frames):
+                for k, f in enumerate(played.frames):
                     write_gif(f, str(video_dir / f"{Path(name).stem}-{actions}-noop{noops}-"
                                                  f"ep{k}.gif"))
     return cells

@@ -114,16 +114,35 @@ def test_on_enduro_each_cell_measures_the_share_of_steps_level_with_a_car(tmp_pa
 
     torch.manual_seed(0)
     weights = make_policy("atari", 9).state_dict()
-    returns, lengths, cut, frames, share = play("EnduroNoFrameskip-v4", weights, 2, False, 0,
-                                                seed=3, max_steps=600, record=2)
-    assert cut == 2 and lengths == [600, 600]
+    played = play("EnduroNoFrameskip-v4", weights, 2, False, 0, seed=3, max_steps=600, record=2)
+    share = played.alongside
+    assert played.cut == 2 and played.lengths == [600, 600]
     # the same frames judged one by one (the recorded ones are those the policy acted on)
-    assert share == pytest.approx(np.mean([alongside_share(np.array(f)) for f in frames]))
+    assert share == pytest.approx(np.mean([alongside_share(np.array(f)) for f in played.frames]))
     assert 0.0 < share < 1.0
-    row = Cell("p", 0, "sampled", 0, returns, lengths, cut, share).row()
+    row = Cell("p", 0, "sampled", 0, played.returns, played.lengths, played.cut, share).row()
     assert row.endswith(f"| {share:.1%} |")
     assert play("MovingDotNoFrameskip-v0", make_policy("moving_dot", 5).state_dict(), 1, True, 0,
-                seed=0, max_steps=10)[4] is None
+                seed=0, max_steps=10).alongside is None
+
+
+def test_each_cell_names_the_action_its_policy_takes_least():
+    from a2c.policies import make_policy
+    from experiments.evaluate import Cell, play
+
+    torch.manual_seed(0)
+    policy = make_policy("moving_dot", 5)
+    with torch.no_grad():  # a policy that has all but lost "left" (action 4)
+        policy.policy.bias[4] = -8.0
+    played = play("MovingDotNoFrameskip-v0", policy.state_dict(), 4, False, 0, seed=0,
+                  max_steps=200)
+    shares = played.action_shares
+    assert list(shares) == ["noop", "down", "right", "up", "left"]
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert shares["left"] < 0.01 and min(shares["noop"], shares["up"]) > 0.1
+    row = Cell("p", 0, "sampled", 0, played.returns, played.lengths, played.cut, None,
+               shares).row()
+    assert f"| left {shares['left']:.1%} | - |" in row
 
 
 @pytest.mark.parametrize("args, message", [
