@@ -3,6 +3,7 @@
 
     python -m experiments.probe_predictor RUN_DIR                 # random play
     python -m experiments.probe_predictor RUN_DIR --policy run    # the run's newest policy
+    python -m experiments.probe_predictor RUN_DIR --policy fixed  # each action held throughout
 
 Plays the run's env, scores every step with the run's saved predictor exactly as A2C gets it
 (eval mode, each member normalised, members averaged), and prints:
@@ -14,7 +15,9 @@ Plays the run's env, scores every step with the run's saved predictor exactly as
 For a run taught by `--teacher alongside` (Enduro), r̂ is compared with what that teacher counts,
 the steps level with another car, instead of the game's reward. With `--out` it draws the last
 two. Comparing `--policy random` with `--policy run` shows reward hacking: the policy's own clips
-scored well by r̂ but badly by the game.
+scored well by r̂ but badly by the game. `--policy fixed` plays each action held at every step,
+from the same starts, and prints one line each: r̂'s mean a step and the true reward's (or the
+share of steps level with a car), what the simplest play earns from each.
 """
 from __future__ import annotations
 
@@ -141,6 +144,31 @@ def load_run(run: Run, policy: str, n_envs: int, seed: int):
     return env, ensemble.reward, lambda obs: sample_actions(net, obs)
 
 
+def each_action(make_env: Callable[[], object],
+                reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray], names: list[str],
+                steps: int, alongside: bool = False) -> dict[str, Probe]:
+    """A probe per action, that action held at every step of a fresh env (the same starts)."""
+    probes = {}
+    for k, name in enumerate(names):
+        env = make_env()
+        try:
+            probes[name] = collect(env, reward_fn, lambda obs, k=k: np.full(len(obs), k), steps,
+                                   alongside)
+        finally:
+            env.close()
+    return probes
+
+
+def each_action_report(probes: dict[str, Probe]) -> str:
+    """One line per held action: r̂'s mean a step beside what it is compared with."""
+    lines = []
+    for name, probe in probes.items():
+        target = (f"level with a car in {probe.true.mean():.1%} of steps"
+                  if probe.target == LEVEL_STEPS else f"true reward {probe.true.mean():+.4f} a step")
+        lines.append(f"always {name:<10} r̂ {probe.predicted.mean():+.4f} a step, {target}")
+    return "\n".join(lines)
+
+
 def plot(probe: Probe, out: str, title: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -193,8 +221,9 @@ def report(probe: Probe) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run_dir", help="a run directory with a saved reward predictor")
-    p.add_argument("--policy", choices=("random", "run"), default="random",
-                   help="who plays: uniformly random actions or the run's newest policy")
+    p.add_argument("--policy", choices=("random", "run", "fixed"), default="random",
+                   help="who plays: uniformly random actions, the run's newest policy, or each "
+                        "action held throughout (a line each)")
     p.add_argument("--steps", type=int, default=1000, help="steps of each env")
     p.add_argument("--n_envs", type=int, default=8, help="envs played side by side")
     p.add_argument("--seed", type=int, default=1, help="env and action seed")
@@ -212,14 +241,24 @@ def main(argv: list[str] | None = None) -> int:
     from launch.cli import UsageError, saved_run
     try:
         run = saved_run(run_dir)
-        env, reward_fn, act = load_run(run, a.policy, a.n_envs, a.seed)
+        env, reward_fn, act = load_run(run, "run" if a.policy == "run" else "random", a.n_envs,
+                                       a.seed)
     except (CheckpointError, UsageError) as e:
         p.error(str(e))
+    alongside = run.settings.teacher == "alongside"
+    print(f"{run_dir} ({a.policy} play, {a.steps} steps x {a.n_envs} envs)")
+    if a.policy == "fixed":
+        from envs import action_names, make_vec_env
+        env.close()
+        env_id = run.settings.env_id
+        print(each_action_report(each_action(
+            lambda: make_vec_env(env_id, a.n_envs, seed=a.seed, num_threads=1), reward_fn,
+            action_names(env_id), a.steps, alongside)))
+        return 0
     try:
-        probe = collect(env, reward_fn, act, a.steps, alongside=run.settings.teacher == "alongside")
+        probe = collect(env, reward_fn, act, a.steps, alongside=alongside)
     finally:
         env.close()
-    print(f"{run_dir} ({a.policy} play, {a.steps} steps x {a.n_envs} envs)")
     print(report(probe))
     if a.out:
         plot(probe, a.out, f"{run_dir.name}: {a.policy} play")

@@ -116,3 +116,23 @@ def test_a_probe_where_the_true_reward_never_changes_says_so_instead_of_nan():
     probe = Probe(np.random.default_rng(0).normal(size=(100, 2)), np.zeros((100, 2)))
     text = report(probe)
     assert "nan" not in text and "was 0 at every step: nothing to compare" in text
+
+
+def test_each_action_is_held_at_every_step_from_the_same_starts():
+    from envs import make_vec_env
+    from experiments.probe_predictor import each_action, each_action_report
+
+    starts = []
+
+    def make_env():
+        env = make_vec_env("MovingDotNoFrameskip-v0", 2, seed=3)
+        starts.append(env.reset().copy())
+        return env
+
+    probes = each_action(make_env, lambda obs, actions: actions.astype(np.float64),
+                         ["noop", "up", "right"], 30)
+    assert [p.predicted.mean() for p in probes.values()] == [0.0, 1.0, 2.0]
+    assert all(np.array_equal(s, starts[0]) for s in starts)
+    assert not probes["noop"].true.any()  # a dot that never moves is never rewarded
+    text = each_action_report(probes)
+    assert text.splitlines()[1].startswith("always up") and "r̂ +1.0000 a step" in text
