@@ -163,8 +163,9 @@ def each_action_report(probes: dict[str, Probe]) -> str:
     """One line per held action: r̂'s mean a step beside what it is compared with."""
     lines = []
     for name, probe in probes.items():
-        target = (f"level with a car in {probe.true.mean():.1%} of steps"
-                  if probe.target == LEVEL_STEPS else f"true reward {probe.true.mean():+.4f} a step")
+        mean = probe.true.mean()
+        target = (f"level with a car in {mean:.1%} of steps" if probe.target == LEVEL_STEPS
+                  else f"true reward {mean:+.4f} a step")
         lines.append(f"always {name:<10} r̂ {probe.predicted.mean():+.4f} a step, {target}")
     return "\n".join(lines)
 
