@@ -2,8 +2,9 @@
 
 The README's first command, stopped as soon as the mean true return of its last 64 episodes is 10
 above random play's (benchmarks/learning_reliability.py, which also runs the same check for many
-seeds: docs/results.md has how often it passes, 20 of 20 seeds). Seed 1 is one of the seeds that
-got there soonest (16k agent steps, 73 s), which keeps the default suite within its 10 minutes.
+seeds: docs/results.md has how often it passes, 20 of 20 seeds with 200 initial labels). Seed 1
+is one of the seeds that got there soonest (16k agent steps, 73 s with 200 initial labels; 71 s
+with today's 500 in `.ci/run` on a 2-core AMX machine), which keeps the suite within 10 minutes.
 Where a run ends varies more (a run that learns can drift later); `python -m
 experiments.milestone moving_dot` reports that across seeds."""
 import pytest
