@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("name", choices=sorted(MILESTONES))
     p.add_argument("--seeds", type=int, nargs="+", default=None,
-                   help="seeds to run (default: 0 1 2 for moving_dot, 0 for Pong)")
+                   help="seeds to run (default: 0 1 2 for moving_dot, 0 for the others)")
     p.add_argument("--report_only", action="store_true", help="only report and plot")
     p.add_argument("--extra", default="", help="more run.py flags, quoted (e.g. threads)")
     p.add_argument("--runs_dir", type=Path, default=RUNS_DIR,

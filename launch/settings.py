@@ -255,8 +255,9 @@ def build_parser(parser_class: type = argparse.ArgumentParser, *, with_defaults:
     def default(value: Any) -> Any:
         return value if with_defaults else argparse.SUPPRESS
     p.add_argument("mode", nargs="?", default=default(None), help=f"one of: {', '.join(MODES)}")
-    p.add_argument("env_id", nargs="?", default=default(None), help="MovingDotNoFrameskip-v0, PongNoFrameskip-v4, "
-                                             "EnduroNoFrameskip-v4 or any <Game>NoFrameskip-v4")
+    p.add_argument("env_id", nargs="?", default=default(None),
+                   help="MovingDotNoFrameskip-v0 (or MovingDot-v0), PongNoFrameskip-v4, "
+                        "EnduroNoFrameskip-v4 or any <Game>NoFrameskip-v4")
     groups = {key: p.add_argument_group(title) for key, title in GROUPS.items()}
     for f in flag_fields():
         m, g = f.metadata, groups[f.metadata["group"]]
