@@ -294,6 +294,7 @@ def test_an_environments_settings_apply_unless_a_flag_is_given(tmp_path):
 
     dot = parsed("train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--ent_coef", "0.02")
     assert dot.n_initial_epochs == 20 and dot.million_timesteps == 0.3 and dot.ent_coef == 0.02
+    assert dot.n_initial_prefs == 500  # not set for MovingDot: the paper's applies
     pong = parsed("train_policy_with_preferences", "PongNoFrameskip-v4", "--no_batchnorm")
     assert pong.dropout == 0.5 and pong.min_predictor_labels_per_step == 0.1
     assert not pong.batchnorm
