@@ -8,10 +8,12 @@ from preferences and from the true reward on the same axes, and a table row per 
 A row gives the run's seed, agent steps, labels, hours of training (stops not counted), the
 processors it ran on and how often it was resumed (`machines.txt` and `command.txt` of the run
 directory), when the mean of `--window` episodes first reached `--level`, its best mean of
-`--window` episodes and its final one. A run is given by its directory or by the record of it
-kept in the repository (`docs/run_records/NAME.json`, written by `--save_records
-docs/run_records`: see `experiments.runrecord`). The policies themselves are scored by
-`experiments.evaluate` (greedy and sampled play of the best and the final checkpoints).
+`--window` episodes and its final one; a run started with flags that others of its kind were not
+(`--lr_zero_million_timesteps 6`, say) is named by them, in the row and in the legend. A run is
+given by its directory or by the record of it kept in the repository
+(`docs/run_records/NAME.json`, written by `--save_records docs/run_records`: see
+`experiments.runrecord`). The policies themselves are scored by `experiments.evaluate` (greedy
+and sampled play of the best and the final checkpoints).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from experiments.runlog import best_window, smooth  # noqa: E402
 from experiments.runrecord import RunRecord  # noqa: E402
+from launch.settings import flag_fields  # noqa: E402
 from runtime.outputs import prepare_output  # noqa: E402
 
 KINDS = {"prefs": ("from preferences", "tab:blue"), "true": ("true reward", "tab:orange")}
@@ -47,10 +50,15 @@ class RunRow:
     reached: tuple[float, float | None] | None  # (agent steps, labels) when the level was reached
     best: tuple[float, float] | None  # (mean of the window, agent steps at its end)
     final: float | None
+    flags: str = ""  # the start flags that set it apart from the other runs of its kind
+
+    @property
+    def title(self) -> str:
+        return ", ".join(filter(None, (KINDS[self.kind][0], self.flags)))
 
     def markdown(self, with_level: bool = True) -> str:
         """The table row; without a milestone level it has no column for reaching one."""
-        cells = [KINDS[self.kind][0], "-" if self.seed is None else str(self.seed),
+        cells = [self.title, "-" if self.seed is None else str(self.seed),
                  f"{self.steps / 1e6:.2f}M", "-" if self.labels is None else f"{self.labels:,.0f}",
                  f"{self.hours:.1f} h", "; ".join(self.machines) or "not recorded",
                  "-" if self.starts == 0 else str(self.starts - 1),
@@ -89,24 +97,44 @@ def read_run(kind: str, path: Path, level: float | None, window: int,
                   float(values[-window:].mean()) if len(values) >= window else None)
 
 
+def flag_text(name: str, value: object) -> str:
+    """A flag as it is typed: `--name value`, a boolean by its on or off switch."""
+    if isinstance(value, bool):
+        negation = next(f.metadata["negation"] for f in flag_fields() if f.name == name)
+        return f"--{name}" if value or not negation else negation[0]
+    return f"--{name} {value:g}" if isinstance(value, float) else f"--{name} {value}"
+
+
+def name_by_flags(rows: list[RunRow]) -> None:
+    """Set each row's `flags`: the start flags (with their values) that not every run of its kind
+    has."""
+    for kind in KINDS:
+        runs = [r for r in rows if r.kind == kind]
+        given = [r.record.start_flags for r in runs]
+        shared = set.intersection(*(set(g.items()) for g in given)) if given else set()
+        for row, flags in zip(runs, given):  # in the order they were typed
+            row.flags = " ".join(flag_text(k, v) for k, v in flags.items() if (k, v) not in shared)
+
+
 def plot(rows: list[RunRow], game: str, out: str, window: int, level: float | None) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import EngFormatter
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(7, 4.6))
     for kind in KINDS:
         for k, row in enumerate(r for r in rows if r.kind == kind):
             rec = row.record
             ax.plot(rec.episode_steps, smooth(rec.episode_returns, window), color=KINDS[kind][1],
                     ls=LINESTYLES[k % len(LINESTYLES)], lw=1.3,
-                    label=f"{KINDS[kind][0]}, seed {row.seed}")
+                    label=f"{row.title}, seed {row.seed}")
     if level is not None:
         ax.axhline(level, color="grey", ls="--", lw=1, label=f"level {level:g}")
     ax.set(xlabel="agent steps", ylabel=f"true episode return (mean of {window})", title=game)
     ax.xaxis.set_major_formatter(EngFormatter(sep=""))
-    ax.legend(fontsize=8)
+    # below the axes: with a few runs any place inside hides some curve
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2, frameon=False)
     fig.tight_layout()
     fig.savefig(out, dpi=80)
     plt.close(fig)
@@ -141,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.save_records and a.save_records.exists() and not a.save_records.is_dir():
             raise ValueError(f"--save_records: {a.save_records} is a file; give a folder")
         rows = [read_run(kind, path, a.level, a.window, a.game) for kind, path in runs]
+        name_by_flags(rows)
         names = [row.record.name for (_, path), row in zip(runs, rows) if path.is_dir()]
         if a.save_records and len(set(names)) < len(names):
             raise ValueError("--save_records: two runs have the same folder name, so one record "

@@ -10,16 +10,25 @@ number of labels against agent steps. It does not hold the policy (see `models/`
 """
 from __future__ import annotations
 
+import argparse
 import json
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from experiments.runlog import RunLog, first_reached
 from launch.rundir import COMMAND_FILE, MACHINES_FILE
+from launch.settings import build_parser, flag_fields
 
 FORMAT = 1
+# Flags that say where a run is kept, how often it saves and what it runs on, not what it learns:
+# the "run" group's (seed, directories, threads, device) and these.
+KEEPING = ("policy_ckpt_interval", "policy_ckpts_kept", "render_episodes",
+           "reward_predictor_ckpt_interval", "reward_predictor_threads",
+           "reward_predictor_device")
 
 
 @dataclass
@@ -109,6 +118,22 @@ class RunRecord:
             if name and name not in seen:
                 seen.append(name)
         return seen
+
+    @property
+    def start_flags(self) -> dict[str, Any]:
+        """The flags of the command that started the run that bear on what it learns (not the
+        seed, nor where it is kept or what it runs on: `KEEPING`); {} where that command is not a
+        `run.py` command the parser reads."""
+        try:
+            words = shlex.split(self.commands[0]) if self.commands else []
+            start = next(i + 1 for i, w in enumerate(words) if w.endswith("run.py"))
+            given, _ = build_parser(with_defaults=False, exit_on_error=False).parse_known_args(
+                words[start:])
+        except (ValueError, StopIteration, argparse.ArgumentError):
+            return {}
+        keeping = {f.name for f in flag_fields() if f.metadata["group"] == "run"} | set(KEEPING)
+        return {k: v for k, v in vars(given).items()
+                if k not in keeping and k not in ("mode", "env_id")}
 
     @property
     def labels(self) -> float | None:

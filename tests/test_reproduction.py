@@ -6,14 +6,14 @@ from runtime.scalars import ScalarWriter
 
 
 def fake_run(d, seed, returns, starts, monkeypatch, labels=None,
-             machines=("AMD EPYC, 2 cores, avx2",)):
+             machines=("AMD EPYC, 2 cores, avx2",), start="python run.py ..."):
     import runtime.scalars
 
     clock = [0.0]
     monkeypatch.setattr(runtime.scalars.time, "time", lambda: clock[0])
     (d / "tb").mkdir(parents=True)
     (d / "settings.json").write_text(json.dumps({"seed": seed}))
-    (d / "command.txt").write_text("python run.py ...\n" * starts)
+    (d / "command.txt").write_text(start + "\n" + "python run.py --resume ...\n" * (starts - 1))
     starts_on = [m if "\t" in m else f"{m}\tpolicy on cpu, predictor on cpu" for m in machines]
     (d / "machines.txt").write_text("".join(f"2026-11-25T19:00:00Z\t{m}\n" for m in starts_on))
     # An episode every 100k agent steps; the labels process logs its count beside each one
@@ -63,6 +63,31 @@ def test_without_a_level_the_table_has_no_column_for_reaching_it(tmp_path, capsy
     head, rule, row = capsys.readouterr().out.splitlines()
     assert "first" not in head and head.count("|") == rule.count("|") == row.count("|") == 10
     assert row.split("|")[-3:-1] == [" +2.5 at 0.30M ", " +2.5 "]
+
+
+def test_a_run_started_with_other_flags_than_its_kind_is_named_by_them(tmp_path, capsys,
+                                                                      monkeypatch):
+    """Two seed-0 runs from preferences, one with the learning rate decayed: the row and the
+    legend say which is which; flags that do not change what is learnt (threads, checkpoints)
+    and those every run of the kind shares name nothing."""
+    common = "python /x/run.py train_policy_with_preferences PongNoFrameskip-v4 --synthetic_prefs"
+    fake_run(tmp_path / "p0", 0, [-21, 20], starts=1, monkeypatch=monkeypatch,
+             start=f"{common} --seed 0 --policy_ckpts_kept 0 --log_dir /r/p0")
+    fake_run(tmp_path / "decay", 0, [-21, 20], starts=2, monkeypatch=monkeypatch,
+             start=f"{common} --lr_zero_million_timesteps 6 --no_batchnorm --torch_threads 1")
+    fake_run(tmp_path / "t0", 0, [-21, 20], starts=1, monkeypatch=monkeypatch,
+             start="python run.py train_policy_with_original_rewards PongNoFrameskip-v4 --lr 3e-4")
+    assert reproduction.main(["Pong", "--prefs", str(tmp_path / "p0"), str(tmp_path / "decay"),
+                              "--true", str(tmp_path / "t0")]) == 0
+    runs = [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert runs == ["from preferences",
+                    "from preferences, --lr_zero_million_timesteps 6 --no_batchnorm",
+                    "true reward"]
+    # a start that is not a run.py command the parser reads names nothing
+    rec = reproduction.RunRecord.read(tmp_path / "p0")
+    for start in ("python other.py --lr 1", "python run.py --lr 'unclosed", "python run.py --lr x"):
+        rec.commands = [start]
+        assert rec.start_flags == {}
 
 
 def test_a_directory_that_is_no_run_is_a_one_line_error(tmp_path, capsys):
