@@ -7,8 +7,9 @@ from preferences and from the true reward on the same axes, and a table row per 
 
 A row gives the run's seed, agent steps, labels, hours of training (stops not counted), the
 processors it ran on and how often it was resumed (`machines.txt` and `command.txt` of the run
-directory), when the mean of `--window` episodes first reached `--level`, its best mean of
-`--window` episodes and its final one; a run started with flags that others of its kind were not
+directory), when the mean of `--window` episodes first reached `--level`, its lowest mean of
+`--window` episodes after that (a level held, or touched and lost), its best mean of `--window`
+episodes and its final one; a run started with flags that others of its kind were not
 (`--lr_zero_million_timesteps 6`, say) is named by them, in the row and in the legend. A run is
 given by its directory or by the record of it kept in the repository
 (`docs/run_records/NAME.json`, written by `--save_records docs/run_records`: see
@@ -23,18 +24,19 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.runlog import best_window, smooth  # noqa: E402
+from experiments.runlog import best_window, first_reached, smooth  # noqa: E402
 from experiments.runrecord import RunRecord  # noqa: E402
 from launch.settings import flag_fields  # noqa: E402
 from runtime.outputs import prepare_output  # noqa: E402
 
 KINDS = {"prefs": ("from preferences", "tab:blue"), "true": ("true reward", "tab:orange")}
 LINESTYLES = ("-", "--", ":", "-.")
-REACHED = 7  # the table's column for reaching the level: left out where a game has none (Enduro)
+LEVEL_COLUMNS = slice(7, 9)  # reaching the level, the lowest after: none where a game has no level
 
 
 @dataclass
@@ -48,6 +50,7 @@ class RunRow:
     machines: list[str]  # the distinct processors it ran on, in order
     starts: int  # 1 + times resumed (0: not recorded)
     reached: tuple[float, float | None] | None  # (agent steps, labels) when the level was reached
+    lowest: tuple[float, float] | None  # (mean of the window, agent steps) lowest after reaching it
     best: tuple[float, float] | None  # (mean of the window, agent steps at its end)
     final: float | None
     flags: str = ""  # the start flags that set it apart from the other runs of its kind
@@ -65,18 +68,21 @@ class RunRow:
                  "not yet" if self.reached is None else
                  f"{self.reached[0] / 1e6:.2f}M" + ("" if self.reached[1] is None
                                                     else f", {self.reached[1]:,.0f} labels"),
+                 "-" if self.lowest is None
+                 else f"{self.lowest[0]:+.1f} at {self.lowest[1] / 1e6:.2f}M",
                  "-" if self.best is None else f"{self.best[0]:+.1f} at {self.best[1] / 1e6:.2f}M",
                  "-" if self.final is None else f"{self.final:+.1f}"]
         if not with_level:
-            del cells[REACHED]
+            del cells[LEVEL_COLUMNS]
         return "| " + " | ".join(cells) + " |"
 
 
 def table_head(window: int, level: float | None) -> str:
     names = ["run", "seed", "agent steps", "labels", "training", "machine", "resumed",
-             "mean of {w} first ≥ {level}", "best mean of {w}", "final mean of {w}"]
+             "mean of {w} first ≥ {level}", "lowest mean of {w} after", "best mean of {w}",
+             "final mean of {w}"]
     if level is None:
-        del names[REACHED]
+        del names[LEVEL_COLUMNS]
     names = [n.format(w=window, level=f"{level:g}" if level is not None else "") for n in names]
     return "| " + " | ".join(names) + " |\n|" + "---|" * len(names)
 
@@ -89,10 +95,16 @@ def read_run(kind: str, path: Path, level: float | None, window: int,
     if game and rec.env_id and not rec.env_id.lower().startswith(game.lower()):
         raise ValueError(f"{path} is a run of {rec.env_id}, not {game}")
     steps, values = rec.episode_steps, rec.episode_returns
-    hit = rec.first_at(level, window) if level is not None else None
+    hit = first_reached(values, level, window) if level is not None else None
+    lowest = None
+    if hit is not None:  # the lowest trailing mean from the one that first reached the level on
+        means = smooth(values, window)
+        low = hit + int(np.argmin(means[hit:]))
+        lowest = (float(means[low]), float(steps[low]))
     return RunRow(kind, rec, rec.seed, rec.agent_steps, rec.labels, rec.training_s / 3600,
                   rec.processors, len(rec.commands),
-                  None if hit is None else (hit[0], rec.labels_at(hit[0])),
+                  None if hit is None else (float(steps[hit]), rec.labels_at(steps[hit])),
+                  lowest,
                   best_window(steps, values, window),
                   float(values[-window:].mean()) if len(values) >= window else None)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.runlog import RunLog, first_reached
+from experiments.runlog import RunLog
 from launch.rundir import COMMAND_FILE, MACHINES_FILE
 from launch.settings import build_parser, flag_fields
 
@@ -143,13 +143,6 @@ class RunRecord:
         """Labels in the store when A2C was at `steps` agent steps; None before the first count."""
         before = self.label_totals[self.label_steps <= steps]
         return float(before[-1]) if len(before) else None
-
-    def first_at(self, level: float, window: int) -> tuple[float, float] | None:
-        """(agent steps, seconds of training) when the mean of `window` episodes first reached
-        `level`; None if it never did."""
-        i = first_reached(self.episode_returns, level, window)
-        return None if i is None else (float(self.episode_steps[i]),
-                                       float(self.episode_training_s[i]))
 
 
 def _lines(path: Path) -> list[str]:
