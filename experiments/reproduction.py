@@ -60,7 +60,7 @@ class RunRow:
         return ", ".join(filter(None, (KINDS[self.kind][0], self.flags)))
 
     def markdown(self, with_level: bool = True) -> str:
-        """The table row; without a milestone level it has no column for reaching one."""
+        """The table row; without a milestone level it has no columns for reaching one."""
         cells = [self.title, "-" if self.seed is None else str(self.seed),
                  f"{self.steps / 1e6:.2f}M", "-" if self.labels is None else f"{self.labels:,.0f}",
                  f"{self.hours:.1f} h", "; ".join(self.machines) or "not recorded",
