@@ -16,7 +16,8 @@ def test_the_processor_is_named_with_its_cores_and_fastest_bf16_flag():
     line = processor(CPUINFO)
     assert line.startswith("AMD EPYC 9R14, ") and line.endswith(" cores, avx512_bf16")
     assert processor(CPUINFO.replace(" avx512_bf16", " amx_bf16 avx512_bf16")).endswith("amx_bf16")
-    assert processor(CPUINFO.replace(" avx512_bf16", "")).endswith(", avx2")
+    assert processor(CPUINFO.replace(" avx512_bf16", "")).endswith(", avx512f")
+    assert processor(CPUINFO.replace(" avx512f avx512_bf16", "")).endswith(", avx2")
     assert processor("").startswith("unknown CPU, ")
 
 
