@@ -1,6 +1,9 @@
 import os
+import signal
 import sys
 from pathlib import Path
+
+import pytest
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -12,3 +15,12 @@ def pytest_configure(config):
     import torch
     torch.set_num_threads(1)
     config.addinivalue_line("markers", "slow: long learning runs, not in the default suite")
+
+
+@pytest.fixture
+def sighup_by_default():
+    """SIGHUP's default action in the test and the processes it starts: a run keeps a SIGHUP
+    that its parent ignored (`nohup`), so under `nohup pytest` a stop by SIGHUP would do nothing."""
+    old = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGHUP, old)

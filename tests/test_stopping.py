@@ -49,6 +49,23 @@ def test_a_stop_held_back_is_raised_even_when_the_held_start_fails(monkeypatch):
         pass
 
 
+def test_a_sighup_ignored_by_the_parent_stays_ignored_as_under_nohup():
+    from launch import stopping
+
+    handlers = {sig: signal.getsignal(sig) for sig in stopping.STOP_SIGNALS}
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        stopping.stop_main_process_on_signals()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is stopping._interrupt
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        stopping.stop_main_process_on_signals()
+        assert signal.getsignal(signal.SIGHUP) is stopping._interrupt
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
 def test_the_summary_names_what_stopped_the_run():
     assert how_it_ended(0) == "finished"
     assert how_it_ended(1) == "stopped: a process failed"
@@ -63,7 +80,8 @@ def test_the_summary_names_what_stopped_the_run():
     ("train", signal.SIGTERM, True, 143),
 ])
 def test_a_stop_signal_in_any_phase_saves_the_work_and_leaves_nothing(phase, sig, to_group,
-                                                                       status, tmp_path):
+                                                                       status, tmp_path,
+                                                                       sighup_by_default):
     t = one_try(tmp_path, phase, random.Random(phase), sig=sig, to_group=to_group)
     assert t.clean, (t.left, t.shm_left, t.stop_s, t.stderr)
     assert t.exit_status == status, t.stderr

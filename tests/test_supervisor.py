@@ -27,7 +27,8 @@ class _SignallingContext(mp.context.SpawnContext):
 
 @pytest.mark.parametrize("other_thread", [False, True])
 def test_a_stop_signal_as_a_child_starts_cannot_leave_that_child_running(other_thread,
-                                                                         monkeypatch):
+                                                                         monkeypatch,
+                                                                         sighup_by_default):
     # The signal held while the child starts lands as the supervisor lets it through, or at
     # once where another thread of the process takes it; either way the child must be known to
     # the supervisor when the stop is raised, or nothing would ever stop it (the run trained on).
