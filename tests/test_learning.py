@@ -5,7 +5,7 @@ above random play's (benchmarks/learning_reliability.py, which also runs the sam
 seeds: docs/results.md has how often it passes, 20 of 20 seeds with 200 initial labels). Seed 1
 is one of the seeds that got there soonest (16k agent steps, 73 s with 200 initial labels; 71 s
 with today's 500 in `.ci/run` on a 2-core AMX machine; 123-145 s on a 2-core Intel Xeon without
-bf16, where the suite took 11 minutes, most of it gathering the 500 initial labels: see
+bf16, where the suite took 11 minutes, about half of it gathering the 500 initial labels: see
 docs/experiments.md, "Where the first command's time goes"). Where a run ends varies more (a
 run that learns can drift later); `python -m experiments.milestone moving_dot` reports that
 across seeds."""
