@@ -12,7 +12,7 @@ flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 sha_ni
 """
 
 
-def test_the_processor_is_named_with_its_cores_and_fastest_bf16_flag():
+def test_the_processor_is_named_with_its_cores_and_the_fastest_of_the_flags_named():
     line = processor(CPUINFO)
     assert line.startswith("AMD EPYC 9R14, ") and line.endswith(" cores, avx512_bf16")
     assert processor(CPUINFO.replace(" avx512_bf16", " amx_bf16 avx512_bf16")).endswith("amx_bf16")
