@@ -23,8 +23,8 @@ Three processes run at once, each one of the loops below, and are joined by name
   trained on too few labels per agent step (App. A.2).
 
 Before the loop, a run gathers its first labels (the agent's loop without learning beside the
-labelling loop without a trainer) and pretrains the predictor on them
-(`reward_predictor.process.run_pretraining`): `launch/phases.py`.
+labelling loop without a trainer; `--gather_clips` says how its clips are cut) and pretrains the
+predictor on them (`reward_predictor.process.run_pretraining`): `launch/phases.py`.
 
 This module never imports torch: the process bodies import the parts in the child.
 """
@@ -164,16 +164,16 @@ class Channels:
         """The channels of one phase; the person's (answers, episodes) follow `session`."""
         return cls(ctx, stop, reward_weights, session.answers, session.show_episodes)
 
-    def a2c_observers(self, interface_stats=None):
+    def a2c_observers(self, interface_stats=None, every_env: bool = False):
         """The agent's rollout observers (clip source, episode recorder) as one picklable
-        factory."""
+        factory; `every_env`: clips cut from every env at once (gathering the first labels)."""
         from pref_interface.episodes import chain_observers, make_episode_observers
         from pref_interface.process import make_clip_observers
 
         factories = []
         if interface_stats is not None:
             factories.append(partial(make_clip_observers, self.clips,
-                                     interface_stats.clips_dropped))
+                                     interface_stats.clips_dropped, every_env=every_env))
         if self.episodes is not None:
             factories.append(partial(make_episode_observers, self.episodes))
         return partial(chain_observers, factories) if factories else None

@@ -32,13 +32,14 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
         report.agent_stats = a2c_stats
     config = a2c_config(run)
     config.learn, config.total_timesteps = False, 2 ** 62  # runs until the labels are in
+    every_env = run.settings.gather_clips == "every_env"
     sup.start("pref_interface", run_labelling,
               interface_config(run, session.page_updates, n_labels),
               clip_queue=ch.clips, pref_queue=None, stop_event=ch.stop, stats=istats,
               store_path=store_path, log_dir=str(run.dir / "tb" / "labels"),
               answers=ch.answers)
     sup.start("a2c", run_agent, config, log_dir=str(run.dir / "tb" / "gather"), stats=a2c_stats,
-              make_observers=ch.a2c_observers(istats), stop_event=ch.stop)
+              make_observers=ch.a2c_observers(istats, every_env), stop_event=ch.stop)
     ch.start_episode_viewer(sup)
     print(f"gathering {n_labels} labels from the untrained policy", file=sys.stderr)
     if ch.answers is not None and run.player_kind == "web" and not sys.stdin.isatty():

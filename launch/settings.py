@@ -113,6 +113,10 @@ class Settings:
         InterfaceConfig.max_pairs_per_clip, "prefs", "offer each clip in at most this many "
         "pairs, so that synthetic labels made faster than clips arrive wait for new clips (0: no "
         "limit)")
+    gather_clips: str = setting(
+        "rotate", "prefs", "while gathering the initial labels: rotate: a clip per 25 steps from "
+        "the envs in turn, as in training; every_env: a clip per 25 steps from each env, N times "
+        "faster but from fewer episodes", choices=("rotate", "every_env"))
     teacher: str = setting(
         InterfaceConfig.teacher, "prefs", "synthetic labeller: oracle, alongside, "
         "boltzmann:beta=B, mistake:eps=E, skip:threshold=X, equal:threshold=X or myopic:gamma=G "

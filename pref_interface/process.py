@@ -301,12 +301,14 @@ def _drain_clips(clip_queue: Any, buffer: ClipBuffer, stats: InterfaceStats
 
 
 class ClipObserver:
-    """A2C rollout observer: cuts clips from every rollout and sends them without blocking."""
+    """A2C rollout observer: cuts clips from every rollout and sends them without blocking;
+    `every_env`: a clip from each env at once (`EveryEnvCutter`), else one env at a time."""
 
-    def __init__(self, n_envs: int, clip_queue: Any, dropped_counter: Any | None = None) -> None:
-        from pref_interface.cutter import ClipCutter
+    def __init__(self, n_envs: int, clip_queue: Any, dropped_counter: Any | None = None,
+                 every_env: bool = False) -> None:
+        from pref_interface.cutter import ClipCutter, EveryEnvCutter
 
-        self.cutter = ClipCutter(n_envs)
+        self.cutter = (EveryEnvCutter if every_env else ClipCutter)(n_envs)
         self.sender = QueueSender(clip_queue, dropped_counter)
 
     def __call__(self, rollout: Any) -> None:
@@ -319,6 +321,7 @@ class ClipObserver:
         self.sender.close()
 
 
-def make_clip_observers(clip_queue: Any, dropped_counter: Any, n_envs: int) -> list[ClipObserver]:
+def make_clip_observers(clip_queue: Any, dropped_counter: Any, n_envs: int,
+                        every_env: bool = False) -> list[ClipObserver]:
     """The observers the A2C process attaches (use functools.partial for the first two args)."""
-    return [ClipObserver(n_envs, clip_queue, dropped_counter)]
+    return [ClipObserver(n_envs, clip_queue, dropped_counter, every_env)]

@@ -1,5 +1,6 @@
 """Every mode end to end on tiny settings, resuming, and the preference loop's bad input."""
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,10 @@ def test_every_mode_runs_and_hands_its_results_to_the_next(tmp_path):
             "--n_initial_prefs", "40", "--log_dir", str(gather), *TINY)
     assert r.returncode == 0, r.stderr
     assert labels(gather) == 40
+    # MovingDot's clips come from every env while gathering (`--gather_clips every_env`): 40
+    # clips in about 1,000 agent steps of 4 envs, where a clip from one env at a time takes 4,000.
+    steps = int(re.search(r"agent steps +([\d,]+)", r.stderr).group(1).replace(",", ""))
+    assert steps < 3000, steps
 
     pretrain = tmp_path / "pretrain"
     r = run("pretrain_reward_predictor", "MovingDotNoFrameskip-v0", "--load_prefs_dir",

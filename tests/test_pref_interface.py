@@ -18,7 +18,7 @@ import torch
 from launch.loop import run_labelling
 from pref_interface.clip import Clip, Preference
 from pref_interface.config import InterfaceConfig
-from pref_interface.cutter import ClipCutter
+from pref_interface.cutter import ClipCutter, EveryEnvCutter
 from pref_interface.labelling import InterfaceStats, increment
 from pref_interface.pairs import OVERSAMPLE, ClipBuffer, select_pairs
 from pref_interface.process import CLIP_QUEUE_MAXSIZE
@@ -121,6 +121,28 @@ def test_cutter_does_not_assume_the_rollout_length():
     for a, b, c in zip(by_fives[:n], uneven[:n], one_rollout[:n]):
         assert np.array_equal(a.actions, b.actions) and np.array_equal(a.actions, c.actions)
         assert np.array_equal(a.frames(), b.frames()) and np.array_equal(a.frames(), c.frames())
+
+
+def test_the_every_env_cutter_cuts_each_env_whole_and_staggered():
+    """Gathering's cutter: every env's stream is cut into consecutive clips, exactly as the
+    one-env cutter cuts it, and the envs' clips do not all end in one step."""
+    env = FakeVecEnv(n_envs=4, n_steps=300, episode_len=(20, 90), seed=2)
+    cutter, clips = EveryEnvCutter(env.n_envs), []
+    for rollout in env.rollouts(list(np.random.default_rng(1).integers(1, 9, size=300))):
+        clips += cutter.observe(*rollout)
+    assert len(clips) == cutter.n_emitted and cutter.n_discarded == 0
+    for i in range(env.n_envs):
+        own = [c for c in clips if int(c.actions[0] % env.n_envs) == i]
+        late, one = i * 25 // env.n_envs, slice(i, i + 1)  # env i starts its first clip late
+        alone = ClipCutter(1).observe(env.obs[late:, one], env.actions[late:, one],
+                                      env.rewards[late:, one], env.dones[late:, one])
+        # A clip per 25 steps from every env (the rollouts leave out the stream's last steps).
+        assert len(alone) - 1 <= len(own) <= len(alone) and len(own) >= 10
+        for a, b in zip(own, alone):
+            assert np.array_equal(a.actions, b.actions)
+            assert np.array_equal(a.frames(), b.frames())
+    ends = {int(c.actions[-1] // env.n_envs) for c in clips}
+    assert len(ends) == len(clips)  # no two clips end at the same step
 
 
 def test_cutter_keeps_a_clip_that_ends_with_its_episode():
