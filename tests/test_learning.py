@@ -2,11 +2,10 @@
 
 The README's first command, stopped as soon as the mean true return of its last 64 episodes is 10
 above random play's (benchmarks/learning_reliability.py, which also runs the same check for many
-seeds: docs/results.md has how often it passes, 20 of 20 seeds with 200 initial labels). Seed 1
-is one of the seeds that got there soonest (16k agent steps, 73 s with 200 initial labels; 71 s
-with today's 500 in `.ci/run` on a 2-core AMX machine; 123-145 s on a 2-core Intel Xeon without
-bf16, where the suite took 11 minutes, about half of it gathering the 500 initial labels: see
-docs/experiments.md, "Where the first command's time goes"). Where a run ends varies more (a
+seeds: docs/results.md has how often it passes). Seed 1 is one of the seeds that get there
+soonest (16k agent steps; in `.ci/run` 71 s on a 2-core AMX machine when the gathering took 200k
+agent steps, 69 s on a 2-core Intel Xeon without bf16 since it takes 13k: docs/experiments.md,
+"Gathering from every env"). Where a run ends varies more (a
 run that learns can drift later); `python -m experiments.milestone moving_dot` reports that
 across seeds."""
 import pytest
