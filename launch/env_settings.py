@@ -10,8 +10,8 @@ _MOVING_DOT = {
     # A2C's entropy bonus of 0.01 outweighs a learned reward of std 0.02-0.05 here: the policy
     # drifted back towards uniform; 0.005 held the level no more often (docs/experiments.md).
     "ent_coef": 0.003,
-    # The 500 initial labels' clips from every env: 13k agent steps instead of 200k, the level
-    # reached as soon and as high (docs/experiments.md, "Gathering from every env").
+    # The 500 initial labels' clips from every env: 13k agent steps instead of 200k, and the three
+    # seeds tried ended as high (docs/experiments.md, "Gathering from every env").
     "gather_clips": "every_env",
 }
 # App. A.2's predictor (dropout 0.5, batch norm), labels annealed over the run (App. A), the
