@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import islice
 from typing import Callable, Sequence
 
 import numpy as np
@@ -9,7 +10,7 @@ import torch
 from torch import nn
 
 from pref_interface.clip import STACK, Clip, Preference
-from reward_predictor.config import LABEL_NOISE, LEARNING_RATE, REWARD_STD
+from reward_predictor.config import LABEL_NOISE, LEARNING_RATE, MAX_PREFS, REWARD_STD
 from reward_predictor.loss import preference_log_probs, preference_loss, rank_loss
 from reward_predictor.nets import AtariRewardNet
 from reward_predictor.normaliser import RunningNormaliser
@@ -23,6 +24,8 @@ NORMALISER_CLIPS = 8
 # memory in training steps, so the statistics follow the predictor as fast.
 NORMALISER_MEMORY = 1e5
 EVAL_NORMALISER_MEMORY = NORMALISER_MEMORY * NORMALISER_CLIPS / 32
+# Clips whose features ClipFeatures keeps: all those of the labels the trainer holds, twice over.
+FEATURE_CLIPS = 4 * MAX_PREFS
 
 
 def bootstrap_counts(n_labels: int, n_members: int, rng: np.random.Generator) -> np.ndarray:
@@ -59,46 +62,92 @@ def clips_to_batch(clips: Sequence[Clip], device: torch.device | str = "cpu"
     never copied as uint8 (nor sent to a GPU twice); the net's float conversion is the only
     full-size copy.
     """
-    by_length: dict[int, list[int]] = defaultdict(list)
-    for i, clip in enumerate(clips):
-        by_length[len(clip)].append(i)
     groups = []
-    for idx in by_length.values():
+    for idx in _by_length(clips):
         frames = torch.from_numpy(np.stack([clips[i].frames() for i in idx])).to(device)
         obs = frames.unfold(1, STACK, 1).permute(0, 1, 4, 2, 3)  # (N, T, 4, 84, 84) view
-        actions = torch.from_numpy(np.stack([clips[i].actions for i in idx])).to(device)
-        groups.append((np.asarray(idx), obs, actions))
+        groups.append((idx, obs, _actions(clips, idx, device)))
     return groups
 
 
-def clip_returns(net: nn.Module, clips: Sequence[Clip]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run `net` over every step of `clips` (one forward pass when all have the same length).
+def _by_length(clips: Sequence[Clip]) -> list[np.ndarray]:
+    """Indices into `clips`, one array per clip length."""
+    by_length: dict[int, list[int]] = defaultdict(list)
+    for i, clip in enumerate(clips):
+        by_length[len(clip)].append(i)
+    return [np.asarray(idx) for idx in by_length.values()]
+
+
+def _actions(clips: Sequence[Clip], idx: np.ndarray, device: torch.device | str) -> torch.Tensor:
+    return torch.from_numpy(np.stack([clips[i].actions for i in idx])).to(device)
+
+
+class ClipFeatures:
+    """The parameter-free first stage of the members' net (`net.features`: MovingDot's dot
+    position) for each clip, computed once and kept. Otherwise it is most of a training step, as
+    every member sees each clip in many batches. One for all members; the least recently used
+    clips go first beyond `max_clips`."""
+
+    def __init__(self, max_clips: int = FEATURE_CLIPS) -> None:
+        self.max_clips = max_clips
+        self._held: dict[bytes, torch.Tensor] = {}  # clip key -> float32 (T, F) on the CPU
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def to_batch(self, net: nn.Module, clips: Sequence[Clip], device: torch.device
+                 ) -> list[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
+        """As `clips_to_batch`, with the clips' features (N, T, F) in place of their frames."""
+        keys = [clip.key for clip in clips]
+        held = {key: self._held.pop(key) for key in keys if key in self._held}
+        new = {key: clip for key, clip in zip(keys, clips) if key not in held}  # each once
+        new_keys = list(new)
+        with torch.no_grad():
+            for idx, obs, _ in clips_to_batch(list(new.values()), device):
+                for i, features in zip(idx, net.features(obs).float().cpu()):
+                    held[new_keys[i]] = features
+        self._held.update(held)  # these clips now the most recently used
+        for key in list(islice(self._held, max(0, len(self._held) - self.max_clips))):
+            del self._held[key]
+        return [(idx, torch.stack([held[keys[i]] for i in idx]).to(device),
+                 _actions(clips, idx, device)) for idx in _by_length(clips)]
+
+
+def clip_returns(net: nn.Module, clips: Sequence[Clip], features: ClipFeatures | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run `net` over every step of `clips` (one forward pass when all have the same length),
+    from the clips' kept features and `net.head` when `features` is given.
 
     Returns (summed raw reward of each clip (N,), raw reward of every step (sum of T,)), both
     on the net's device.
     """
     device = _device_of(net)
-    groups = clips_to_batch(clips, device)
+    if features is None:
+        groups, forward = clips_to_batch(clips, device), net
+    else:
+        groups, forward = features.to_batch(net, clips, device), net.head
     if len(groups) == 1:
-        _, obs, actions = groups[0]
-        raw = net(obs, actions)  # (N, T)
+        _, x, actions = groups[0]
+        raw = forward(x, actions)  # (N, T)
         return raw.sum(1), raw.reshape(-1)
     returns = torch.zeros(len(clips), device=device)
     raws = []
-    for idx, obs, actions in groups:
-        raw = net(obs, actions)
+    for idx, x, actions in groups:
+        raw = forward(x, actions)
         returns = returns.index_add(0, torch.from_numpy(idx).to(device), raw.sum(1).float())
         raws.append(raw.reshape(-1))
     return returns, torch.cat(raws)
 
 
 @torch.no_grad()
-def take_batchnorm_statistics(net: nn.Module, clips: Sequence[Clip]) -> torch.Tensor:
+def take_batchnorm_statistics(net: nn.Module, clips: Sequence[Clip],
+                              features: ClipFeatures | None = None) -> torch.Tensor:
     """Set `net`'s batch-norm running statistics to those of a dropout-free pass over `clips`
     (what the trainer does before the agent gets new weights, and what mends an older checkpoint).
 
     Returns that pass's raw reward for every step as the eval-mode net now gives it: one pass over
-    the clips serves both. A net without batch norm is only evaluated. `net`'s mode is kept.
+    the clips serves both. A net without batch norm is only evaluated (from `features`, as
+    `clip_returns`). `net`'s mode is kept.
     """
     was_training = net.training
     net.eval()  # dropout off
@@ -108,7 +157,7 @@ def take_batchnorm_statistics(net: nn.Module, clips: Sequence[Clip]) -> torch.Te
         actions = torch.cat([a.reshape(-1) for _, _, a in groups])
         raw = net(obs, actions, take_statistics=True)
     else:
-        raw = clip_returns(net, clips)[1]
+        raw = clip_returns(net, clips, features)[1]
     net.train(was_training)
     return raw
 
@@ -134,6 +183,8 @@ class RewardPredictorEnsemble(nn.Module):
         self.noise = noise
         self.bf16 = False  # set by the owner (see `_autocast`)
         self._stacked: tuple[tuple[int, ...], StackedAtariNets] | None = None  # (version, net)
+        # Members with a parameter-free first stage (MovingDot's) run from each clip's kept result.
+        self.clip_features = ClipFeatures() if hasattr(self.members[0], "features") else None
 
     @property
     def n_members(self) -> int:
@@ -223,7 +274,8 @@ class RewardPredictorEnsemble(nn.Module):
             clips = [p.left for p in prefs] + [p.right for p in prefs] + list(ranked)
             mu = torch.tensor([p.mu for p in prefs], dtype=torch.float32, device=self.device)
             with self._autocast():
-                returns, raw = clip_returns(net, clips)  # one pass over all 2B (+ ranked) clips
+                # one pass over all 2B (+ ranked) clips
+                returns, raw = clip_returns(net, clips, self.clip_features)
             returns, raw = returns.float(), raw.float()
             loss, acc = preference_loss(returns[:b], returns[b:2 * b], mu, self.noise)
             total = preference_weight * loss
@@ -257,7 +309,7 @@ class RewardPredictorEnsemble(nn.Module):
         """Raw per-step predictions of `net` in eval mode, as the agent's reward function sees them,
         once its batch-norm layers hold these clips' dropout-free statistics (see train_step)."""
         with self._autocast():
-            return take_batchnorm_statistics(net, clips).float()
+            return take_batchnorm_statistics(net, clips, self.clip_features).float()
 
     @torch.no_grad()
     def member_returns(self, clips: Sequence[Clip]) -> torch.Tensor:
@@ -275,7 +327,7 @@ class RewardPredictorEnsemble(nn.Module):
                 chunk = clips[start:start + per_chunk]
                 if stacked is None:
                     for m, net in enumerate(self.members):
-                        raw, _ = clip_returns(net, chunk)
+                        raw, _ = clip_returns(net, chunk, self.clip_features)
                         out[m, start:start + len(chunk)] = raw.float().cpu()
                     continue
                 for idx, obs, _ in clips_to_batch(chunk, self.device):

@@ -216,10 +216,18 @@ class MovingDotRewardNet(nn.Module):
         y = (mass @ self.coords) / total
         return torch.stack([x, y], -1) * (2.0 / (FRAME - 1)) - 1.0
 
+    # The parameter-free first stage, which the ensemble computes once per clip and keeps
+    # (ensemble.ClipFeatures); `head` is the rest of the net.
+    features = dot_position
+
+    def head(self, position: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """position float32 (..., 2), actions int64 (...) -> rewards float32 (...)."""
+        per_action = self.mlp(position)  # (..., 5)
+        return per_action.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """obs uint8 (..., 4, 84, 84), actions int64 (...) -> rewards float32 (...)."""
-        per_action = self.mlp(self.dot_position(obs))  # (..., 5)
-        return per_action.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        return self.head(self.dot_position(obs), actions)
 
 
 def make_reward_net(kind: str, dropout: float = 0.0, batchnorm: bool = False) -> nn.Module:

@@ -153,13 +153,19 @@ class RewardPredictorTrainer:
                            x.is_validation)
                 for x in sorted([*self._train, *self._val], key=lambda label: label.seq)]
 
+    def _batch_clip(self, key: bytes) -> Clip:
+        """A held clip for a training batch: expanded, unless the members run from each clip's
+        kept features (`ensemble.ClipFeatures`), which read its frames once."""
+        clip = self.clips.get(key)
+        return clip if self.ensemble.clip_features is not None else clip.expand()
+
     def _expand(self, labels: Iterable[_HeldLabel]) -> list[Preference]:
         """Labels as Preferences, each clip expanded once however often it appears."""
         clips: dict[bytes, Clip] = {}
 
         def clip(key: bytes) -> Clip:
             if key not in clips:
-                clips[key] = self.clips.get(key).expand()
+                clips[key] = self._batch_clip(key)
             return clips[key]
         return [Preference(clip(x.left), clip(x.right), x.mu, x.source, x.is_validation)
                 for x in labels]
@@ -216,7 +222,7 @@ class RewardPredictorTrainer:
         if self.loss == "preference" or len(held) < 2:
             return None
         drawn = [self.rng.choice(held, 2 * self.batch_size) for _ in range(self.ensemble.n_members)]
-        expanded = {i: self.clips.get(keys[i]).expand() for i in np.unique(np.concatenate(drawn))}
+        expanded = {i: self._batch_clip(keys[i]) for i in np.unique(np.concatenate(drawn))}
         return [([expanded[i] for i in idx], targets[idx]) for idx in drawn]  # each clip once
 
     def train_steps(self, n: int = 1) -> dict:

@@ -358,6 +358,35 @@ def test_moving_dot_net_finds_the_dot():
         make_reward_net("mujoco", 0.0, False)
 
 
+def test_moving_dot_members_score_from_each_clips_kept_dot_positions_as_from_its_frames(
+        monkeypatch):
+    rng = np.random.default_rng(4)
+    ens = RewardPredictorEnsemble(MovingDotRewardNet, n_members=2)
+    features = ens.clip_features
+    clips = [moving_dot_clip(rng) for _ in range(5)] + [moving_dot_clip(rng, t=7)]
+    clips.append(clips[0])  # a clip twice in one batch, as in a batch of labels
+    for net in ens.members:
+        want = clip_returns(net, clips)  # from the frames
+        got = clip_returns(net, clips, features)
+        torch.testing.assert_close(got, want)
+    assert len(features) == 6
+    seen = []
+    monkeypatch.setattr(MovingDotRewardNet, "features",
+                        lambda net, obs: seen.append(obs.shape[0]) or net.dot_position(obs))
+    ens.member_returns(clips + [moving_dot_clip(rng)])
+    assert seen == [1]  # only the new clip's frames were read
+    # The ensemble trains from them (a step's returns need a gradient into the head alone).
+    trainer = RewardPredictorTrainer(ens, seed=0)
+    for _ in range(4):
+        trainer.add(moving_dot_pref(rng, False))
+    assert np.isfinite(trainer.train_steps(2)["loss"])
+    features.max_clips = 3  # the least recently used go
+    seen.clear()
+    for batch in (clips[:2], clips[:2], clips[2:3]):
+        clip_returns(ens.members[0], batch, features)
+    assert len(features) == 3 and seen == [1]
+
+
 # ---- ensemble and bootstrap -------------------------------------------------------------------
 def test_bootstrap_counts_are_poisson_one():
     counts = bootstrap_counts(30_000, 3, np.random.default_rng(0))
