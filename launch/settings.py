@@ -205,8 +205,8 @@ class Settings:
         "300 MB more (docs/results.md)")
     reward_predictor_threads: int = setting(
         TrainerConfig.torch_threads, "predictor", "torch threads in the reward-predictor trainer "
-        "process; in pretraining, and while A2C waits for it if that makes its steps faster, it "
-        "takes --torch_threads's too")
+        "process; in pretraining and while A2C waits for it, it takes --torch_threads's too as "
+        "long as that makes its steps faster")
     reward_predictor_device: str = setting(
         TrainerConfig.device, "predictor", "where the trainer trains the predictor: cpu, cuda, "
         "cuda:N, or auto (cuda when torch sees a GPU); A2C still computes rewards on the CPU")

@@ -186,9 +186,11 @@ def run_pretraining(config: TrainerConfig, *, stop_event: Any, stats: TrainerSta
     `config.initial_prefs_path` for `config.pretrain_epochs` (App. A: 200 epochs on the first 500
     labels) and checkpoint it, also when stopped early."""
 
-    # No A2C runs beside pretraining, so its threads are free as when it waits for the predictor.
-    trainer = _set_up(config, config.threads_while_agent_idle or config.torch_threads,
-                      config.initial_prefs_path)
+    # No A2C runs beside pretraining: its threads are free as when it waits for the predictor,
+    # and borrowed on the same terms (while they make steps faster).
+    trainer = _set_up(config, config.torch_threads, config.initial_prefs_path)
+    threads = ThreadChoice(config.torch_threads,
+                           config.threads_while_agent_idle or config.torch_threads)
     stats.labels_received.value = trainer.n_labels
     telemetry = Telemetry(log_dir)
 
@@ -202,7 +204,8 @@ def run_pretraining(config: TrainerConfig, *, stop_event: Any, stats: TrainerSta
             telemetry.dump(trainer.steps)
 
     try:
-        trainer.pretrain(config.pretrain_epochs, progress, should_stop=stop_event.is_set)
+        trainer.pretrain(config.pretrain_epochs, progress, should_stop=stop_event.is_set,
+                         threads=threads)
     finally:
         if config.ckpt_path:
             trainer.save(config.ckpt_path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -17,6 +18,7 @@ from reward_predictor.config import BATCH_SIZE, MAX_PREFS, VAL_MAX_PAIRS
 from reward_predictor.ensemble import RewardPredictorEnsemble, bootstrap_counts
 from reward_predictor.loss import rank_targets
 from reward_predictor.regularisation import INITIAL_ADAPTIVE_L2, adapt_l2
+from reward_predictor.threads import ThreadChoice
 
 CHECKPOINT_FORMAT = 1
 # The predictor's loss: the paper's on labels, rank regression on sorted clips instead, or both.
@@ -237,11 +239,13 @@ class RewardPredictorTrainer:
         return metrics
 
     def pretrain(self, n_epochs: int, progress_cb: Callable[[int, dict], None] | None = None,
-                 should_stop: Callable[[], bool] | None = None) -> dict:
+                 should_stop: Callable[[], bool] | None = None,
+                 threads: ThreadChoice | None = None) -> dict:
         """Train for `n_epochs` passes over the training labels (App. A: 200 epochs on the initial
         500 labels before RL starts). An epoch is ceil(n_train / batch_size) steps; `progress_cb`
         gets (epoch number from 1, metrics of the epoch's last step). `should_stop` is asked
-        before every step, so a stop request is honoured within one step."""
+        before every step, so a stop request is honoured within one step. With `threads`, each
+        step runs on the torch threads it chooses, and its time is recorded there."""
         assert self._train, "no training labels to pretrain on"
         metrics: dict = {}
         steps_per_epoch = math.ceil(self.n_train / self.batch_size)
@@ -249,7 +253,15 @@ class RewardPredictorTrainer:
             for _ in range(steps_per_epoch):
                 if should_stop is not None and should_stop():
                     return metrics
+                if threads is None:
+                    metrics = self.train_steps(1)
+                    continue
+                n = threads.threads(agent_waiting=True)  # nothing else of the run's is working
+                if n != torch.get_num_threads():
+                    torch.set_num_threads(n)
+                start = time.monotonic()
                 metrics = self.train_steps(1)
+                threads.record(n, time.monotonic() - start)
             if progress_cb is not None:
                 progress_cb(epoch, metrics)
         return metrics

@@ -29,3 +29,30 @@ def test_borrowing_stops_while_a_neighbour_makes_it_slower_and_comes_back_after(
     assert chosen[2:].count(2) <= 2  # then only the probes borrow
     chosen = run(choice, alone, 3 * PROBE_EVERY_STEPS)  # the neighbour is gone
     assert choice.borrowing_pays and chosen[-10:] == [2] * 10
+
+
+def test_pretraining_runs_each_step_on_the_threads_chosen_and_records_its_time():
+    import torch
+
+    from pref_interface.clip import Preference
+    from reward_predictor import MovingDotRewardNet, RewardPredictorEnsemble, RewardPredictorTrainer
+    from tests.helpers import dot_clip
+
+    class Seen(ThreadChoice):
+        def record(self, threads: int, seconds: float) -> None:
+            steps.append((threads, torch.get_num_threads(), seconds))
+            super().record(threads, seconds)
+
+    steps: list[tuple[int, int, float]] = []
+    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=1),
+                                     batch_size=8, seed=0)
+    for x in range(16):
+        trainer.add(Preference(dot_clip(40 + x), dot_clip(x), 1.0))  # nearer the centre better
+    before = torch.get_num_threads()
+    try:
+        trainer.pretrain(3, threads=Seen(1, 2))
+    finally:
+        torch.set_num_threads(before)
+    assert len(steps) == 3 * 2  # every step of 3 epochs of 16 labels in batches of 8
+    assert all(chosen == running and seconds > 0 for chosen, running, seconds in steps)
+    assert {chosen for chosen, _, _ in steps} == {1, 2}  # each tried
