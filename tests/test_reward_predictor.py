@@ -739,8 +739,9 @@ def test_trainer_process_stops_on_its_event(tmp_path):
     assert not (tmp_path / "rp.pt").exists()
 
 
-def test_pretraining_takes_the_threads_a2c_is_not_using_yet(tmp_path, monkeypatch):
-    """No A2C runs beside pretraining: it trains with the threads the run gives A2C too."""
+def test_pretraining_may_take_the_threads_a2c_is_not_using_yet(tmp_path, monkeypatch):
+    """No A2C runs beside pretraining: it may borrow the threads the run gives A2C too, on the
+    terms training borrows them while A2C waits (tests/test_threads.py)."""
 
     rng = np.random.default_rng(9)
     with PreferenceStore(str(tmp_path / "prefs.sqlite")) as store:
@@ -749,12 +750,12 @@ def test_pretraining_takes_the_threads_a2c_is_not_using_yet(tmp_path, monkeypatc
     config = TrainerConfig(env_kind="moving_dot", n_members=1, torch_threads=1,
                            threads_while_agent_idle=2,
                            initial_prefs_path=str(tmp_path / "prefs.sqlite"), pretrain_epochs=1)
-    seen = []
+    offered = []
     real_pretrain = RewardPredictorTrainer.pretrain
 
-    def pretrain(self, *args, **kwargs):
-        seen.append(torch.get_num_threads())
-        return real_pretrain(self, *args, **kwargs)
+    def pretrain(self, *args, threads=None, **kwargs):
+        offered.append((threads.own, threads.borrowed))
+        return real_pretrain(self, *args, threads=threads, **kwargs)
 
     monkeypatch.setattr(RewardPredictorTrainer, "pretrain", pretrain)
     stats = TrainerStats.create(mp.get_context("spawn"))
@@ -763,7 +764,7 @@ def test_pretraining_takes_the_threads_a2c_is_not_using_yet(tmp_path, monkeypatc
                         log_dir=str(tmp_path / "tb"))
     finally:
         torch.set_num_threads(1)  # the suite's setting (conftest)
-    assert seen == [2] and stats.epoch.value == 1
+    assert offered == [(1, 2)] and stats.epoch.value == 1
 
 
 def test_a2c_waits_for_the_trainer_and_the_trainer_stops_resting_for_it(tmp_path):
