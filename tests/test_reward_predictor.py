@@ -375,7 +375,7 @@ def test_moving_dot_members_score_from_each_clips_kept_dot_positions_as_from_its
                         lambda net, obs: seen.append(obs.shape[0]) or net.dot_position(obs))
     ens.member_returns(clips + [moving_dot_clip(rng)])
     assert seen == [1]  # only the new clip's frames were read
-    # The ensemble trains from them (a step's returns need a gradient into the head alone).
+    # Training runs from them too: the kept positions carry no gradient, the head gets it.
     trainer = RewardPredictorTrainer(ens, seed=0)
     for _ in range(4):
         trainer.add(moving_dot_pref(rng, False))
