@@ -61,7 +61,6 @@ class PredictorTraining:
         self.start_step = self.last_publish_step = self.last_ckpt_step = self.trainer.steps
         self.steps_at_dump = self.trainer.steps
         self.last_publish_t = time.monotonic()
-        self.threads = config.torch_threads
         self.thread_choice = ThreadChoice(
             config.torch_threads, config.threads_while_agent_idle or config.torch_threads)
         self.step_seconds = 0.0  # how long the last step took
@@ -89,10 +88,7 @@ class PredictorTraining:
         its threads too, as long as that makes steps faster (`ThreadChoice`). Then a rest, so
         the agent keeps its share of the cores (`duty`)."""
         config = self.config
-        wanted = self.thread_choice.threads(self.shared_weights.consumer_waiting)
-        if wanted != self.threads:
-            torch.set_num_threads(wanted)
-            self.threads = wanted
+        wanted = self.thread_choice.take(self.shared_weights.consumer_waiting)
         t_step = time.monotonic()
         metrics = self.trainer.train_steps(1)
         self.shared_weights.labels_trained = (self.trainer.steps - self.start_step) * \

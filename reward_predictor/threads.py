@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import collections
 
+import torch
+
 PROBE_EVERY_STEPS = 100  # while not borrowing, one step in this many borrows again, to see
 SAMPLES = 3  # recent steps per thread count whose median is compared
 
@@ -35,6 +37,13 @@ class ThreadChoice:
             self._since_probe = 0
             return self.borrowed
         return self.own
+
+    def take(self, agent_waiting: bool) -> int:
+        """`threads(agent_waiting)`, made torch's thread count for the step that follows."""
+        n = self.threads(agent_waiting)
+        if n != torch.get_num_threads():
+            torch.set_num_threads(n)
+        return n
 
     def record(self, threads: int, seconds: float) -> None:
         if threads in self._seconds:

@@ -256,9 +256,7 @@ class RewardPredictorTrainer:
                 if threads is None:
                     metrics = self.train_steps(1)
                     continue
-                n = threads.threads(agent_waiting=True)  # nothing else of the run's is working
-                if n != torch.get_num_threads():
-                    torch.set_num_threads(n)
+                n = threads.take(agent_waiting=True)  # nothing else of the run's is working
                 start = time.monotonic()
                 metrics = self.train_steps(1)
                 threads.record(n, time.monotonic() - start)
