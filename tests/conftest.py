@@ -24,3 +24,14 @@ def sighup_by_default():
     old = signal.signal(signal.SIGHUP, signal.SIG_DFL)
     yield
     signal.signal(signal.SIGHUP, old)
+
+
+@pytest.fixture
+def stop_handlers_restored():
+    """The handlers of the signals that stop a run, put back after a test that installs them."""
+    from launch import stopping
+
+    handlers = {sig: signal.getsignal(sig) for sig in stopping.STOP_SIGNALS}
+    yield
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)

@@ -49,21 +49,16 @@ def test_a_stop_held_back_is_raised_even_when_the_held_start_fails(monkeypatch):
         pass
 
 
-def test_a_sighup_ignored_by_the_parent_stays_ignored_as_under_nohup():
+def test_a_sighup_ignored_by_the_parent_stays_ignored_as_under_nohup(stop_handlers_restored):
     from launch import stopping
 
-    handlers = {sig: signal.getsignal(sig) for sig in stopping.STOP_SIGNALS}
-    try:
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        stopping.stop_main_process_on_signals()
-        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
-        assert signal.getsignal(signal.SIGTERM) is stopping._interrupt
-        signal.signal(signal.SIGHUP, signal.SIG_DFL)
-        stopping.stop_main_process_on_signals()
-        assert signal.getsignal(signal.SIGHUP) is stopping._interrupt
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    stopping.stop_main_process_on_signals()
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGTERM) is stopping._interrupt
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    stopping.stop_main_process_on_signals()
+    assert signal.getsignal(signal.SIGHUP) is stopping._interrupt
 
 
 def test_the_summary_names_what_stopped_the_run():

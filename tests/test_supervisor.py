@@ -28,14 +28,14 @@ class _SignallingContext(mp.context.SpawnContext):
 @pytest.mark.parametrize("other_thread", [False, True])
 def test_a_stop_signal_as_a_child_starts_cannot_leave_that_child_running(other_thread,
                                                                          monkeypatch,
-                                                                         sighup_by_default):
+                                                                         sighup_by_default,
+                                                                         stop_handlers_restored):
     # The signal held while the child starts lands as the supervisor lets it through, or at
     # once where another thread of the process takes it; either way the child must be known to
     # the supervisor when the stop is raised, or nothing would ever stop it (the run trained on).
     from launch import stopping
 
     monkeypatch.setattr(stopping, "_received", [])
-    handlers = {sig: signal.getsignal(sig) for sig in stopping.STOP_SIGNALS}
     done = threading.Event()
     thread = threading.Thread(target=done.wait, daemon=True)
     if other_thread:
@@ -47,8 +47,6 @@ def test_a_stop_signal_as_a_child_starts_cannot_leave_that_child_running(other_t
         with pytest.raises(KeyboardInterrupt):
             sup.start("worker", work_until_stopped, sup.stop_event, finished)
     finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
         done.set()
     assert list(sup.procs) == ["worker"] and stopping.interrupted_status() == 129
     sup.stop(15.0)
