@@ -10,7 +10,8 @@ processors it ran on and how often it was resumed (`machines.txt` and `command.t
 directory), when the mean of `--window` episodes first reached `--level`, its lowest mean of
 `--window` episodes after that (a level held, or touched and lost), its best mean of `--window`
 episodes and its final one; a run started with flags that others of its kind were not
-(`--lr_zero_million_timesteps 6`, say) is named by them, in the row and in the legend. A run is
+(`--lr_zero_million_timesteps 6`, say) is named by them, in the row and in the legend, and two
+runs of one command and seed by their names (a run started again on another machine). A run is
 given by its directory or by the record of it kept in the repository
 (`docs/run_records/NAME.json`, written by `--save_records docs/run_records`: see
 `experiments.runrecord`). The policies themselves are scored by `experiments.evaluate` (greedy
@@ -19,6 +20,7 @@ and sampled play of the best and the final checkpoints).
 from __future__ import annotations
 
 import argparse
+import collections
 import math
 import sys
 from dataclasses import dataclass
@@ -54,10 +56,11 @@ class RunRow:
     best: tuple[float, float] | None  # (mean of the window, agent steps at its end)
     final: float | None
     flags: str = ""  # the start flags that set it apart from the other runs of its kind
+    name: str = ""  # the run's name, where kind, flags and seed do not tell it from another
 
     @property
     def title(self) -> str:
-        return ", ".join(filter(None, (KINDS[self.kind][0], self.flags)))
+        return ", ".join(filter(None, (KINDS[self.kind][0], self.flags, self.name)))
 
     def markdown(self, with_level: bool = True) -> str:
         """The table row; without a milestone level it has no columns for reaching one."""
@@ -119,13 +122,17 @@ def flag_text(name: str, value: object) -> str:
 
 def name_by_flags(rows: list[RunRow]) -> None:
     """Set each row's `flags`: the start flags (with their values) that not every run of its kind
-    has."""
+    has; and its `name` where another row has the same kind, flags and seed."""
     for kind in KINDS:
         runs = [r for r in rows if r.kind == kind]
         given = [r.record.start_flags for r in runs]
         shared = set.intersection(*(set(g.items()) for g in given)) if given else set()
         for row, flags in zip(runs, given):  # in the order they were typed
             row.flags = " ".join(flag_text(k, v) for k, v in flags.items() if (k, v) not in shared)
+    alike = collections.Counter((r.kind, r.flags, r.seed) for r in rows)
+    for row in rows:  # the same command run twice (on another machine, say): named by its run
+        if alike[row.kind, row.flags, row.seed] > 1:
+            row.name = row.record.name
 
 
 def plot(rows: list[RunRow], game: str, out: str, window: int, level: float | None) -> None:
@@ -146,9 +153,10 @@ def plot(rows: list[RunRow], game: str, out: str, window: int, level: float | No
     ax.set(xlabel="agent steps", ylabel=f"true episode return (mean of {window})", title=game)
     ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     # below the axes: with a few runs any place inside hides some curve
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2, frameon=False)
-    fig.tight_layout()
-    fig.savefig(out, dpi=80)
+    longest = max(len(text) for text in ax.get_legend_handles_labels()[1])
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), frameon=False,
+              ncol=2 if longest <= 50 else 1)
+    fig.savefig(out, dpi=80, bbox_inches="tight")  # widened to the legend: long names kept whole
     plt.close(fig)
     print(f"wrote {out}")
 

@@ -1,6 +1,8 @@
 """One game's reproduction report: a row per run and the figure of every seed."""
 import json
 
+import numpy as np
+
 from experiments import reproduction
 from runtime.scalars import ScalarWriter
 
@@ -90,6 +92,43 @@ def test_a_run_started_with_other_flags_than_its_kind_is_named_by_them(tmp_path,
     for start in ("python other.py --lr 1", "python run.py --lr 'unclosed", "python run.py --lr x"):
         rec.commands = [start]
         assert rec.start_flags == {}
+
+
+def test_two_runs_of_one_command_and_seed_are_named_by_their_run(tmp_path, capsys, monkeypatch):
+    """A run started again with the same command: the rows and the legend tell the two apart,
+    and the figure keeps every name of its legend."""
+    start = "python run.py train_policy_with_preferences PongNoFrameskip-v4 --lr 1e-4 --seed 0"
+    for name in ("decay_first", "decay"):
+        fake_run(tmp_path / name, 0, [-21, 20], starts=1, monkeypatch=monkeypatch, start=start)
+    fake_run(tmp_path / "p1", 1, [-21, 20], starts=1, monkeypatch=monkeypatch,
+             start=start.replace("--lr 1e-4 --seed 0", "--seed 1"))
+    labels = []
+    monkeypatch.setattr(reproduction, "plot",
+                        lambda rows, *_: labels.extend(f"{r.title}, seed {r.seed}" for r in rows))
+    assert reproduction.main(["Pong", "--prefs", *(str(tmp_path / n) for n in
+                                                   ("decay_first", "decay", "p1")),
+                              "--out", str(tmp_path / "pong.png")]) == 0
+    runs = [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert runs == ["from preferences, --lr 0.0001, decay_first",
+                    "from preferences, --lr 0.0001, decay", "from preferences"]
+    assert labels == [f"{run}, seed {seed}" for run, seed in zip(runs, (0, 0, 1))]
+
+
+def test_the_figures_legend_lies_inside_the_saved_image(tmp_path):
+    """Long run names below the axes are not cut at the image's edges."""
+    import matplotlib.image
+
+    steps = np.arange(1, 11) * 1e5
+    fake_rows = []
+    for k in range(3):
+        rec = reproduction.RunRecord(f"run{k}", k, "PongNoFrameskip-v4", [], [], 1e6, 1.0, steps,
+                                     np.linspace(-21, 20, 10), steps / 100, steps, steps / 1e3)
+        fake_rows.append(reproduction.RunRow("prefs", rec, k, 1e6, None, 1.0, [], 1, None, None,
+                                             None, None, flags="--a_very_long_flag_name " * 8))
+    out = tmp_path / "f.png"
+    reproduction.plot(fake_rows, "Pong", str(out), 10, 19.0)
+    width = matplotlib.image.imread(out).shape[1]
+    assert width > 7 * 80  # wider than the 7-inch figure at 80 dpi: widened to hold the legend
 
 
 def test_a_directory_that_is_no_run_is_a_one_line_error(tmp_path, capsys):
