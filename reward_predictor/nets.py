@@ -25,12 +25,15 @@ def half_mask(x: torch.Tensor) -> torch.Tensor:
     """A dropout mask for p = 0.5: bytes {0, 2} (0, or kept and scaled by 1 / (1 - p)), shaped and
     laid out like `x`; entries are i.i.d., so any layout is the same distribution.
 
-    Every bit of a uniform random byte is an independent fair coin, so one random draw serves 8
-    entries; drawing a float per entry (bernoulli_) was ~28% of a train step. Bytes are what the
-    backward pass keeps: a quarter of a float mask.
+    Every bit of a uniform random 64-bit word is an independent fair coin, so one random draw
+    serves 64 entries; drawing a float per entry (bernoulli_) was ~28% of a train step, a byte per
+    8 entries (randint) ~10% (docs/results.md). Bytes are what the backward pass keeps: a quarter
+    of a float mask.
     """
     n = x.numel()
-    bytes_ = torch.randint(0, 256, ((n + 7) // 8,), dtype=torch.uint8, device=x.device)
+    # from -2**63 with no upper bound: the full 64-bit range, so the sign bit is a fair coin too
+    words = torch.empty((n + 63) // 64, dtype=torch.int64, device=x.device).random_(-2**63, None)
+    bytes_ = words.view(torch.uint8)
     mask = _HALF_MASK_TABLE.to(x.device).index_select(0, bytes_.long()).view(-1)[:n]
     return mask.as_strided(x.shape, x.stride())
 
