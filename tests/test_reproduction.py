@@ -95,8 +95,8 @@ def test_a_run_started_with_other_flags_than_its_kind_is_named_by_them(tmp_path,
 
 
 def test_two_runs_of_one_command_and_seed_are_named_by_their_run(tmp_path, capsys, monkeypatch):
-    """A run started again with the same command: the rows and the legend tell the two apart,
-    and the figure keeps every name of its legend."""
+    """A run started again with the same command: its row and its legend label tell it from the
+    first."""
     start = "python run.py train_policy_with_preferences PongNoFrameskip-v4 --lr 1e-4 --seed 0"
     for name in ("decay_first", "decay"):
         fake_run(tmp_path / name, 0, [-21, 20], starts=1, monkeypatch=monkeypatch, start=start)
