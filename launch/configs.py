@@ -5,6 +5,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from launch.rundir import PREDICTOR_FILE
+from reward_predictor.pace import labels_per_member
 from runtime.machine import usable_cores
 
 if TYPE_CHECKING:
@@ -55,6 +56,8 @@ def trainer_config(run: Run, load_from: str | None, save: bool = True):
         reward_std=s.reward_std, label_noise=s.label_noise, adaptive_l2=s.adaptive_l2,
         implied_pairs=s.implied_pairs, loss=s.predictor_loss,
         duty=s.reward_predictor_duty, seed=s.seed, device=run.predictor_device,
+        max_labels_per_step=labels_per_member(s.max_predictor_labels_per_step,
+                                              s.predictor_pace_unit, s.ensemble_size),
         keep_freed_memory=s.reward_predictor_keep_freed_memory,
         # While A2C waits for the predictor (--min_predictor_labels_per_step) or has not started
         # (pretraining) its threads are idle; more threads than cores would slow every step.

@@ -20,7 +20,8 @@ Three processes run at once, each one of the loops below, and are joined by name
 - reward for the agent: `reward_predictor.reward_fn.PredictedReward`, r̂ read from
   `reward_weights` in the agent's process, normalised (§2.2.1).
 - pace: `reward_predictor.pace.PredictorPace`, which holds the agent back while the predictor has
-  trained on too few labels per agent step (App. A.2).
+  trained on too few labels per agent step (App. A.2); with a ceiling the trainer rests while it
+  has trained on too many (`ahead_of_agent`).
 
 Before the loop, a run gathers its first labels (the agent's loop without learning beside the
 labelling loop without a trainer; `--gather_clips` says how its clips are cut) and pretrains the
@@ -42,7 +43,7 @@ from reward_predictor import entry_points as predictor
 from reward_predictor.pace import PredictorPace, labels_per_member
 
 IDLE_SLEEP_S = 0.02  # how long labelling sleeps when there is no pair to label yet
-WAIT_FOR_LABELS_S = 0.05  # how long the trainer sleeps while it holds no training label
+WAIT_FOR_LABELS_S = 0.05  # how long the trainer sleeps with no label, or ahead of the agent
 
 
 def agent_loop(agent: Any, stop_event: Any | None = None) -> int:
@@ -95,7 +96,7 @@ def predictor_loop(training: Any, stop_event: Any) -> None:
     try:
         while not stop_event.is_set():
             training.take_labels()
-            if not training.has_labels:
+            if not training.has_labels or training.ahead_of_agent:
                 time.sleep(WAIT_FOR_LABELS_S)
                 continue
             training.train_step()

@@ -1,4 +1,4 @@
-"""A floor on reward-predictor training per agent step.
+"""A floor, and optionally a ceiling, on reward-predictor training per agent step.
 
 App. A.2: "The predictor is trained asynchronously from the RL agent, and on our hardware
 typically processes 1 label per 10 RL timesteps." That describes their hardware, and "the
@@ -7,6 +7,11 @@ the paper does not say. Left alone on two CPU cores our trainer managed about 1 
 steps, and the policy learnt to exploit its reward (docs/experiments.md). With a floor, A2C waits
 before each rollout while the trainer is behind, and the trainer, seeing it wait, stops resting
 and takes the idle threads.
+
+A ceiling does the converse: the trainer rests while it has trained on more labels per agent step
+than it allows (`ahead_of_agent`). With the floor at the same value the pace is the same on any
+machine: without one, how much the predictor trains per agent step is set by the processor and by
+whatever else runs on it (`--reward_predictor_duty` is a share of time, not of steps).
 """
 from __future__ import annotations
 
@@ -43,7 +48,9 @@ class PredictorPace:
 
     def wait(self, agent_steps: int, stop_event: Any = None) -> float:
         """Block while the trainer has trained on fewer than `min_labels_per_step * agent_steps`
-        labels per member, or until `stop_event` is set; returns the seconds waited."""
+        labels per member, or until `stop_event` is set; returns the seconds waited. The steps
+        are also the trainer's measure for a ceiling (`ahead_of_agent`)."""
+        self.shared_weights.agent_steps = agent_steps
         needed = self.min_labels_per_step * agent_steps
         if self.shared_weights.labels_trained >= needed:
             return 0.0
@@ -58,3 +65,10 @@ class PredictorPace:
         finally:
             self.shared_weights.consumer_waiting = False
         return time.monotonic() - start
+
+
+def ahead_of_agent(shared_weights: SharedWeights, max_labels_per_step: float) -> bool:
+    """Whether each member has trained on at least `max_labels_per_step` labels per agent step
+    of the consumer's so far (never with a ceiling of 0: none)."""
+    return max_labels_per_step > 0 and \
+        shared_weights.labels_trained >= max_labels_per_step * shared_weights.agent_steps

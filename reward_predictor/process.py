@@ -20,6 +20,7 @@ from pref_interface.clip import ClipOrder, LabelEdit, Preference
 from reward_predictor.config import TrainerConfig, TrainerStats
 from reward_predictor.ensemble import RewardPredictorEnsemble
 from reward_predictor.nets import make_reward_net
+from reward_predictor.pace import ahead_of_agent
 from reward_predictor.shared import SharedWeights
 from reward_predictor.threads import ThreadChoice
 from reward_predictor.trainer import RewardPredictorTrainer
@@ -64,6 +65,11 @@ class PredictorTraining:
         self.thread_choice = ThreadChoice(
             config.torch_threads, config.threads_while_agent_idle or config.torch_threads)
         self.step_seconds = 0.0  # how long the last step took
+
+    @property
+    def ahead_of_agent(self) -> bool:
+        """Trained on as many labels per agent step as the ceiling allows (never without one)."""
+        return ahead_of_agent(self.shared_weights, self.config.max_labels_per_step)
 
     @property
     def has_labels(self) -> bool:

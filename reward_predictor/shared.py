@@ -35,6 +35,7 @@ class SharedWeights:
         # Training progress beside the weights (each has one writer, so no lock): see PredictorPace.
         self._labels_trained = ctx.Value("q", 0, lock=False)  # written by the trainer
         self._consumer_waiting = ctx.Value("b", 0, lock=False)  # written by the consumer
+        self._agent_steps = ctx.Value("q", 0, lock=False)  # written by the consumer
         self._lock = ctx.Lock()
         self._seen = 0  # version this handle last pulled
         self._block: shared_memory.SharedMemory | None = None
@@ -58,6 +59,15 @@ class SharedWeights:
     @labels_trained.setter
     def labels_trained(self, n: int) -> None:
         self._labels_trained.value = n
+
+    @property
+    def agent_steps(self) -> int:
+        """The consumer's agent steps since it started, as of its latest rollout."""
+        return int(self._agent_steps.value)
+
+    @agent_steps.setter
+    def agent_steps(self, n: int) -> None:
+        self._agent_steps.value = n
 
     @property
     def consumer_waiting(self) -> bool:

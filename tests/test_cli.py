@@ -60,6 +60,8 @@ def test_original_rewards_smoke_run_writes_the_run_directory(tmp_path):
     ["train_policy_with_preferences", "MovingDot-v0", "--reward_predictor_device", "cuda:99"],
     ["train_policy_with_original_rewards", "MovingDot-v0", "--device", "cuda:99"],
     ["train_policy_with_preferences", "MovingDot-v0", "--min_predictor_labels_per_step", "-1"],
+    ["train_policy_with_preferences", "MovingDot-v0", "--min_predictor_labels_per_step", "0.2",
+     "--max_predictor_labels_per_step", "0.1"],
     ["train_policy_with_preferences", "MovingDot-v0", "--max_pairs_per_clip", "-1"],
     ["train_policy_with_original_rewards"],
     ["train_policy_with_original_rewards", "MovingDot-v0", "--lr", "nan"],

@@ -8,6 +8,7 @@ import multiprocessing as mp
 import os
 import queue
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -801,6 +802,37 @@ def test_a2c_waits_for_the_trainer_and_the_trainer_stops_resting_for_it(tmp_path
         assert PredictorPace(shared).wait(10**9, stop) == 0.0  # no floor: never waits
     finally:
         give_up.cancel()
+        stop.set()
+        worker.join(timeout=30)
+
+
+def test_with_a_ceiling_the_trainer_trains_only_as_far_as_the_agent_has_stepped(tmp_path):
+    """--max_predictor_labels_per_step: the trainer, free to train (duty 1), rests while each
+    member has trained on that many labels per agent step, and trains on as the agent steps."""
+    rng = np.random.default_rng(8)
+    ctx = mp.get_context("spawn")
+    config = TrainerConfig(env_kind="moving_dot", n_members=1, batch_size=16, duty=1.0,
+                           validate_every_steps=1000, max_labels_per_step=0.1)
+    shared = SharedWeights(ctx)
+    stats, stop = TrainerStats.create(ctx), threading.Event()
+    prefs: queue.Queue = queue.Queue()
+    for _ in range(20):
+        prefs.put(moving_dot_pref(rng, is_validation=False))
+    worker = threading.Thread(target=run_predictor_trainer, args=(config,), kwargs=dict(
+        pref_queue=prefs, shared_weights=shared, stop_event=stop, stats=stats,
+        log_dir=str(tmp_path)))
+    worker.start()
+    try:
+        pace = PredictorPace(shared)  # no floor: the agent never waits
+        for steps, allowed in ((0, 0), (800, 80), (4_800, 480)):
+            pace.wait(steps, stop)  # the agent reports its steps before each rollout
+            deadline = time.monotonic() + 60.0
+            while shared.labels_trained < allowed and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.0)  # at duty 1 it would train hundreds of steps more in this time
+            # up to the ceiling, and by at most the one step that crossed it
+            assert allowed <= shared.labels_trained < allowed + 16, (steps, shared.labels_trained)
+    finally:
         stop.set()
         worker.join(timeout=30)
 
