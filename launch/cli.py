@@ -162,10 +162,6 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
     if s.min_predictor_labels_per_step < 0 or s.max_predictor_labels_per_step < 0:
         raise UsageError("--min_predictor_labels_per_step and --max_predictor_labels_per_step "
                          "must not be negative")
-    if 0 < s.max_predictor_labels_per_step < s.min_predictor_labels_per_step:
-        raise UsageError("--max_predictor_labels_per_step must not be below "
-                         "--min_predictor_labels_per_step (A2C and the trainer would wait for "
-                         "each other)")
     if not 0.0 < s.reward_predictor_duty <= 1.0:
         raise UsageError("--reward_predictor_duty must be in (0, 1]")
     if s.anneal_every_frames <= 0:

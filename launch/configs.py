@@ -56,14 +56,21 @@ def trainer_config(run: Run, load_from: str | None, save: bool = True):
         reward_std=s.reward_std, label_noise=s.label_noise, adaptive_l2=s.adaptive_l2,
         implied_pairs=s.implied_pairs, loss=s.predictor_loss,
         duty=s.reward_predictor_duty, seed=s.seed, device=run.predictor_device,
-        max_labels_per_step=labels_per_member(s.max_predictor_labels_per_step,
-                                              s.predictor_pace_unit, s.ensemble_size),
+        max_labels_per_step=labels_per_member(ceiling_of_pace(s), s.predictor_pace_unit,
+                                              s.ensemble_size),
         keep_freed_memory=s.reward_predictor_keep_freed_memory,
         # While A2C waits for the predictor (--min_predictor_labels_per_step) or has not started
         # (pretraining) its threads are idle; more threads than cores would slow every step.
         threads_while_agent_idle=min(s.reward_predictor_threads + s.torch_threads, usable_cores()),
         # MovingDot's small net reads sub-pixel dot positions: bf16's 8-bit mantissa blurs them.
         precision=s.precision if run.env_kind == "atari" else "fp32")
+
+
+def ceiling_of_pace(s: Any) -> float:
+    """--max_predictor_labels_per_step, never below the floor (or A2C and the trainer would wait
+    for each other); 0: none."""
+    ceiling = s.max_predictor_labels_per_step
+    return max(ceiling, s.min_predictor_labels_per_step) if ceiling > 0 else 0.0
 
 
 def trainer_environ(config) -> dict[str, str]:

@@ -13,6 +13,10 @@ _MOVING_DOT = {
     # The 500 initial labels' clips from every env: 13k agent steps instead of 200k, and the three
     # seeds tried ended as high (docs/experiments.md, "Gathering from every env").
     "gather_clips": "every_env",
+    # A ceiling on the predictor's training per agent step, so that it does not depend on the
+    # processor: at 0.12 (a fast predictor, no ceiling) the level held less often than at 0.04-0.06
+    # (docs/experiments.md, "The predictor's pace after its speed-up").
+    "max_predictor_labels_per_step": 0.06,
 }
 # App. A.2's predictor (dropout 0.5, batch norm), labels annealed over the run (App. A), the
 # predictor trained on about one label per 10 agent steps (App. A); 20 pretraining epochs, not

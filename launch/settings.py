@@ -197,8 +197,8 @@ class Settings:
         "about 0.1, App. A; 0: A2C never waits)")
     max_predictor_labels_per_step: float = setting(
         0.0, "predictor", "a ceiling on predictor training: the trainer rests while each member "
-        "has trained on more labels than this per agent step (0: none); with the floor at the "
-        "same value the pace no longer depends on the machine")
+        "has trained on more labels than this per agent step (0: none; never below the floor); "
+        "with the floor at the same value the pace no longer depends on the machine")
     predictor_pace_unit: str = setting(
         "member", "predictor", "what --min_predictor_labels_per_step counts: the labels each "
         "member trains on, or those of all members together (App. A.2 says \"the predictor\" "

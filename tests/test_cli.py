@@ -60,8 +60,7 @@ def test_original_rewards_smoke_run_writes_the_run_directory(tmp_path):
     ["train_policy_with_preferences", "MovingDot-v0", "--reward_predictor_device", "cuda:99"],
     ["train_policy_with_original_rewards", "MovingDot-v0", "--device", "cuda:99"],
     ["train_policy_with_preferences", "MovingDot-v0", "--min_predictor_labels_per_step", "-1"],
-    ["train_policy_with_preferences", "MovingDot-v0", "--min_predictor_labels_per_step", "0.2",
-     "--max_predictor_labels_per_step", "0.1"],
+    ["train_policy_with_preferences", "MovingDot-v0", "--max_predictor_labels_per_step", "-1"],
     ["train_policy_with_preferences", "MovingDot-v0", "--max_pairs_per_clip", "-1"],
     ["train_policy_with_original_rewards"],
     ["train_policy_with_original_rewards", "MovingDot-v0", "--lr", "nan"],
@@ -302,6 +301,23 @@ def test_an_environments_settings_apply_unless_a_flag_is_given(tmp_path):
     assert not pong.batchnorm
     other = parsed("train_policy_with_preferences", "BreakoutNoFrameskip-v4")
     assert other.n_initial_prefs == 500 and other.dropout == 0.0  # the paper's defaults
+
+
+def test_the_pace_has_a_ceiling_never_below_its_floor(tmp_path):
+    """MovingDot's predictor has a ceiling; a floor given above it raises it (A2C and the trainer
+    would otherwise wait for each other); Pong's has none."""
+    from launch import cli
+    from launch.configs import ceiling_of_pace
+
+    def parsed(*argv: str):
+        return cli.parse_args([*argv, "--log_dir", str(tmp_path / "never")]).settings
+
+    dot = parsed("train_policy_with_preferences", "MovingDotNoFrameskip-v0")
+    assert ceiling_of_pace(dot) == dot.max_predictor_labels_per_step > 0
+    dot = parsed("train_policy_with_preferences", "MovingDotNoFrameskip-v0",
+                 "--min_predictor_labels_per_step", "0.5")
+    assert ceiling_of_pace(dot) == 0.5
+    assert ceiling_of_pace(parsed("train_policy_with_preferences", "PongNoFrameskip-v4")) == 0.0
 
 
 def test_the_status_line_shows_a_dash_before_the_first_episode_ends():
