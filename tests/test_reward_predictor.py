@@ -772,23 +772,30 @@ def test_pretraining_may_take_the_threads_a2c_is_not_using_yet(tmp_path, monkeyp
     assert offered == [(1, 2)] and stats.epoch.value == 1
 
 
-def test_a2c_waits_for_the_trainer_and_the_trainer_stops_resting_for_it(tmp_path):
-    """--min_predictor_labels_per_step: the pace blocks until the trainer has trained on enough
-    labels. The trainer's duty would rest it ~2,000x its step time (minutes here); a waiting A2C
-    wakes it, so the wait ends within the test's time limit only if resting stops."""
+def trainer_on_a_thread(tmp_path, **config) -> tuple[SharedWeights, threading.Event,
+                                                     threading.Thread]:
+    """A MovingDot trainer (one member, batches of 16) on 20 training labels, started on a
+    thread as its process would run: its shared weights, its stop event and the thread."""
     rng = np.random.default_rng(8)
     ctx = mp.get_context("spawn")
-    config = TrainerConfig(env_kind="moving_dot", n_members=1, batch_size=16, duty=5e-4,
-                           validate_every_steps=1000, threads_while_agent_idle=1)
     shared = SharedWeights(ctx)
     stats, stop = TrainerStats.create(ctx), threading.Event()
     prefs: queue.Queue = queue.Queue()
     for _ in range(20):
         prefs.put(moving_dot_pref(rng, is_validation=False))
-    worker = threading.Thread(target=run_predictor_trainer, args=(config,), kwargs=dict(
-        pref_queue=prefs, shared_weights=shared, stop_event=stop, stats=stats,
-        log_dir=str(tmp_path)))
+    worker = threading.Thread(target=run_predictor_trainer, args=(TrainerConfig(
+        env_kind="moving_dot", n_members=1, batch_size=16, validate_every_steps=1000, **config),),
+        kwargs=dict(pref_queue=prefs, shared_weights=shared, stop_event=stop, stats=stats,
+                    log_dir=str(tmp_path)))
     worker.start()
+    return shared, stop, worker
+
+
+def test_a2c_waits_for_the_trainer_and_the_trainer_stops_resting_for_it(tmp_path):
+    """--min_predictor_labels_per_step: the pace blocks until the trainer has trained on enough
+    labels. The trainer's duty would rest it ~2,000x its step time (minutes here); a waiting A2C
+    wakes it, so the wait ends within the test's time limit only if resting stops."""
+    shared, stop, worker = trainer_on_a_thread(tmp_path, duty=5e-4, threads_while_agent_idle=1)
     give_up = threading.Timer(120.0, stop.set)  # a resting trainer would hold the wait for hours
     give_up.start()
     try:
@@ -809,19 +816,7 @@ def test_a2c_waits_for_the_trainer_and_the_trainer_stops_resting_for_it(tmp_path
 def test_with_a_ceiling_the_trainer_trains_only_as_far_as_the_agent_has_stepped(tmp_path):
     """--max_predictor_labels_per_step: the trainer, free to train (duty 1), rests while each
     member has trained on that many labels per agent step, and trains on as the agent steps."""
-    rng = np.random.default_rng(8)
-    ctx = mp.get_context("spawn")
-    config = TrainerConfig(env_kind="moving_dot", n_members=1, batch_size=16, duty=1.0,
-                           validate_every_steps=1000, max_labels_per_step=0.1)
-    shared = SharedWeights(ctx)
-    stats, stop = TrainerStats.create(ctx), threading.Event()
-    prefs: queue.Queue = queue.Queue()
-    for _ in range(20):
-        prefs.put(moving_dot_pref(rng, is_validation=False))
-    worker = threading.Thread(target=run_predictor_trainer, args=(config,), kwargs=dict(
-        pref_queue=prefs, shared_weights=shared, stop_event=stop, stats=stats,
-        log_dir=str(tmp_path)))
-    worker.start()
+    shared, stop, worker = trainer_on_a_thread(tmp_path, duty=1.0, max_labels_per_step=0.1)
     try:
         pace = PredictorPace(shared)  # no floor: the agent never waits
         for steps, allowed in ((0, 0), (800, 80), (4_800, 480)):
