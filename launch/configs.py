@@ -5,7 +5,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from launch.rundir import PREDICTOR_FILE
-from reward_predictor.pace import labels_per_member
+from reward_predictor.pace import ceiling_of_pace, labels_per_member
 from runtime.machine import usable_cores
 
 if TYPE_CHECKING:
@@ -64,13 +64,6 @@ def trainer_config(run: Run, load_from: str | None, save: bool = True):
         threads_while_agent_idle=min(s.reward_predictor_threads + s.torch_threads, usable_cores()),
         # MovingDot's small net reads sub-pixel dot positions: bf16's 8-bit mantissa blurs them.
         precision=s.precision if run.env_kind == "atari" else "fp32")
-
-
-def ceiling_of_pace(s: Any) -> float:
-    """--max_predictor_labels_per_step, never below the floor (or A2C and the trainer would wait
-    for each other); 0: none."""
-    ceiling = s.max_predictor_labels_per_step
-    return max(ceiling, s.min_predictor_labels_per_step) if ceiling > 0 else 0.0
 
 
 def trainer_environ(config) -> dict[str, str]:

@@ -34,6 +34,13 @@ def labels_per_member(labels_per_step: float, unit: str, n_members: int) -> floa
     raise ValueError(f"pace unit {unit!r} is neither 'member' nor 'ensemble'")
 
 
+def ceiling_of_pace(settings: Any) -> float:
+    """--max_predictor_labels_per_step, never below --min_predictor_labels_per_step (or A2C and
+    the trainer would wait for each other); 0: none."""
+    ceiling = settings.max_predictor_labels_per_step
+    return max(ceiling, settings.min_predictor_labels_per_step) if ceiling > 0 else 0.0
+
+
 class PredictorPace:
     """Built in the A2C process from the shared-weights handle; both counts start when the
     processes (re)start, so a resumed run keeps the pace from where it resumed."""

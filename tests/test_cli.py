@@ -307,7 +307,7 @@ def test_the_pace_has_a_ceiling_never_below_its_floor(tmp_path):
     """MovingDot's predictor has a ceiling; a floor given above it raises it (A2C and the trainer
     would otherwise wait for each other); Pong's has none."""
     from launch import cli
-    from launch.configs import ceiling_of_pace
+    from reward_predictor.pace import ceiling_of_pace
 
     def parsed(*argv: str):
         return cli.parse_args([*argv, "--log_dir", str(tmp_path / "never")]).settings
