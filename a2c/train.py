@@ -53,12 +53,14 @@ class A2CAgent:
                                 num_threads=config.env_threads)
         # On its device before the optimiser exists, so that loaded optimiser state follows it.
         self.policy = make_policy(env_kind(config.env_id), self.env.num_actions).to(config.device)
-        self.algo = A2C(self.policy, c)
+        # No optimiser while only acting: making one imports torch._dynamo (about 1.5 s).
+        self.algo = A2C(self.policy, c) if config.learn else None
         self.timesteps = self.updates = 0
         if config.load_ckpt_dir:
             state = load_policy(config.load_ckpt_dir)
             load_weights_into(self.policy, state["policy"], config.load_ckpt_dir)
-            load_state_keeping_settings(self.algo.optimizer, state["optimizer"])
+            if self.algo is not None:
+                load_state_keeping_settings(self.algo.optimizer, state["optimizer"])
             self.timesteps, self.updates = state["timesteps"], state["updates"]
         self.reward_fn = make_reward_fn() if make_reward_fn else None
         self.pace = make_pace() if make_pace else None

@@ -46,7 +46,7 @@ def test_every_mode_runs_and_hands_its_results_to_the_next(tmp_path):
     train = tmp_path / "train"
     r = run("train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
             "--load_prefs_dir", str(gather), "--load_reward_predictor_ckpt_dir", str(pretrain),
-            "--million_timesteps", "0.006", "--min_predictor_labels_per_step", "0.5",
+            "--million_timesteps", "0.003", "--min_predictor_labels_per_step", "0.5",
             # a trainer resting 99% of the time makes A2C reach the floor and wait for it; no
             # ceiling (MovingDot's, raised to the floor, would hold the trainer to it exactly)
             "--reward_predictor_duty", "0.01", "--max_predictor_labels_per_step", "0",
@@ -69,7 +69,7 @@ def test_every_mode_runs_and_hands_its_results_to_the_next(tmp_path):
 
     frozen = tmp_path / "frozen"
     r = run("train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--frozen_reward_predictor",
-            "--load_reward_predictor_ckpt_dir", str(pretrain), "--million_timesteps", "0.005",
+            "--load_reward_predictor_ckpt_dir", str(pretrain), "--million_timesteps", "0.001",
             "--log_dir", str(frozen), *TINY)
     assert r.returncode == 0, r.stderr
     assert list((frozen / "policy").glob("policy-*.pt"))
@@ -79,19 +79,19 @@ def test_every_mode_runs_and_hands_its_results_to_the_next(tmp_path):
 def test_resume_continues_from_the_last_checkpoint(tmp_path):
     d = tmp_path / "run"
     r = run("train_policy_with_original_rewards", "MovingDotNoFrameskip-v0",
-            "--million_timesteps", "0.004", "--n_envs", "4", "--log_dir", str(d))
+            "--million_timesteps", "0.002", "--n_envs", "4", "--log_dir", str(d))
     assert r.returncode == 0, r.stderr
     first = json.loads((d / "settings.json").read_text())
     for newer in ("device", "reward_predictor_device"):  # as a run saved before these flags
         del first[newer]
     (d / "settings.json").write_text(json.dumps(first))
-    r = run("--resume", str(d), "--million_timesteps", "0.008", "--ent_coef", "0.02")
+    r = run("--resume", str(d), "--million_timesteps", "0.004", "--ent_coef", "0.02")
     assert r.returncode == 0, r.stderr
     newest = sorted((d / "policy").glob("policy-*.pt"))[-1]
-    assert torch.load(newest, weights_only=True)["timesteps"] == 8000
+    assert torch.load(newest, weights_only=True)["timesteps"] == 4000
     # The log's first line counts from the checkpoint, not from 0 (no rate over a false jump).
     assert next(line for line in (r.stdout + r.stderr).splitlines()
-                if line.startswith("agent steps")).startswith("agent steps 4,000/8,000"), r.stderr
+                if line.startswith("agent steps")).startswith("agent steps 2,000/4,000"), r.stderr
     assert len((d / "command.txt").read_text().splitlines()) == 2
     starts = [line.split("\t") for line in (d / "machines.txt").read_text().splitlines()]
     assert len(starts) == 2 and all(len(s) == 3 and s[2] == "policy on cpu, predictor on cpu"
@@ -99,7 +99,7 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
     # The flags given on resuming are the run's settings from now on (a later --resume keeps them);
     # settings newer than the run are written with the defaults it ran with.
     assert json.loads((d / "settings.json").read_text()) == {
-        **first, "million_timesteps": 0.008, "ent_coef": 0.02, "device": "cpu",
+        **first, "million_timesteps": 0.004, "ent_coef": 0.02, "device": "cpu",
         "reward_predictor_device": "cpu"}
 
 
@@ -166,7 +166,7 @@ def test_a_preference_run_resumes_without_gathering_or_pretraining_again(tmp_pat
     d = tmp_path / "run"
     # from nothing, with the paper's options that are not the defaults
     r = run("train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
-            "--n_initial_prefs", "30", "--n_initial_epochs", "2", "--million_timesteps", "0.006",
+            "--n_initial_prefs", "30", "--n_initial_epochs", "2", "--million_timesteps", "0.004",
             "--query_selection", "disagreement", "--adaptive_l2", "--label_schedule", "constant",
             "--max_labels", "60", "--teacher", "mistake:eps=0.1", "--log_dir", str(d), *TINY)
     assert r.returncode == 0, r.stderr
@@ -184,11 +184,11 @@ def test_a_preference_run_resumes_without_gathering_or_pretraining_again(tmp_pat
     assert (d / "command.txt").read_text() == commands
     r = run("--resume", str(d), "--log_dir", str(tmp_path / "elsewhere"))
     assert r.returncode == 2 and "apply to a new run only" in r.stderr, r.stderr
-    r = run("--resume", str(d), "--million_timesteps", "0.009", "--max_labels", "90")
+    r = run("--resume", str(d), "--million_timesteps", "0.006", "--max_labels", "90")
     assert r.returncode == 0, r.stderr
     assert "gathering" not in r.stderr and "pretraining" not in r.stderr
     newest = sorted((d / "policy").glob("policy-*.pt"))[-1]
-    assert torch.load(newest, weights_only=True)["timesteps"] == 9000
+    assert torch.load(newest, weights_only=True)["timesteps"] == 6000
     assert n_labels < labels(d) <= 90  # the same store goes on growing, to the new budget
     assert torch.load(d / "reward_predictor" / "reward_predictor.pt",
                       weights_only=True)["steps"] > predictor_steps
