@@ -178,7 +178,8 @@ class RewardPredictorEnsemble(nn.Module):
         self.normalisers = nn.ModuleList(
             RunningNormaliser(reward_std, EVAL_NORMALISER_MEMORY if differ else NORMALISER_MEMORY)
             for differ in self._eval_normalised)
-        self.optimizers = [torch.optim.Adam(m.parameters(), lr=lr) for m in self.members]
+        self.lr = lr
+        self._optimizers: list[torch.optim.Optimizer] | None = None  # made at first use
         self.l2 = [float(l2)] * n_members  # per member: adaptive L2 adjusts each one separately
         self.noise = noise
         self.bf16 = False  # set by the owner (see `_autocast`)
@@ -189,6 +190,14 @@ class RewardPredictorEnsemble(nn.Module):
     @property
     def n_members(self) -> int:
         return len(self.members)
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """One Adam per member, made at first use: an ensemble that only predicts (A2C's r̂, a
+        frozen reward, a checkpoint check) never imports what Adam imports (torch._dynamo, ~2 s)."""
+        if self._optimizers is None:
+            self._optimizers = [torch.optim.Adam(m.parameters(), lr=self.lr) for m in self.members]
+        return self._optimizers
 
     @property
     def device(self) -> torch.device:

@@ -41,7 +41,7 @@ def load_ensemble(config: TrainerConfig, ckpt_path: str) -> RewardPredictorEnsem
     from reward_predictor.trainer import RewardPredictorTrainer
 
     ensemble = build_ensemble(config)
-    RewardPredictorTrainer(ensemble).load(ckpt_path)
+    RewardPredictorTrainer(ensemble).load(ckpt_path, optimizers=False)
     return ensemble
 
 

@@ -29,6 +29,14 @@ class CheckpointError(Exception):
     """A reward-predictor checkpoint is missing, unreadable or does not fit the ensemble."""
 
 
+def _optimizer_state_fits(saved: object, net: torch.nn.Module) -> bool:
+    """Whether `saved` is an optimiser state for as many parameters as `net` has (what torch's
+    load_state_dict checks), so a checkpoint can be checked without making an optimiser."""
+    groups = saved.get("param_groups") if isinstance(saved, dict) else None
+    return (isinstance(groups, list) and "state" in saved
+            and sum(len(g.get("params", ())) for g in groups) == len(list(net.parameters())))
+
+
 @dataclass(frozen=True)
 class _HeldLabel:
     """A label as the trainer holds it: its clips are keys into the trainer's ClipPool."""
@@ -322,8 +330,10 @@ class RewardPredictorTrainer:
         torch.save(self.state_dict(), tmp)
         os.replace(tmp, path)
 
-    def load(self, path: str) -> None:
-        """Restore a checkpoint written by `save`; raises CheckpointError with a one-line reason."""
+    def load(self, path: str, optimizers: bool = True) -> None:
+        """Restore a checkpoint written by `save`; raises CheckpointError with a one-line reason.
+        With `optimizers=False` the optimiser states are checked but not restored (an ensemble
+        that is only used, never trained, then makes no optimiser)."""
         if not os.path.isfile(path):
             raise CheckpointError(f"reward predictor checkpoint not found: {path}")
         try:
@@ -343,10 +353,16 @@ class RewardPredictorTrainer:
         if wrong:
             raise CheckpointError(f"checkpoint {path} does not fit this reward predictor "
                                   f"(e.g. {wrong[0]}): another env kind, batchnorm setting or format?")
+        opt_states = state.get("optimizers")
+        if not (isinstance(opt_states, list) and len(opt_states) == self.ensemble.n_members
+                and all(map(_optimizer_state_fits, opt_states, self.ensemble.members))):
+            raise CheckpointError(f"checkpoint {path} does not fit this reward predictor: "
+                                  f"its optimiser states are missing or for other nets")
         try:
             self.ensemble.load_state_dict(state["model"])
-            for opt, opt_state in zip(self.ensemble.optimizers, state["optimizers"]):
-                opt.load_state_dict(opt_state)
+            if optimizers:
+                for opt, opt_state in zip(self.ensemble.optimizers, opt_states):
+                    opt.load_state_dict(opt_state)
         except (RuntimeError, KeyError, ValueError) as e:
             reason = str(e).strip().splitlines()[0]
             raise CheckpointError(f"checkpoint {path} does not fit this reward predictor: {reason}") from e

@@ -692,6 +692,32 @@ def test_missing_or_corrupt_checkpoint_raises_checkpoint_error(tmp_path):
     assert all(torch.equal(v, trainer.ensemble.state_dict()[k]) for k, v in before.items())
 
 
+def test_a_predictor_only_used_makes_no_optimiser_but_its_checkpoint_is_still_checked(tmp_path):
+    rng = np.random.default_rng(7)
+    trainer = _atari_trainer(0)
+    for _ in range(4):
+        trainer.add(random_pref(rng, t=5))
+    trainer.train_steps(1)
+    path = str(tmp_path / "ckpt.pt")
+    trainer.save(path)
+    used = _atari_trainer(1)
+    used.load(path, optimizers=False)
+    assert used.ensemble._optimizers is None and used.steps == 1
+    obs = rng.integers(0, 256, (3, 4, 84, 84), dtype=np.uint8)
+    np.testing.assert_array_equal(trainer.ensemble.reward(obs, np.zeros(3, np.int64)),
+                                  used.ensemble.reward(obs, np.zeros(3, np.int64)))
+    # Optimiser states for other nets are refused either way, before any weight is copied.
+    state = torch.load(path, weights_only=True)
+    state["optimizers"][1]["param_groups"][0]["params"].pop()
+    torch.save(state, tmp_path / "odd.pt")
+    for optimizers in (False, True):
+        fresh = _atari_trainer(2)
+        before = {k: v.clone() for k, v in fresh.ensemble.state_dict().items()}
+        with pytest.raises(CheckpointError, match="optimiser states"):
+            fresh.load(str(tmp_path / "odd.pt"), optimizers=optimizers)
+        assert all(torch.equal(v, fresh.ensemble.state_dict()[k]) for k, v in before.items())
+
+
 # ---- the trainer process ----------------------------------------------------------------------
 class _InterruptAfter:
     """A stop event that raises KeyboardInterrupt (as Ctrl-C would) once labels have arrived."""
@@ -1026,7 +1052,7 @@ def test_plain_bradley_terry_without_noise_changes_the_gradients():
 
     def grad(noise: float) -> float:
         ens = RewardPredictorEnsemble(CornerNet, n_members=1, noise=noise)
-        ens.optimizers = [torch.optim.SGD(ens.members[0].parameters(), lr=1.0)]
+        ens._optimizers = [torch.optim.SGD(ens.members[0].parameters(), lr=1.0)]
         loss = ens.train_step([[pref]])["loss"]
         assert math.isfinite(loss)
         return 1.0 - float(ens.members[0].w.detach())  # SGD with lr 1: the step is the gradient
