@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probe_envs", type=int, default=8)
     p.add_argument("--runs_dir", type=Path, default=ROOT / "runs" / "label_efficiency")
     p.add_argument("--extra", default="", help="more run.py flags for every run, quoted")
-    p.add_argument("--plot", help="a figure of the table (e.g. docs/label_efficiency.png)")
+    p.add_argument("--plot", help="a figure of the table (e.g. docs/label_efficiency_pong.png)")
     a = p.parse_args(argv)
     if min(a.labels) < 2:
         p.error("--labels must be at least 2")
