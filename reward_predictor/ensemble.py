@@ -194,7 +194,8 @@ class RewardPredictorEnsemble(nn.Module):
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """One Adam per member, made at first use: an ensemble that only predicts (A2C's r̂, a
-        frozen reward, a checkpoint check) never imports what Adam imports (torch._dynamo, about 1.5 s)."""
+        frozen reward, a checkpoint check) never imports what Adam imports (torch._dynamo,
+        about 1.5 s)."""
         if self._optimizers is None:
             self._optimizers = [torch.optim.Adam(m.parameters(), lr=self.lr) for m in self.members]
         return self._optimizers
