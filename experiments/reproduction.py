@@ -8,8 +8,8 @@ from preferences and from the true reward on the same axes, and a table row per 
 A row gives the run's seed, agent steps, labels, hours of training (stops not counted), the
 processors it ran on and how often it was resumed (`machines.txt` and `command.txt` of the run
 directory), when the mean of `--window` episodes first reached `--level`, its lowest mean of
-`--window` episodes after that (a level held, or touched and lost), its best mean of `--window`
-episodes and its final one; a run started with flags that others of its kind were not
+`--window` episodes after that and the mean of every episode after it (a level held, or touched
+and lost), its best mean of `--window` episodes and its final one; a run started with flags that others of its kind were not
 (`--lr_zero_million_timesteps 6`, say) is named by them, in the row and in the legend, and two
 runs of one command and seed by their names (a run started again on another machine). A run is
 given by its directory or by the record of it kept in the repository
@@ -38,7 +38,7 @@ from runtime.outputs import prepare_output  # noqa: E402
 
 KINDS = {"prefs": ("from preferences", "tab:blue"), "true": ("true reward", "tab:orange")}
 LINESTYLES = ("-", "--", ":", "-.")
-LEVEL_COLUMNS = slice(7, 9)  # reaching the level, the lowest after: none where a game has no level
+LEVEL_COLUMNS = slice(7, 10)  # reaching the level and after it: none where a game has no level
 
 
 @dataclass
@@ -53,6 +53,7 @@ class RunRow:
     starts: int  # 1 + times resumed (0: not recorded)
     reached: tuple[float, float | None] | None  # (agent steps, labels) when the level was reached
     lowest: tuple[float, float] | None  # (mean of the window, agent steps) lowest after reaching it
+    after: float | None  # the mean return of every episode from reaching the level to the end
     best: tuple[float, float] | None  # (mean of the window, agent steps at its end)
     final: float | None
     flags: str = ""  # the start flags that set it apart from the other runs of its kind
@@ -73,6 +74,7 @@ class RunRow:
                                                     else f", {self.reached[1]:,.0f} labels"),
                  "-" if self.lowest is None
                  else f"{self.lowest[0]:+.1f} at {self.lowest[1] / 1e6:.2f}M",
+                 "-" if self.after is None else f"{self.after:+.1f}",
                  "-" if self.best is None else f"{self.best[0]:+.1f} at {self.best[1] / 1e6:.2f}M",
                  "-" if self.final is None else f"{self.final:+.1f}"]
         if not with_level:
@@ -82,7 +84,8 @@ class RunRow:
 
 def table_head(window: int, level: float | None) -> str:
     names = ["run", "seed", "agent steps", "labels", "training", "machine", "resumed",
-             "mean of {w} first ≥ {level}", "lowest mean of {w} after", "best mean of {w}",
+             "mean of {w} first ≥ {level}", "lowest mean of {w} after",
+             "mean of every episode after", "best mean of {w}",
              "final mean of {w}"]
     if level is None:
         del names[LEVEL_COLUMNS]
@@ -99,15 +102,16 @@ def read_run(kind: str, path: Path, level: float | None, window: int,
         raise ValueError(f"{path} is a run of {rec.env_id}, not {game}")
     steps, values = rec.episode_steps, rec.episode_returns
     hit = first_reached(values, level, window) if level is not None else None
-    lowest = None
+    lowest = after = None
     if hit is not None:  # the lowest trailing mean from the one that first reached the level on
         means = smooth(values, window)
         low = hit + int(np.argmin(means[hit:]))
         lowest = (float(means[low]), float(steps[low]))
+        after = float(values[hit + 1:].mean()) if hit + 1 < len(values) else None
     return RunRow(kind, rec, rec.seed, rec.agent_steps, rec.labels, rec.training_s / 3600,
                   rec.processors, len(rec.commands),
                   None if hit is None else (float(steps[hit]), rec.labels_at(steps[hit])),
-                  lowest,
+                  lowest, after,
                   best_window(steps, values, window),
                   float(values[-window:].mean()) if len(values) >= window else None)
 
