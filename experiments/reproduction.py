@@ -9,10 +9,10 @@ A row gives the run's seed, agent steps, labels, hours of training (stops not co
 processors it ran on and how often it was resumed (`machines.txt` and `command.txt` of the run
 directory), when the mean of `--window` episodes first reached `--level`, its lowest mean of
 `--window` episodes after that and the mean of every episode after it (a level held, or touched
-and lost), its best mean of `--window` episodes and its final one; a run started with flags that others of its kind were not
-(`--lr_zero_million_timesteps 6`, say) is named by them, in the row and in the legend, and two
-runs of one command and seed by their names (a run started again on another machine). A run is
-given by its directory or by the record of it kept in the repository
+and lost), its best mean of `--window` episodes and its final one; a run started with flags
+that others of its kind were not (`--lr_zero_million_timesteps 6`, say) is named by them, in the
+row and in the legend, and two runs of one command and seed by their names (a run started again
+on another machine). A run is given by its directory or by the record of it kept in the repository
 (`docs/run_records/NAME.json`, written by `--save_records docs/run_records`: see
 `experiments.runrecord`). The policies themselves are scored by `experiments.evaluate` (greedy
 and sampled play of the best and the final checkpoints).
