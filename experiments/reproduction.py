@@ -14,7 +14,8 @@ that others of its kind were not (`--lr_zero_million_timesteps 6`, say) is named
 row and in the legend, and two runs of one command and seed by their names (a run started again
 on another machine). A run is given by its directory or by the record of it kept in the repository
 (`docs/run_records/NAME.json`, written by `--save_records docs/run_records`: see
-`experiments.runrecord`). The policies themselves are scored by `experiments.evaluate` (greedy
+`experiments.runrecord`). With `--every STEPS`, a second table gives each run's mean return and
+share of episodes lost per STEPS agent steps. The policies themselves are scored by `experiments.evaluate` (greedy
 and sampled play of the best and the final checkpoints).
 """
 from __future__ import annotations
@@ -91,6 +92,23 @@ def table_head(window: int, level: float | None) -> str:
         del names[LEVEL_COLUMNS]
     names = [n.format(w=window, level=f"{level:g}" if level is not None else "") for n in names]
     return "| " + " | ".join(names) + " |\n|" + "---|" * len(names)
+
+
+def stretch_table(rows: list[RunRow], every: float) -> str:
+    """Each run's mean return and share of episodes lost (below 0) per `every` agent steps, the
+    runs side by side: how the level was kept, stretch by stretch."""
+    ends = np.arange(every, max(row.steps for row in rows) + every, every)
+    head = ["run", "seed"] + [f"{(end - every) / 1e6:g}–{end / 1e6:g}M" for end in ends]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        steps, values = row.record.episode_steps, row.record.episode_returns
+        cells = []
+        for end in ends:
+            held = values[(steps > end - every) & (steps <= end)]
+            cells.append(f"{held.mean():+.1f}, {(held < 0).mean():.0%} lost" if len(held) else "-")
+        lines.append("| " + " | ".join([row.title, "-" if row.seed is None else str(row.seed),
+                                         *cells]) + " |")
+    return "\n".join(lines)
 
 
 def read_run(kind: str, path: Path, level: float | None, window: int,
@@ -175,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--level", type=float, default=None, help="the milestone's level, if any")
     p.add_argument("--window", type=int, default=10, help="episodes averaged (default 10)")
     p.add_argument("--out", default=None, help="the figure (default: no figure)")
+    p.add_argument("--every", type=float, default=None, metavar="STEPS",
+                   help="also a table of each run's mean return and share of episodes lost "
+                        "per STEPS agent steps (e.g. 500000)")
     p.add_argument("--save_records", type=Path, default=None, metavar="DIR",
                    help="write each run directory's record to DIR/NAME.json (for the repository: "
                         "the table and the figure can be made again from the records alone)")
@@ -186,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.window < 1 or (a.level is not None and not math.isfinite(a.level)):
             raise ValueError("--window must be at least 1 and --level a finite number")
+        if a.every is not None and not (math.isfinite(a.every) and a.every >= 1):
+            raise ValueError("--every must be a number of agent steps, at least 1")
         if a.out:
             if Path(a.out).suffix.lower() not in (".png", ".svg", ".pdf"):
                 raise ValueError(f"--out: {a.out} is not a .png, .svg or .pdf file")
@@ -209,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table_head(a.window, a.level))
     for row in rows:
         print(row.markdown(with_level=a.level is not None))
+    if a.every:
+        print()
+        print(stretch_table(rows, a.every))
     if a.out:
         plot(rows, a.game, a.out, a.window, a.level)
     return 0

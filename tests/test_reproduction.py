@@ -60,6 +60,20 @@ def test_a_row_per_run_and_one_figure_of_every_seed(tmp_path, capsys, monkeypatc
     assert true[7:10] == ["not yet", "-", "-"] and true[11] == "-20.5" and out.stat().st_size > 0
 
 
+def test_every_stretch_of_agent_steps_gives_each_runs_mean_and_episodes_lost(tmp_path, capsys,
+                                                                              monkeypatch):
+    fake_run(tmp_path / "p1", 1, [-21, -20, 19, 20, 17, 15], starts=1, monkeypatch=monkeypatch)
+    fake_run(tmp_path / "t0", 0, [-21, -21, -20], starts=1, monkeypatch=monkeypatch)
+    assert reproduction.main(["Pong", "--prefs", str(tmp_path / "p1"), "--true",
+                              str(tmp_path / "t0"), "--every", "300000"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = lines.index("") + 1  # the second table, after the rows' one
+    assert lines[head] == "| run | seed | 0–0.3M | 0.3–0.6M |"
+    assert lines[head + 2] == "| from preferences | 1 | -7.3, 67% lost | +17.3, 0% lost |"
+    assert lines[head + 3] == "| true reward | 0 | -20.7, 100% lost | - |"
+    assert reproduction.main(["Pong", "--true", str(tmp_path / "t0"), "--every", "0"]) == 2
+
+
 def test_without_a_level_the_table_has_no_column_for_reaching_it(tmp_path, capsys, monkeypatch):
     """Enduro has no milestone level: no column that would read "not yet" for every run."""
     fake_run(tmp_path / "t0", 0, [0, 0, 5], starts=1, monkeypatch=monkeypatch)
