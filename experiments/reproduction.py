@@ -15,8 +15,8 @@ row and in the legend, and two runs of one command and seed by their names (a ru
 on another machine). A run is given by its directory or by the record of it kept in the repository
 (`docs/run_records/NAME.json`, written by `--save_records docs/run_records`: see
 `experiments.runrecord`). With `--every STEPS`, a second table gives each run's mean return and
-share of episodes lost per STEPS agent steps. The policies themselves are scored by `experiments.evaluate` (greedy
-and sampled play of the best and the final checkpoints).
+share of episodes lost per STEPS agent steps. The policies themselves are scored by
+`experiments.evaluate` (greedy and sampled play of the best and the final checkpoints).
 """
 from __future__ import annotations
 
