@@ -605,12 +605,18 @@ def _atari_trainer(seed: int) -> RewardPredictorTrainer:
     return RewardPredictorTrainer(ens, batch_size=2, seed=seed)
 
 
-def test_checkpoint_round_trip(tmp_path):
-    rng = np.random.default_rng(5)
+def _trained_atari_trainer(rng: np.random.Generator, steps: int) -> RewardPredictorTrainer:
+    """The seed-0 trainer after four random labels and `steps` training steps."""
     trainer = _atari_trainer(0)
     for _ in range(4):
         trainer.add(random_pref(rng, t=5))
-    trainer.train_steps(2)
+    trainer.train_steps(steps)
+    return trainer
+
+
+def test_checkpoint_round_trip(tmp_path):
+    rng = np.random.default_rng(5)
+    trainer = _trained_atari_trainer(rng, 2)
     trainer.ensemble.l2 = [1e-4, 3e-4]
     path = str(tmp_path / "rp" / "ckpt.pt")
     trainer.save(path)
@@ -694,10 +700,7 @@ def test_missing_or_corrupt_checkpoint_raises_checkpoint_error(tmp_path):
 
 def test_a_predictor_only_used_makes_no_optimiser_but_its_checkpoint_is_still_checked(tmp_path):
     rng = np.random.default_rng(7)
-    trainer = _atari_trainer(0)
-    for _ in range(4):
-        trainer.add(random_pref(rng, t=5))
-    trainer.train_steps(1)
+    trainer = _trained_atari_trainer(rng, 1)
     path = str(tmp_path / "ckpt.pt")
     trainer.save(path)
     used = _atari_trainer(1)
