@@ -71,7 +71,7 @@ class Settings:
         choices=("rmsprop_torch", "rmsprop_tf"))
     lr_zero_million_timesteps: float | None = setting(
         None, "a2c", "decay the lr linearly to zero at this many million steps (the paper: 80); "
-        "default: constant lr")
+        "unset: a constant lr")
     load_policy_ckpt_dir: str | None = setting(
         None, "a2c", "start from the newest policy checkpoint here")
     policy_ckpt_interval: int = setting(
@@ -81,11 +81,10 @@ class Settings:
         "all, to score the policy against agent steps with experiments.evaluate "
         "--all_checkpoints)")
     revive_dead_policy: bool = setting(
-        A2CRunConfig.revive_dead, "a2c", "when a check of the policy (at each checkpoint and "
-        "after the first update of each start) finds a layer with no unit alive, and it has none "
-        "on random play's screens either (it can never learn again), go on from the newest kept "
-        "training checkpoint that still tells those screens apart (not the paper's; keep "
-        "checkpoints with --policy_ckpts_kept 0)")
+        A2CRunConfig.revive_dead, "a2c", "when a layer of the policy has no unit firing, even on "
+        "random play's screens, go back to the newest kept checkpoint that is still alive (not "
+        "the paper's; on by default for Pong)",
+        negation=("--no_revive_dead_policy", "never go back to an earlier checkpoint (the paper)"))
     render_episodes: bool = setting(
         False, "a2c", "loop the agent's latest full episode (env 0) in a second window (needs a "
         "display; without one the run goes on without it)")
