@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import math
 import sys
 from dataclasses import dataclass
@@ -68,7 +69,8 @@ class RunRow:
         """The table row; without a milestone level it has no columns for reaching one."""
         cells = [self.title, "-" if self.seed is None else str(self.seed),
                  f"{self.steps / 1e6:.2f}M", "-" if self.labels is None else f"{self.labels:,.0f}",
-                 f"{self.hours:.1f} h", "; ".join(self.machines) or "not recorded",
+                 f"{self.hours:.1f} h" if self.hours >= 1 else f"{self.hours * 60:.1f} min",
+                 "; ".join(self.machines) or "not recorded",
                  "-" if self.starts == 0 else str(self.starts - 1),
                  "not yet" if self.reached is None else
                  f"{self.reached[0] / 1e6:.2f}M" + ("" if self.reached[1] is None
@@ -142,12 +144,14 @@ def flag_text(name: str, value: object) -> str:
     return f"--{name} {value:g}" if isinstance(value, float) else f"--{name} {value}"
 
 
-def name_by_flags(rows: list[RunRow]) -> None:
+def name_by_flags(rows: list[RunRow], ignore: tuple[str, ...] = ()) -> None:
     """Set each row's `flags`: the start flags (with their values) that not every run of its kind
-    has; and its `name` where another row has the same kind, flags and seed."""
+    has, less those named in `ignore`; and its `name` where another row has the same kind, flags
+    and seed."""
     for kind in KINDS:
         runs = [r for r in rows if r.kind == kind]
-        given = [r.record.start_flags for r in runs]
+        given = [{k: v for k, v in r.record.start_flags.items() if k not in ignore}
+                 for r in runs]
         shared = set.intersection(*(set(g.items()) for g in given)) if given else set()
         for row, flags in zip(runs, given):  # in the order they were typed
             row.flags = " ".join(flag_text(k, v) for k, v in flags.items() if (k, v) not in shared)
@@ -157,27 +161,43 @@ def name_by_flags(rows: list[RunRow]) -> None:
             row.name = row.record.name
 
 
+def draw(ax, rows: list[RunRow], window: int, level: float | None,
+         colour_each: bool = False) -> None:
+    """Each run's curve on `ax`, the mean of `window` episodes against agent steps: runs of a kind
+    in its colour, told apart by the line's style, or (`colour_each`) each run from preferences
+    in a colour of its own and the true-reward runs dashed in theirs; the legend below the axes
+    (with a few runs any place inside hides some curve)."""
+    from matplotlib.ticker import EngFormatter
+
+    own = itertools.cycle(("tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:pink",
+                           "tab:cyan", "tab:olive", "tab:red", "tab:grey"))
+    for kind in KINDS:
+        for k, row in enumerate(r for r in rows if r.kind == kind):
+            rec = row.record
+            colour, style, alpha = KINDS[kind][1], LINESTYLES[k % len(LINESTYLES)], 1.0
+            if colour_each:
+                colour, style, alpha = ((next(own), "-", 1.0) if kind == "prefs"
+                                        else (colour, "--", 0.7))
+            ax.plot(rec.episode_steps, smooth(rec.episode_returns, window), color=colour,
+                    ls=style, lw=1.3, alpha=alpha, label=f"{row.title}, seed {row.seed}")
+    if level is not None:
+        ax.axhline(level, color="grey", ls="--", lw=1, label=f"level {level:g}")
+    ax.set(xlabel="agent steps", ylabel=f"true episode return (mean of {window})")
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    labels = ax.get_legend_handles_labels()[1]
+    if labels:
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), frameon=False,
+                  ncol=2 if max(map(len, labels)) <= 50 else 1)
+
+
 def plot(rows: list[RunRow], game: str, out: str, window: int, level: float | None) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import EngFormatter
 
     fig, ax = plt.subplots(figsize=(7, 4.6))
-    for kind in KINDS:
-        for k, row in enumerate(r for r in rows if r.kind == kind):
-            rec = row.record
-            ax.plot(rec.episode_steps, smooth(rec.episode_returns, window), color=KINDS[kind][1],
-                    ls=LINESTYLES[k % len(LINESTYLES)], lw=1.3,
-                    label=f"{row.title}, seed {row.seed}")
-    if level is not None:
-        ax.axhline(level, color="grey", ls="--", lw=1, label=f"level {level:g}")
-    ax.set(xlabel="agent steps", ylabel=f"true episode return (mean of {window})", title=game)
-    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
-    # below the axes: with a few runs any place inside hides some curve
-    longest = max(len(text) for text in ax.get_legend_handles_labels()[1])
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), frameon=False,
-              ncol=2 if longest <= 50 else 1)
+    draw(ax, rows, window, level)
+    ax.set_title(game)
     fig.savefig(out, dpi=80, bbox_inches="tight")  # widened to the legend: long names kept whole
     plt.close(fig)
     print(f"wrote {out}")

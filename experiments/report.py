@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""The reproduction report's tables and figures, made anew from the records in the repository.
+
+    python -m experiments.report              # docs/reproduction.md's tables and its figures
+    python -m experiments.report --no_figures # the tables alone (seconds)
+
+Rewrites the text between each `<!-- begin NAME -->` and `<!-- end NAME -->` of
+docs/reproduction.md; the prose around them is written by hand. The runs are found by name in
+docs/run_records/ (a record added there, such as a new seed's, joins its table and figure on the
+next run of this command); the ablations come from docs/ablations.json and
+docs/sorting_ablation.json, the predictor's label efficiency from docs/label_efficiency_pong.json.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from envs.scores import MOVING_DOT_LEVEL  # noqa: E402
+from experiments.reproduction import (RunRow, draw, name_by_flags, plot, read_run,  # noqa: E402
+                                      stretch_table, table_head)
+from experiments.runrecord import RunRecord  # noqa: E402
+
+DOCS = ROOT / "docs"
+DOC = DOCS / "reproduction.md"
+RECORDS = DOCS / "run_records"
+WINDOW = 10  # episodes averaged for the Atari milestones (experiments.milestone)
+MOVING_DOT = (MOVING_DOT_LEVEL, 64)  # its level and window there
+# Pong's defaults for the settings that changed on 2026-11-29 (launch/env_settings.py), by the
+# date a run started: before it a constant rate and no revival, as the milestone ran until then.
+PONG_SINCE = (("2026-11-29", {"lr_zero_million_timesteps": 6.0, "revive_dead_policy": True}),
+              ("", {"lr_zero_million_timesteps": None, "revive_dead_policy": False}))
+
+
+def started(rec: RunRecord) -> str:
+    """The UTC time of the run's first start ("" where not recorded)."""
+    return rec.machines[0].split("\t")[0] if rec.machines else ""
+
+
+class NoRecord(Exception):
+    """No record in the repository matches a block's patterns."""
+
+
+def runs(records: Path, level: float | None, window: int, game: str,
+         **patterns: str) -> list[RunRow]:
+    """A row per record matching each kind's pattern (`prefs=`, `true=`), each kind's runs in the
+    order they started; NoRecord if there is none."""
+    rows = []
+    for kind, pattern in patterns.items():
+        found = [read_run(kind, path, level, window, game) for path in records.glob(pattern)]
+        rows += sorted(found, key=lambda r: (started(r.record), r.record.name))
+    if not rows:
+        raise NoRecord(" or ".join(f"`docs/run_records/{p}`" for p in patterns.values()))
+    return rows
+
+
+def run_table(rows: list[RunRow], level: float | None, window: int = WINDOW) -> str:
+    return "\n".join([table_head(window, level),
+                      *(row.markdown(with_level=level is not None) for row in rows)])
+
+
+def commands(rows: list[RunRow]) -> str:
+    """Each run's first command, as typed (later starts: `run.py --resume DIR`, some with flags
+    for threads and devices)."""
+    lines = ["The command that started each run (each later start: `python run.py --resume` of "
+             "its directory, some with flags for threads and devices):", ""]
+    for row in rows:
+        words = shlex.split(row.record.commands[0]) if row.record.commands else []
+        start = next((i for i, w in enumerate(words) if w.endswith("run.py")), None)
+        typed = ("python run.py " + shlex.join(words[start + 1:])).replace("/root/", "~/") \
+            if start is not None else "not recorded"
+        lines.append(f"- {row.title}, seed {row.seed}: `{typed}`")
+    return "\n".join(lines)
+
+
+def pong_setting(rec: RunRecord) -> tuple[float | None, bool]:
+    """A Pong run's (learning rate's zero in millions of steps, revival on): its start flags,
+    else the defaults of the day it started."""
+    defaults = next(d for since, d in PONG_SINCE if started(rec) >= since)
+    given = {**defaults, **{k: v for k, v in rec.start_flags.items() if k in defaults}}
+    return given["lr_zero_million_timesteps"], given["revive_dead_policy"]
+
+
+def name_pong(rows: list[RunRow]) -> None:
+    """Name each run by its learning-rate schedule and revival, typed or by default."""
+    name_by_flags(rows, ignore=tuple(PONG_SINCE[0][1]))
+    for row in rows:
+        zero, revive = pong_setting(row.record)
+        schedule = "constant lr" if zero is None else f"lr to 0 at {zero:g}M"
+        row.flags = ", ".join(filter(None, (schedule + (", revives a dead policy" if revive
+                                                        else ""), row.flags)))
+
+
+def pong_figure(rows: list[RunRow], out: str) -> None:
+    """Two panels: the runs at a constant rate (or the paper's, to 0 at 80M) and those whose
+    rate reached 0 by 6M; the true-reward runs in both."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def decayed(row: RunRow) -> bool:  # its rate reached 0 within the milestone's 6M steps
+        zero = pong_setting(row.record)[0]
+        return zero is not None and zero <= 6
+
+    true = [r for r in rows if r.kind == "true"]
+    constant = [r for r in rows if r.kind == "prefs" and not decayed(r)]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
+    for ax, title, panel in ((axes[0], "A2C's lr constant, or to 0 at 80M as the paper's",
+                              constant),
+                             (axes[1], "A2C's lr decayed to 0 at 6M",
+                              [r for r in rows if r.kind == "prefs" and decayed(r)])):
+        draw(ax, panel + true, WINDOW, 19.0, colour_each=True)
+        ax.set_title(f"Pong from preferences: {title}", fontsize=10)
+    fig.savefig(out, dpi=80, bbox_inches="tight")
+    plt.close(fig)
+    print(f"wrote {out}")
+
+
+def moving_dot(records: Path, figures: Path | None) -> str:
+    rows = runs(records, *MOVING_DOT, "MovingDot", prefs="moving_dot*.json")
+    name_by_flags(rows)
+    out = figures / "moving_dot_seeds.png" if figures else None
+    if out:
+        plot(rows, "MovingDot", str(out), MOVING_DOT[1], MOVING_DOT[0])
+    return "\n".join([run_table(rows, *MOVING_DOT), "",
+                      "![MovingDot: every seed's true return against agent steps]"
+                      "(moving_dot_seeds.png)", "", commands(rows)])
+
+
+def pong_prefs(records: Path, figures: Path | None) -> str:
+    rows = runs(records, 19.0, WINDOW, "Pong", prefs="pong_prefs*.json", true="pong_true*.json")
+    name_pong(rows)
+    if figures:
+        pong_figure(rows, str(figures / "pong_seeds.png"))
+    prefs = [r for r in rows if r.kind == "prefs"]
+    new = [r for r in prefs if started(r.record) >= PONG_SINCE[0][0]]
+    return "\n".join([
+        run_table(prefs, 19.0), "",
+        *([] if new else [f"No run started on or after {PONG_SINCE[0][0]}, with the defaults of "
+                          "that day, has a committed record yet.", ""]),
+        "![Pong from preferences: every run's true return (mean of 10 episodes) against agent "
+        "steps, the true-reward runs dashed in both panels](pong_seeds.png)", "",
+        "Each run's mean true return and share of episodes lost (below 0) per 0.5M agent "
+        "steps, the true-reward runs last:", "",
+        stretch_table(rows, 500_000), "", commands(prefs)])
+
+
+def pong_true(records: Path, figures: Path | None) -> str:
+    rows = runs(records, 19.0, WINDOW, "Pong", true="pong_true*.json")
+    name_pong(rows)
+    if figures:
+        plot(rows, "Pong, true reward", str(figures / "pong_true_seeds.png"), WINDOW, 19.0)
+    return "\n".join([run_table(rows, 19.0), "",
+                      "![Pong on the true reward: true return (mean of 10 episodes) against "
+                      "agent steps](pong_true_seeds.png)", "", commands(rows)])
+
+
+def enduro(records: Path, figures: Path | None) -> str:
+    rows = runs(records, None, WINDOW, "Enduro", prefs="enduro_prefs*.json",
+                true="enduro_true*.json")
+    name_by_flags(rows)
+    if figures:
+        plot(rows, "Enduro", str(figures / "enduro.png"), WINDOW, None)
+    return "\n".join([run_table(rows, None), "",
+                      "![Enduro: the true score (mean of 10 episodes) against agent steps, from "
+                      "synthetic preferences and on the true reward](enduro.png)", "",
+                      commands(rows)])
+
+
+def alongside(records: Path, figures: Path | None) -> str:
+    rows = runs(records, None, WINDOW, "Enduro", prefs="enduro_alongside*.json")
+    name_by_flags(rows)
+    return "\n".join([run_table(rows, None), "", commands(rows)])
+
+
+def ablation_table(results: list[dict], settings: dict[str, list[str]], level: float) -> str:
+    """A row per setting: its flags, and each seed's labels when it reached `level`, with the
+    medians over the seeds that did (steps and minutes from the command's start)."""
+    seeds = sorted({r["seed"] for r in results})
+    lines = [f"| setting | flags | seeds reaching {level:g} | labels at {level:g}, seeds "
+             f"{' / '.join(map(str, seeds))} | median labels | median agent steps | "
+             "median minutes from the command's start |", "|---|---|---|---|---|---|---|"]
+    for name, flags in settings.items():
+        rs = {r["seed"]: r for r in results if r["setting"] == name}
+        if not rs:
+            continue
+        ok = [r for r in rs.values() if r["reached"]]
+        med = (lambda k: float(np.median([r[k] for r in ok]))) if ok else lambda k: float("nan")
+        per_seed = [("-" if s not in rs else f"{rs[s]['labels']:,.0f}" if rs[s]["reached"]
+                     else "not reached") for s in seeds]
+        lines.append(f"| {name} | {'`' + ' '.join(flags) + '`' if flags else '-'} | "
+                     f"{len(ok)}/{len(rs)} | {' / '.join(per_seed)} | {med('labels'):,.0f} | "
+                     f"{med('steps'):,.0f} | {med('wall_s') / 60:.1f} |")
+    return "\n".join(lines)
+
+
+def ablation_block(source: str, png: str, names: list[str], figures: Path | None,
+                   alt: str) -> str:
+    from benchmarks import ablations
+
+    results = json.loads((DOCS / source).read_text())
+    if figures:
+        with contextlib.redirect_stdout(io.StringIO()):  # its own table: the one below has seeds
+            ablations.report(results, figures / png)
+        print(f"wrote {figures / png}")
+    settings = {n: ablations.SETTINGS[n] for n in names}
+    return "\n".join([ablation_table(results, settings, ablations.LEVEL), "", f"![{alt}]({png})"])
+
+
+def ablations_fig6(records: Path, figures: Path | None) -> str:
+    from benchmarks.ablations import SETTINGS
+    names = [n for n in SETTINGS if not n.startswith("sorting")]
+    return ablation_block("ablations.json", "ablations.png", names, figures,
+                          "MovingDot: labels and minutes to 19.6 per setting, a dot per seed")
+
+
+def sorting(records: Path, figures: Path | None) -> str:
+    from experiments import label_efficiency
+
+    text = ablation_block("sorting_ablation.json", "sorting_ablation.png",
+                          ["baseline", "sorting", "sorting + implied pairs",
+                           "sorting + rank loss"], figures,
+                          "MovingDot: labels and minutes to 19.6, blind pairs against sorting, "
+                          "a dot per seed")
+    rows = json.loads((DOCS / "label_efficiency_pong.json").read_text())
+    if figures:
+        label_efficiency.plot(rows, rows[0]["env_id"], str(figures / "label_efficiency_pong.png"))
+    score = {(r["queries"], r["labels"]): r for r in rows}
+    lines = ["| labels | clip agreement, pairs | clip agreement, sorting | per-clip correlation, "
+             "pairs | per-clip correlation, sorting |", "|---|---|---|---|---|"]
+    for n in sorted({r["labels"] for r in rows}):
+        cells = [f"{score[q, n][k]:.3f}" if (q, n) in score else "-"
+                 for k in ("clip_agreement", "clip_correlation") for q in ("pairs", "sort")]
+        lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
+    return "\n".join([text, "", "Pong without RL, one seed (the figure: "
+                      "[label_efficiency_pong.png](label_efficiency_pong.png)):", "", *lines])
+
+
+BLOCKS: dict[str, Callable[[Path, Path | None], str]] = {
+    "moving_dot": moving_dot, "pong_prefs": pong_prefs, "pong_true": pong_true,
+    "enduro": enduro, "alongside": alongside, "sorting": sorting, "ablations": ablations_fig6}
+
+
+def render(doc: str, records: Path = RECORDS, figures: Path | None = None) -> str:
+    """`doc` with the text between each block's markers made anew from the records (and, with
+    `figures`, its figures written there)."""
+    for name, block in BLOCKS.items():
+        begin, end = f"<!-- begin {name} -->\n", f"<!-- end {name} -->"
+        if begin not in doc:
+            continue
+        try:
+            text = block(records, figures)
+        except NoRecord as e:
+            text = f"No run record ({e}) is committed yet, so there is no table or figure here."
+        start = doc.index(begin) + len(begin)
+        doc = doc[:start] + text + "\n" + doc[doc.index(end, start):]
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--no_figures", action="store_true", help="rewrite the tables only")
+    a = p.parse_args(argv)
+    DOC.write_text(render(DOC.read_text(), figures=None if a.no_figures else DOCS))
+    print(f"wrote {DOC.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

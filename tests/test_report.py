@@ -1,0 +1,71 @@
+"""The reproduction report (docs/reproduction.md): its tables are what the committed records give,
+and a record added to docs/run_records/ joins them."""
+import numpy as np
+
+from experiments import report
+from experiments.runrecord import RunRecord
+
+START = "/venv/bin/python run.py train_policy_with_preferences PongNoFrameskip-v4 --synthetic_prefs"
+
+
+def test_the_committed_report_is_what_the_records_give():
+    doc = report.DOC.read_text()
+    assert report.render(doc) == doc, "run `python -m experiments.report` to write it anew"
+    for name in report.BLOCKS:
+        assert f"<!-- begin {name} -->" in doc and f"<!-- end {name} -->" in doc, name
+
+
+def pong_record(records, name, seed, start, since, returns=(-21.0, -20.0, 19.0, 20.0)):
+    steps = np.arange(1, len(returns) + 1) * 1e6
+    RunRecord(name, seed, "PongNoFrameskip-v4", [start, "python run.py --resume x"],
+              [f"{since}\tAMD EPYC, 2 cores, avx2\tpolicy on cpu, predictor on cpu"],
+              float(steps[-1]), 3600.0, steps, np.array(returns), steps / 1e3, steps,
+              steps / 1e3).save(records / f"{name}.json")
+
+
+def test_a_new_seeds_record_joins_the_pong_table_named_by_the_defaults_of_its_day(tmp_path):
+    """The same command before and after 2026-11-29 ran different defaults: the rows say which;
+    flags typed win over them; the runs are in the order they started."""
+    pong_record(tmp_path, "pong_prefs_seed1", 1, f"{START} --seed 1", "2026-11-25T19:09:01Z")
+    table = report.pong_prefs(tmp_path, None)
+    assert "No run started on or after 2026-11-29" in table
+    pong_record(tmp_path, "pong_prefs_seed3", 3, f"{START} --seed 3", "2026-11-29T00:56:51Z")
+    pong_record(tmp_path, "pong_prefs_paper", 4, f"{START} --seed 4 --lr_zero_million_timesteps 80 "
+                "--no_revive_dead_policy", "2026-11-30T00:00:00Z")
+    pong_record(tmp_path, "pong_true_seed0", 0, "python run.py train_policy_with_original_rewards "
+                "PongNoFrameskip-v4 --seed 0", "2026-11-26T04:11:09Z")
+    table = report.pong_prefs(tmp_path, None)
+    runs = [line.split("|")[1].strip() for line in table.splitlines()
+            if line.startswith("| from") or line.startswith("| true")]
+    assert runs[:3] == ["from preferences, constant lr",
+                        "from preferences, lr to 0 at 6M, revives a dead policy",
+                        "from preferences, lr to 0 at 80M"]
+    assert "No run started on or after" not in table
+    assert "| true reward, constant lr | 0 |" in table  # in the table of stretches
+    assert "`python run.py train_policy_with_preferences PongNoFrameskip-v4 --synthetic_prefs " \
+           "--seed 3`" in table
+
+
+def test_without_records_a_block_says_so_and_the_figures_come_from_records(tmp_path):
+    doc = "".join(f"<!-- begin {n} -->\nold\n<!-- end {n} -->\n" for n in ("moving_dot", "enduro"))
+    text = report.render(doc, records=tmp_path)
+    assert text.count("is committed yet") == 2 and "old" not in text
+    pong_record(tmp_path, "pong_prefs_seed3", 3, f"{START} --seed 3", "2026-11-29T00:56:51Z")
+    pong_record(tmp_path, "pong_true_seed0", 0, "python run.py train_policy_with_original_rewards "
+                "PongNoFrameskip-v4 --seed 0", "2026-11-26T04:11:09Z")
+    figures = tmp_path / "figures"
+    figures.mkdir()
+    report.render("<!-- begin pong_prefs -->\n<!-- end pong_prefs -->\n", tmp_path, figures)
+    assert (figures / "pong_seeds.png").stat().st_size > 0
+
+
+def test_the_ablation_tables_give_each_seed_and_the_medians_of_those_that_reached_it():
+    results = [{"setting": "baseline", "seed": 0, "reached": False},
+               {"setting": "baseline", "seed": 1, "reached": True, "labels": 100.0,
+                "steps": 2000.0, "wall_s": 60.0},
+               {"setting": "baseline", "seed": 2, "reached": True, "labels": 300.0,
+                "steps": 4000.0, "wall_s": 180.0}]
+    table = report.ablation_table(results, {"baseline": [], "sorting": ["--queries", "sort"]}, 19.6)
+    head, _, row = table.splitlines()  # a setting with no result has no row
+    assert "labels at 19.6, seeds 0 / 1 / 2" in head
+    assert row == "| baseline | - | 2/3 | not reached / 100 / 300 | 200 | 3,000 | 2.0 |"
