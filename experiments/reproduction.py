@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import collections
 import itertools
+import json
 import math
 import sys
 from dataclasses import dataclass
@@ -111,6 +112,44 @@ def stretch_table(rows: list[RunRow], every: float) -> str:
         lines.append("| " + " | ".join([row.title, "-" if row.seed is None else str(row.seed),
                                          *cells]) + " |")
     return "\n".join(lines)
+
+
+def setting_table(rows: list[RunRow]) -> str:
+    """One row per setting (kind and flags), over its seeds: how many reached the level, and the
+    mean and spread of the final and best means, labels and hours."""
+    groups: dict[tuple[str, str], list[RunRow]] = {}
+    for row in rows:
+        groups.setdefault((row.kind, row.flags), []).append(row)
+
+    def spread(values: list[float | None], fmt: str) -> str:
+        got = np.array([v for v in values if v is not None], dtype=float)
+        if not len(got):
+            return "-"
+        return f"{got.mean():{fmt}} ± {got.std():{fmt.lstrip('+')}}" if len(got) > 1 \
+            else f"{got[0]:{fmt}}"
+
+    lines = ["| setting | seeds | reached | final mean | best mean | labels | training (h) |",
+             "|---|---|---|---|---|---|---|"]
+    for (kind, flags), runs in groups.items():
+        title = ", ".join(filter(None, (KINDS[kind][0], flags)))
+        reached = sum(r.reached is not None for r in runs)
+        lines.append(f"| {title} | {', '.join(str(r.seed) for r in runs)} | {reached} of "
+                     f"{len(runs)} | {spread([r.final for r in runs], '+.1f')} | "
+                     f"{spread([r.best and r.best[0] for r in runs], '+.1f')} | "
+                     f"{spread([r.labels for r in runs], ',.0f')} | "
+                     f"{spread([r.hours for r in runs], '.1f')} |")
+    return "\n".join(lines)
+
+
+def sweep_runs(storage: Path) -> list[tuple[str, Path]]:
+    """Every trial's run directory of an `experiments.sweep`, as (kind, path): a run on the game's
+    reward is "true", any other "prefs"."""
+    runs = []
+    for d in sorted((storage / "runs").glob("*/settings.json")):
+        mode = json.loads(d.read_text()).get("mode")
+        runs.append(("true" if mode == "train_policy_with_original_rewards" else "prefs",
+                     d.parent))
+    return runs
 
 
 def read_run(kind: str, path: Path, level: float | None, window: int,
@@ -210,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="runs from preferences (run directories or records)")
     p.add_argument("--true", nargs="*", type=Path, default=[],
                    help="runs on the true reward (run directories or records)")
+    p.add_argument("--sweep", type=Path, default=None, metavar="STORAGE",
+                   help="every trial of an experiments.sweep, and a table per setting over seeds")
     p.add_argument("--level", type=float, default=None, help="the milestone's level, if any")
     p.add_argument("--window", type=int, default=10, help="episodes averaged (default 10)")
     p.add_argument("--out", default=None, help="the figure (default: no figure)")
@@ -220,10 +261,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="write each run directory's record to DIR/NAME.json (for the repository: "
                         "the table and the figure can be made again from the records alone)")
     a = p.parse_args(argv)
-    if not a.prefs and not a.true:
-        p.error("give run directories with --prefs and/or --true")
     runs = [(kind, path.expanduser()) for kind, paths in (("prefs", a.prefs), ("true", a.true))
             for path in paths]
+    if a.sweep:
+        runs += sweep_runs(a.sweep.expanduser())
+    if not runs:
+        p.error("give run directories with --prefs and/or --true, or a sweep with --sweep")
     try:
         if a.window < 1 or (a.level is not None and not math.isfinite(a.level)):
             raise ValueError("--window must be at least 1 and --level a finite number")
@@ -252,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table_head(a.window, a.level))
     for row in rows:
         print(row.markdown(with_level=a.level is not None))
+    if a.sweep:
+        print()
+        print(setting_table(rows))
     if a.every:
         print()
         print(stretch_table(rows, a.every))

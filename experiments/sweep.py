@@ -121,6 +121,8 @@ class SweepSpec:
     cpus_per_trial: float
     gpus_per_trial: float
     max_failures: int
+    level: float | None = None  # the level the report checks each trial against
+    window: int = 10  # episodes averaged for the report's returns
     poll_s: float = 20.0  # seconds between a trial's reports of its run's progress
 
 
@@ -149,6 +151,10 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                    help="times a trial is started again after its run fails (-1: always)")
     p.add_argument("--progress_s", type=float, default=60.0,
                    help="seconds between the sweep's progress lines")
+    p.add_argument("--level", type=float, default=None,
+                   help="the report's level: when each trial's mean return first reached it")
+    p.add_argument("--window", type=int, default=10,
+                   help="episodes averaged in the report's returns")
     p.add_argument("--dry_run", action="store_true",
                    help="check and list the trials' command lines, start nothing")
     return p.parse_args(argv), command
@@ -172,7 +178,7 @@ def spec_from(a: argparse.Namespace, command: list[str]) -> tuple[SweepSpec, Pat
     if (storage / SWEEP_FILE).exists():
         raise SweepError(f"{storage} holds a sweep already: continue it with --resume {storage}")
     spec = SweepSpec(command, a.seeds, a.grid, a.cpus_per_trial, a.gpus_per_trial,
-                     a.max_failures)
+                     a.max_failures, a.level, a.window)
     return spec, storage
 
 
@@ -205,8 +211,19 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in results
               if r.error is not None or (r.metrics or {}).get("exit_status", 0) != 0]
     print(f"sweep: {len(results) - len(failed)} of {len(results)} trials done; "
-          f"the runs are in {storage / RUNS_DIR}")
+          f"the runs are in {storage / RUNS_DIR} (tensorboard --logdir {storage / RUNS_DIR})")
+    report(spec, storage)
     return 1 if failed else 0
+
+
+def report(spec: SweepSpec, storage: Path) -> None:
+    """Every trial's row, a row per setting over seeds, and the figure STORAGE/sweep.png."""
+    from experiments import reproduction
+
+    env_id = next(w for w in spec.command[1:] if not w.startswith("-"))
+    argv = [env_id, "--sweep", str(storage), "--window", str(spec.window),
+            "--out", str(storage / "sweep.png")]
+    reproduction.main(argv + (["--level", str(spec.level)] if spec.level is not None else []))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """One game's reproduction report: a row per run and the figure of every seed."""
 import json
+from pathlib import Path
 
 import numpy as np
 
 from experiments import reproduction
 from runtime.scalars import ScalarWriter
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def fake_run(d, seed, returns, starts, monkeypatch, labels=None,
@@ -197,3 +200,17 @@ def test_a_run_of_another_game_or_a_bad_output_is_a_one_line_error(tmp_path, cap
     assert reproduction.main(["Pong", "--prefs", str(tmp_path / "p1"), "--out",
                               str(tmp_path / "figures" / "pong.png")]) == 0  # its folder made
     assert (tmp_path / "figures" / "pong.png").stat().st_size > 0
+
+
+def test_a_setting_over_seeds_gives_how_many_reached_and_the_mean_and_spread():
+    from experiments.reproduction import name_by_flags, read_run, setting_table
+
+    records = ROOT / "docs" / "run_records"
+    rows = [read_run("prefs", records / f"pong_prefs_seed{k}.json", 19.0, 10) for k in (1, 2)]
+    name_by_flags(rows)
+    table = setting_table(rows).splitlines()
+    assert len(table) == 3  # head, rule, and one setting: the two seeds share their flags
+    cells = [c.strip() for c in table[2].split("|")[1:-1]]
+    finals = [r.final for r in rows]
+    assert cells[1:3] == ["1, 2", "2 of 2"]
+    assert cells[3] == f"{sum(finals) / 2:+.1f} ± {abs(finals[0] - finals[1]) / 2:.1f}"
