@@ -19,16 +19,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=5, help="episodes to play")
     p.add_argument("--seed", type=int, default=1, help="env seed")
     p.add_argument("--greedy", action="store_true", help="take the most likely action")
-    p.add_argument("--video", help="write the first episode to this .gif file (84x84 frames, x3; "
-                   "with --reward_predictor, a scrolling plot of r̂ beside them)")
+    p.add_argument("--video", help="write the first episode to this .gif file (84x84 frames "
+                   "zoomed x3, or beside a scrolling plot of r̂ with --reward_predictor)")
     p.add_argument("--watch", action="store_true",
-                   help="show the episodes as they are played (at the clips' speed): in a window "
-                        "when there is a display, else in the terminal; with r̂ beside the game "
-                        "when --reward_predictor is given")
+                   help="show the episodes as they are played, at the clips' speed, in a window "
+                        "when there is a display and else in the terminal (r̂ beside the game "
+                        "with --reward_predictor)")
     p.add_argument("--reward_predictor", metavar="RUN_DIR",
-                   help="a run directory (or its reward_predictor/reward_predictor.pt): print "
-                        "each episode's summed r̂ and its correlation with the game's reward, "
-                        "and plot r̂ of each member and their mean in the video")
+                   help="a run directory (or its reward_predictor/reward_predictor.pt) whose r̂ "
+                        "is printed per episode with its correlation with the game's reward and "
+                        "plotted, member by member, in the video")
     p.add_argument("--max_steps", type=int, default=30_000, help="agent steps per episode at most")
     p.add_argument("--save_weights", metavar="FILE.pt",
                    help="also write the policy's weights alone to this file (to share it)")

@@ -10,8 +10,8 @@ lr * g / (sqrt(ms) + eps). With A2C's eps of 1e-5 and gradients clipped to a glo
 steps shrink with the gradient below the sqrt(1e-5) ~ 3e-3 floor, while PyTorch's move each weight
 by about lr whatever the size of its gradient.
 Stable-Baselines3 documents the PyTorch form as less stable for A2C. TensorFlow's starting mean
-square of 1 also makes the first ~1,000 updates tiny (it decays by alpha per update): on MovingDot
-nothing is learnt in the first 0.1M agent steps (docs/experiments.md, "The A2C optimiser").
+square of 1 also makes the first ~1,000 updates tiny, as it decays by alpha per update
+(docs/experiments.md, "The A2C optimiser").
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ class ActorCritic(nn.Module):
         self.value = _init(nn.Linear(n_features, 1), gain=1.0)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # channels_last: oneDNN's convolution backward is ~30% faster on CPU in this layout.
+        # channels_last: oneDNN's convolution backward is faster on CPU in this layout.
         x = obs.float().mul_(1.0 / 255.0).contiguous(memory_format=torch.channels_last)
         h = self.torso(x)
         return self.policy(h), self.value(h).squeeze(-1)

@@ -1,8 +1,8 @@
 """Reviving a dead policy (`--revive_dead_policy`, off by default; not the paper's).
 
 A torso layer with no unit alive (`a2c.policies.is_dead`) never comes back: its units pass no
-gradient, so the run plays one action distribution whatever it sees until its last step (what
-ended Pong seed 1's level, docs/experiments.md, item 2). With this on, a check that finds the
+gradient, so the run plays one action distribution whatever it sees until its last step
+(docs/experiments.md, "Why the level was touched, not held"). With this on, a check that finds the
 policy dead looks again on screens of random play (a rollout's may all be an episode's first);
 if it is dead there too, the newest kept checkpoint whose network still tells those screens
 apart is put back, with its optimiser state, and the run goes on from there; its count of agent
@@ -29,9 +29,9 @@ KEEP_EVERY = 4  # observations 4 agent steps apart: consecutive ones nearly repe
 RANDOM_STEPS, RANDOM_ENVS = 400, 8  # random play's steps per env, and envs: 800 screens
 
 # A checkpoint revives the run if its logits vary across random play's screens at least this
-# share of the most any live kept checkpoint's do: Pong seed 1's sick checkpoints varied 2-4% as
-# much as its playing ones (docs/experiments.md, item 2); a live network early in a run may vary
-# little.
+# share of the most any live kept checkpoint's do: a dying network's vary far less than a playing
+# one's (docs/experiments.md, "Why the level was touched, not held"), a live one early in a run
+# may vary little.
 SPREAD_SHARE = 0.1
 
 
@@ -113,7 +113,7 @@ class Reviver:
 
     def candidates(self, policy: ActorCritic, autocast: torch.autocast) -> list[Candidate]:
         """Every kept training checkpoint, measured in a copy of `policy`; a file that is not
-        one (a weights file a GPU leg sent back, a damaged one) is passed over."""
+        one (a weights file alone, a damaged one) is passed over."""
         from a2c.checkpoint import CheckpointError, read_checkpoint
 
         scratch = None

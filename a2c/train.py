@@ -53,7 +53,7 @@ class A2CAgent:
                                 num_threads=config.env_threads)
         # On its device before the optimiser exists, so that loaded optimiser state follows it.
         self.policy = make_policy(env_kind(config.env_id), self.env.num_actions).to(config.device)
-        # No optimiser while only acting: making one imports torch._dynamo (about 1.5 s).
+        # No optimiser while only acting: making one imports torch._dynamo, which is slow.
         self.algo = A2C(self.policy, c) if config.learn else None
         self.timesteps = self.updates = 0
         if config.load_ckpt_dir:

@@ -32,9 +32,9 @@ from benchmarks.time_to_level import run_until_level  # noqa: E402
 BASE = ["train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
         "--n_initial_prefs", "200", "--n_initial_epochs", "20",
         "--reward_predictor_learning_rate", "3e-3", "--lr_zero_million_timesteps", "0.3",
-        # The table in docs/results.md was measured with this baseline, from before adaptive L2, the
-        # limit of 2 pairs per clip and MovingDot's smaller entropy bonus became run.py's
-        # defaults; the "adaptive L2" row turns L2 back on (`command` drops the negation).
+        # docs/results.md's table was measured with this baseline: run.py's MovingDot settings
+        # less adaptive L2, the limit of 2 pairs per clip and the smaller entropy bonus; the
+        # "adaptive L2" row turns L2 back on (`command` drops the negation).
         "--no_adaptive_l2", "--max_pairs_per_clip", "0", "--ent_coef", "0.01"]
 SETTINGS: dict[str, list[str]] = {
     "baseline": [],
@@ -107,11 +107,15 @@ def report(results: list[dict], out_png: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
-    p.add_argument("--million_timesteps", type=float, default=0.3)
-    p.add_argument("--report_only", action="store_true")
-    p.add_argument("--out", default=str(ROOT / "docs" / "ablations.png"))
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of each setting")
+    p.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS),
+                   help="the settings to run, by name")
+    p.add_argument("--million_timesteps", type=float, default=0.3,
+                   help="a run's agent-step budget, in millions, if it never reaches the level")
+    p.add_argument("--report_only", action="store_true",
+                   help="only print the table and draw the plot from the runs done")
+    p.add_argument("--out", default=str(ROOT / "docs" / "ablations.png"),
+                   help="where the plot goes (.png)")
     a = p.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     results_file = OUT / "results.json"

@@ -19,7 +19,7 @@ includes the final checkpoint). Ratios are printed for both; the loop ones are t
 With --sweep, (a) and (c) run once at --torch_threads/--env_threads and every row of ours is
 compared with them.
 
-    .venv/bin/python -m benchmarks.bench_a2c                      # the README's figures
+    .venv/bin/python -m benchmarks.bench_a2c                      # Pong, the default sizes
     .venv/bin/python -m benchmarks.bench_a2c --steps 5000 --env_steps 20000   # smoke run
     .venv/bin/python -m benchmarks.bench_a2c --sweep              # ours at 4 thread settings
 """
@@ -231,14 +231,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--env_id", default="PongNoFrameskip-v4", help="an ALE NoFrameskip-v4 id")
-    p.add_argument("--num_envs", type=int, default=16, help="envs stepped together (paper: 16)")
+    p.add_argument("--num_envs", type=int, default=16, help="envs stepped together (App. A.2: 16)")
     p.add_argument("--steps", type=int, default=100_000,
                    help="agent steps (summed over envs) per timed A2C measurement")
     p.add_argument("--warmup_steps", type=int, default=2_000,
                    help="agent steps of the untimed warm-up call before each A2C measurement")
     p.add_argument("--env_steps", type=int, default=100_000,
                    help="agent steps for the raw env measurement")
-    p.add_argument("--torch_threads", type=int, default=1, help="torch.set_num_threads")
+    p.add_argument("--torch_threads", type=int, default=1,
+                   help="torch threads (torch.set_num_threads)")
     p.add_argument("--env_threads", type=int, default=1, help="ale-py threads (0: one per core)")
     p.add_argument("--sweep", action="store_true",
                    help="time ours at (torch, env) threads " + ", ".join(map(str, SWEEP_THREADS)))

@@ -6,10 +6,10 @@ short start: 64 initial labels, one pretraining epoch) and
 every --every_s seconds reads, for each of its processes (named in /proc by runtime/process_setup),
 the resident set (RSS; shared library pages count in every process that maps them) and the
 proportional set (PSS; shared pages split between the processes that share them), with the
-number of labels stored so far and the agent steps of run.py's last status line. Prints the figures at the label counts asked for, and how much
-the sum grew from the moment the trainer's label buffer was full (--max_prefs labels) and the
-loop's processes all ran, to the end.
-Targets (issue 22): Pong with the paper's 3,000-label buffer full at <= 1.5 GB summed; <= 5%
+number of labels stored so far and the agent steps of run.py's last status line. Prints the
+figures at the label counts asked for, and how much the sum grew from the moment the trainer's
+label buffer was full (--max_prefs labels) and the loop's processes all ran, to the end.
+Targets: Pong with the paper's 3,000-label buffer full at <= 1.5 GB summed; <= 5%
 growth from then to the end of a run of 1M further steps. Ctrl-C stops the run and reports what
 was sampled; `--from_csv FILE` reports a saved sampling again.
 
@@ -85,18 +85,19 @@ def stored_labels(store: Path) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
-    p.add_argument("env_id", nargs="?", default="PongNoFrameskip-v4")
+    p.add_argument("env_id", nargs="?", default="PongNoFrameskip-v4", help="the run's env id")
     p.add_argument("--steps", type=int, default=2_000_000, help="agent steps of the run")
     p.add_argument("--every_s", type=float, default=5.0, help="seconds between samples")
-    p.add_argument("--max_prefs", type=int, default=3000, help="the trainer's label buffer")
+    p.add_argument("--max_prefs", type=int, default=3000,
+                   help="labels the trainer holds (run.py's --max_prefs)")
     p.add_argument("--at_labels", type=int, nargs="+", default=[1000, 3000],
                    help="label counts at which to report each process")
     p.add_argument("--extra", default="", help="more run.py flags, quoted")
     p.add_argument("--csv", help="also write every sample to this file, as it is taken")
     p.add_argument("--from_csv", help="report the samples of an earlier --csv instead of running")
     p.add_argument("--settle_s", type=float, default=120.0,
-                   help="seconds the loop's processes get to reach their working size before "
-                        "figures are read (first steps, first validation)")
+                   help="seconds the loop's processes get to reach their working size (first "
+                        "steps, first validation) before figures are read")
     a = p.parse_args(argv)
     if a.from_csv:
         report(read_csv(a.from_csv), a.at_labels, a.max_prefs, a.settle_s)

@@ -38,9 +38,12 @@ def commands(seed: int, out: Path, ppo_million: float) -> dict[str, tuple[list[s
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--out_dir", default=str(ROOT / "runs" / "ppo_vs_a2c"))
-    p.add_argument("--ppo_million_timesteps", type=float, default=1.0, help="PPO's step budget")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0],
+                   help="seeds, each run with our A2C and with PPO")
+    p.add_argument("--out_dir", default=str(ROOT / "runs" / "ppo_vs_a2c"),
+                   help="where the runs' directories go")
+    p.add_argument("--ppo_million_timesteps", type=float, default=1.0,
+                   help="PPO's agent-step budget, in millions")
     a = p.parse_args(argv)
     out = Path(a.out_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)

@@ -12,16 +12,16 @@ agent steps with A2C, labelling and predictor training at once. Figures come fro
 TensorBoard scalars, skipping the first --skip_s seconds and weighting each point by the time it
 covers: A2C's steps/s (`charts/SPS`), the share of time A2C waited for the predictor
 (`charts/waiting_for_predictor`) and the predictor's training steps/s, each step one batch of 16
-pairs x 25 frames per member (`reward_predictor/steps_per_sec`). Target (issue 17): the
-per-member loop at >= 50% of plain A2C.
+pairs x 25 frames per member (`reward_predictor/steps_per_sec`). Target: the per-member loop
+at >= 50% of plain A2C.
 
     .venv/bin/python -m benchmarks.bench_preferences                # Pong, 40k steps each
     .venv/bin/python -m benchmarks.bench_preferences --steps 20000  # a quicker look
     .venv/bin/python -m benchmarks.bench_preferences --neighbour    # beside a busy process
 
-`--neighbour` runs a CPU-bound process of another session at nice 19 beside every run, as a
-browser, a build or another user's job would be: Linux shares the CPU between sessions before
-it reads `nice`, so it takes about a core whatever its nice value.
+`--neighbour` runs a CPU-bound process in a Linux session of its own (setsid) at nice 19 beside
+every run, as a browser, a build or another user's job would be: Linux shares the CPU between
+sessions before it reads `nice`, so it takes about a core whatever its nice value.
 """
 from __future__ import annotations
 
@@ -68,14 +68,15 @@ def run_cli(args: list[str]) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
-    p.add_argument("--env_id", default="PongNoFrameskip-v4")
+    p.add_argument("--env_id", default="PongNoFrameskip-v4", help="the runs' env id")
     p.add_argument("--steps", type=int, default=40_000, help="agent steps of each run")
     p.add_argument("--pace", type=float, default=0.1,
-                   help="--min_predictor_labels_per_step of the preference runs (App. A: ~0.1)")
+                   help="--min_predictor_labels_per_step of the preference runs (App. A.2: ~0.1)")
     p.add_argument("--skip_s", type=float, default=10.0, help="warm-up seconds not counted")
     p.add_argument("--extra", default="", help="more run.py flags for every run, quoted")
     p.add_argument("--neighbour", action="store_true",
-                   help="a busy process of another session (nice 19) beside every run")
+                   help="run a busy process in a Linux session of its own (nice 19) beside each "
+                        "run")
     a = p.parse_args(argv)
     print(machine_header())
     # busy while this process lives (it ends itself if this one is killed)
@@ -123,7 +124,7 @@ def _runs(a: argparse.Namespace) -> int:
         print(f"  {name:32s} {sps:13.0f} {sps / sps_plain:8.0%} "
               f"{'' if waits is None else f'{waits:.0%}':>9s} "
               f"{'' if rp is None else f'{rp:.2f}':>17s} {wall:7.0f}")
-    print("  target: the per-member loop at >= 50% of plain A2C (issue 17)")
+    print("  target: the per-member loop at >= 50% of plain A2C")
     return 0
 
 

@@ -101,9 +101,9 @@ def profile_steps(threads: int, steps: int, pairs: int, t: int, bf16: bool) -> N
 
 def phase_times(threads: int, steps: int, pairs: int, t: int, bf16: bool) -> dict[str, float]:
     """Print and return the wall-clock ms a member step spends in each phase, by timers wrapped
-    around the functions a step calls (torch.profiler's per-operator times add up to about twice
-    the step's wall clock on this 2-core CPU, so its shares mislead). Nested phases are indented;
-    a parent's time includes its children's."""
+    around the functions a step calls (torch.profiler's per-operator times overlap across
+    threads and can add up to more than the step's wall clock, so its shares mislead). Nested
+    phases are indented; a parent's time includes its children's."""
     from collections import defaultdict
     from contextlib import ExitStack
     from unittest import mock
@@ -216,7 +216,7 @@ def main() -> None:
                         help="memory set-up: a run's trainer's (glibc tunables), that of "
                              "--reward_predictor_keep_freed_memory, or glibc's default")
     parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"],
-                        help="fp32 and/or bf16 autocast (slow where the CPU lacks native bf16)")
+                        help="the arithmetic to time: fp32 and/or bf16 autocast")
     parser.add_argument("--conv_floor", action="store_true",
                         help="also time the convolutions alone at the step's shapes, per thread "
                              "count and precision (the floor of a step in eager torch)")

@@ -46,13 +46,14 @@ def main() -> int:
     p.add_argument("store", help="a preference store (prefs.sqlite) whose latest labels fill "
                                  "the buffer")
     p.add_argument("--malloc", choices=MALLOC_MODES, default="tunables",
-                   help="a run's trainer's set-up (glibc tunables), that of "
+                   help="memory set-up: a run's trainer's (glibc tunables), that of "
                         "--reward_predictor_keep_freed_memory, or glibc's default")
     p.add_argument("--steps", type=int, default=60, help="ensemble training steps")
     p.add_argument("--skip", type=int, default=10, help="first steps left out of the figures")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
     p.add_argument("--new_labels", type=int, default=4, help="labels added before each step")
-    p.add_argument("--max_prefs", type=int, default=3000, help="the label buffer")
+    p.add_argument("--max_prefs", type=int, default=3000,
+                   help="labels the trainer holds (run.py's --max_prefs)")
     a = p.parse_args()
     if not Path(a.store).is_file():
         p.error(f"no preference store at {a.store}")

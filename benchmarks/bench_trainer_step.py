@@ -3,10 +3,10 @@ ready, the paper's three members stepped), on real labels from a run's store; an
 costs the store.
 
     .venv/bin/python -m benchmarks.bench_trainer_step ~/runs/pong_prefs_seed1/prefs.sqlite
-    .venv/bin/python benchmarks/bench_trainer_step.py STORE --code ~/runs/code-0a9c76a  # older code
+    .venv/bin/python benchmarks/bench_trainer_step.py STORE --code ../older-checkout
 
-`--code DIR` runs it on another checkout's modules (one from before the one clip form names its
-clips `Segment`; both are read), for before/after figures on one machine.
+`--code DIR` runs it on another checkout's modules (older ones name the clip class `Segment`;
+both are read), for before/after figures on one machine.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the checkout whose code is timed (default: this one)")
     p.add_argument("--labels", type=int, default=1000, help="the store's latest labels held")
     p.add_argument("--steps", type=int, default=15, help="timed steps (after 3 untimed)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (a run's trainer: 1)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (a run's trainer has 1)")
     a = p.parse_args(argv)
     sys.path.insert(0, a.code)
     import numpy as np

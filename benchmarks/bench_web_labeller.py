@@ -4,7 +4,7 @@ Starts `run.py gather_initial_prefs ENV --clip_player web` for each environment,
 headless Chromium (pref_interface/web/headless.py), and answers --pairs pairs, one every
 --think_s seconds (a person watches a clip for 1.7 s, App. A.2). For each answer it reads the
 page's own measure: from the key press to the frame in which the next pair is first painted. Also
-prints how long the answer's POST took. Target (issue 20): under 100 ms locally. With `--queries
+prints how long the answer's POST took. Target: under 100 ms locally. With `--queries
 sort` each comparison depends on the answer before it, so the next pair cannot be loaded ahead:
 it is drawn, sent and loaded after the answer.
 
@@ -76,10 +76,12 @@ def summary(values: list[float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--envs", nargs="+", default=["MovingDotNoFrameskip-v0", "PongNoFrameskip-v4"])
+    p.add_argument("--envs", nargs="+", default=["MovingDotNoFrameskip-v0", "PongNoFrameskip-v4"],
+                   help="env ids, one run each")
     p.add_argument("--pairs", type=int, default=30, help="answers per environment")
     p.add_argument("--think_s", type=float, default=1.7,
-                   help="seconds the page plays a pair before it is answered (one 1.7 s clip)")
+                   help="seconds the page plays a pair before it is answered (App. A.2: a clip "
+                        "lasts 1.7 s)")
     p.add_argument("--screenshot", help="save the page as it shows the fourth pair (last env)")
     p.add_argument("--queries", nargs="+", default=["pairs"], choices=["pairs", "sort"],
                    help="query modes to measure, each on every env (run.py's --queries)")

@@ -43,12 +43,12 @@ def steps_per_s(env, steps: int, reward_fn=None) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--env", default="PongNoFrameskip-v4")
-    p.add_argument("--n_envs", type=int, default=16)
+    p.add_argument("--env", default="PongNoFrameskip-v4", help="the env id")
+    p.add_argument("--n_envs", type=int, default=16, help="envs of the vector env")
     p.add_argument("--steps", type=int, default=300, help="vector steps timed per case")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2],
                    help="the caller's torch threads")
-    p.add_argument("--env_threads", type=int, default=1, help="ale-py's threads")
+    p.add_argument("--env_threads", type=int, default=1, help="ale-py's threads (0: one per core)")
     a = p.parse_args(argv)
 
     import torch

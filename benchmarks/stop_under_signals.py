@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STOP_LIMIT_S = 15.0  # every process of the run gone within this (issue: "within 15 s")
+STOP_LIMIT_S = 15.0  # every process of the run gone within this many seconds
 PHASES = ("gather", "pretrain", "train")
 # The phase that a line of stderr starting so announces (in a log, not a terminal; "steps" starts
 # the training's status line, printed as A2C starts, and the wrapper script's own mark).
@@ -223,9 +223,11 @@ def one_try(workdir: Path, phase: str, rng: random.Random, wrapper: bool = False
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tries", type=int, default=30)
-    p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
-    p.add_argument("--signal", default="SIGTERM", choices=["SIGTERM", "SIGHUP", "SIGINT"])
+    p.add_argument("--tries", type=int, default=30, help="runs started and stopped")
+    p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES),
+                   help="the phases the tries stop in, in turn")
+    p.add_argument("--signal", default="SIGTERM", choices=["SIGTERM", "SIGHUP", "SIGINT"],
+                   help="the stop signal sent")
     p.add_argument("--wrapper", action="store_true", help="stop a script using PreferenceVecEnv")
     p.add_argument("--main_only", action="store_true",
                    help="send the signal to the main process alone, not the whole group")
@@ -233,8 +235,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="SIGKILL this child instead (in the train phase)")
     p.add_argument("--max_delay_s", type=float, default=2.0,
                    help="the signal comes a random 0 to this many seconds into the phase")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workdir", default="/tmp/stop_under_signals")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random delays")
+    p.add_argument("--workdir", default="/tmp/stop_under_signals",
+                   help="where each try's run directory goes")
     a = p.parse_args(argv)
     rng = random.Random(a.seed)
     counts: dict[str, list[Try]] = {}

@@ -6,9 +6,9 @@ if the dot ends a frame closer to the centre (x=80, y=105), -1 if farther, 0 if 
 start; 1,000 frames per episode.
 
 `MovingDotEnv` is the gymnasium env (raw frames). `MovingDotVecEnv` runs N of them in numpy with
-the same preprocessing the Atari envs get (frameskip 4 with summed rewards, clipped to their sign, max-pool of the last two
-frames, 84x84 grey, 4-frame stack) without rendering 210x160 frames: the dot is separable, so its
-area-resampled image is an outer product of two 84-vectors.
+the same preprocessing the Atari envs get (frameskip 4 with summed rewards, clipped to their
+sign, max-pool of the last two frames, 84x84 grey, 4-frame stack) without rendering 210x160
+frames: the dot is separable, so its area-resampled image is an outer product of two 84-vectors.
 """
 from __future__ import annotations
 

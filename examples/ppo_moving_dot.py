@@ -26,9 +26,10 @@ PPO_SETTINGS = dict(n_steps=128, batch_size=256, n_epochs=4, learning_rate=2.5e-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--log_dir", help="the run directory (must not exist yet); default runs/NAME")
-    p.add_argument("--million_timesteps", type=float, default=0.5, help="PPO's agent steps")
-    p.add_argument("--n_envs", type=int, default=16)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--million_timesteps", type=float, default=0.5,
+                   help="PPO's agent steps, in millions")
+    p.add_argument("--n_envs", type=int, default=16, help="envs of the vector env")
+    p.add_argument("--seed", type=int, default=0, help="seed of the envs, the labels and PPO")
     p.add_argument("--torch_threads", type=int, default=1, help="torch threads for PPO and r̂")
     p.add_argument("--n_initial_prefs", type=int,
                    help="labels before pretraining (default: MovingDot's settings)")

@@ -7,8 +7,8 @@
 For each member it prints the accuracy on the run's validation labels (ties left out) with the
 batch-norm statistics as saved, and again after they are re-taken from a dropout-free pass over
 `--clips` training clips. Checkpoints written before the trainer took them without dropout
-(docs/experiments.md, "Batch norm statistics that lagged the weights") can differ a lot; newer ones should
-not. `--save` writes a copy of one run's predictor with the re-taken statistics, which
+(docs/experiments.md, "Batch norm statistics that lagged the weights") can differ a lot; newer
+ones should not. `--save` writes a copy of one run's predictor with the re-taken statistics, which
 `run.py --load_reward_predictor_ckpt_dir OUT.pt --frozen_reward_predictor` can give to A2C.
 """
 from __future__ import annotations

@@ -61,15 +61,18 @@ def agreement(run_dir: Path, steps: int, n_envs: int, seed: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
-    p.add_argument("env_id")
-    p.add_argument("--queries", nargs="+", default=["pairs", "sort"], choices=["pairs", "sort"])
-    p.add_argument("--labels", type=int, nargs="+", default=[250, 500, 1000])
+    p.add_argument("env_id", help="the env id")
+    p.add_argument("--queries", nargs="+", default=["pairs", "sort"], choices=["pairs", "sort"],
+                   help="query modes compared (run.py's --queries)")
+    p.add_argument("--labels", type=int, nargs="+", default=[250, 500, 1000],
+                   help="label counts a predictor is pretrained on")
     p.add_argument("--epochs", type=int, default=None,
                    help="pretraining epochs (default: the environment's own)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the runs and the probe")
     p.add_argument("--probe_steps", type=int, default=1000, help="steps of each probe env")
-    p.add_argument("--probe_envs", type=int, default=8)
-    p.add_argument("--runs_dir", type=Path, default=ROOT / "runs" / "label_efficiency")
+    p.add_argument("--probe_envs", type=int, default=8, help="envs the probe plays side by side")
+    p.add_argument("--runs_dir", type=Path, default=ROOT / "runs" / "label_efficiency",
+                   help="where the runs and results.json go")
     p.add_argument("--extra", default="", help="more run.py flags for every run, quoted")
     p.add_argument("--plot", help="a figure of the table (e.g. docs/label_efficiency_pong.png)")
     a = p.parse_args(argv)

@@ -7,7 +7,7 @@
 
 Runs live in runs/milestones/<name>-seed<k>, or under `--runs_dir` (a long run belongs outside
 the checkout, e.g. `--runs_dir ~/runs`). A run that exists is resumed (`run.py --resume`), so
-the same command continues a long reproduction after a stop, a crash or a new session. The report
+the same command continues a long reproduction after a stop, a crash or a reboot. The report
 gives, per seed, the agent steps, labels and wall-clock at which the mean true return of the last
 episodes first reached the milestone's level, and where the run stands now (the mean of the last
 episodes), and plots every seed's curve into docs/<name>.png (`--out` elsewhere).
@@ -47,13 +47,15 @@ MILESTONES = {
     "moving_dot": Milestone(
         "MovingDotNoFrameskip-v0", "train_policy_with_preferences", ["--synthetic_prefs"],
         MOVING_DOT_LEVEL, 64, "90% of the scripted policy's return, target <= 5 min on 2 cores"),
-    # Issue 6: mean true score >= +19 over 10 episodes within 6M agent steps, <= 3,300 labels.
+    # Pong's milestone: a mean true score >= +19 over 10 episodes within 6M agent steps and
+    # 3,300 labels (the paper's synthetic-label budget for Pong, §3.1.2, Fig. 3).
     "pong_prefs": Milestone(
         "PongNoFrameskip-v4", "train_policy_with_preferences", ["--synthetic_prefs"],
         19.0, 10, "mean of 10 episodes >= +19 within 6M steps and 3,300 labels"),
     "pong_true": Milestone(
         "PongNoFrameskip-v4", "train_policy_with_original_rewards",
-        # One process alone: two torch and two env threads are fastest on 2 cores (bench_a2c).
+        # One process alone: two torch and two env threads are fastest on 2 cores (docs/results.md,
+        # bench_a2c).
         ["--torch_threads", "2", "--env_threads", "2"],
         19.0, 10, "the true-reward baseline"),
     # The paper's Enduro: hard for A2C/A3C on the true reward, so no level is set; the two runs
@@ -139,7 +141,7 @@ def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR,
 def main(argv: list[str] | None = None) -> int:
     stop_main_process_on_signals()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("name", choices=sorted(MILESTONES))
+    p.add_argument("name", choices=sorted(MILESTONES), help="the milestone")
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="seeds to run (default: 0 1 2 for moving_dot, 0 for the others)")
     p.add_argument("--report_only", action="store_true", help="only report and plot")
@@ -147,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs_dir", type=Path, default=RUNS_DIR,
                    help="where the runs live (<runs_dir>/<name>-seed<k>)")
     p.add_argument("--out", type=Path, default=None,
-                   help="where the figure goes (default docs/<name>.png, the README's)")
+                   help="the figure's path (default: docs/<name>.png)")
     a = p.parse_args(argv)
     m = MILESTONES[a.name]
     seeds = a.seeds if a.seeds is not None else ([0, 1, 2] if a.name == "moving_dot" else [0])

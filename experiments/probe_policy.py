@@ -11,7 +11,7 @@ convolution, neurons of the dense layer) that are positive somewhere in some obs
 ("alive"), how much the policy's logits and the value vary across observations, and the
 policy's mean entropy. A layer with no unit alive passes nothing on: the policy is then one
 fixed distribution whatever the screen shows, no gradient reaches the layers below, and the run
-cannot learn again (what ended Pong seed 1's level, docs/experiments.md).
+cannot learn again (docs/experiments.md, "Why the level was touched, not held").
 """
 from __future__ import annotations
 

@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--levels", type=float, nargs="+", default=[],
                    help="also say when the mean of --window episodes first reached each level")
     p.add_argument("--window", type=int, default=10,
-                   help="episodes averaged for --levels (10: the paper's Pong milestone)")
+                   help="episodes averaged for --levels (10: the Pong milestone's)")
     a = p.parse_args(argv)
     if not (Path(a.run_dir) / "tb").is_dir():
         p.error(f"{a.run_dir} has no tb/ folder: not a run directory")

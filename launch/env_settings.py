@@ -2,32 +2,33 @@
 them. A flag given on the command line wins over these; `run.py --help` lists them."""
 from __future__ import annotations
 
-# MovingDot keeps App. A's 500 initial labels: with 200 the level held on fewer seeds
-# (docs/experiments.md, issue 34 item 7).
+# MovingDot keeps App. A's 500 initial labels: with fewer the level held on fewer seeds
+# (docs/experiments.md, "MovingDot's first command on a faster machine").
 _MOVING_DOT = {
     "n_initial_epochs": 20, "reward_predictor_learning_rate": 3e-3,
     "million_timesteps": 0.3, "lr_zero_million_timesteps": 0.3,
-    # A2C's entropy bonus of 0.01 outweighs a learned reward of std 0.02-0.05 here: the policy
-    # drifted back towards uniform; 0.005 held the level no more often (docs/experiments.md).
+    # App. A.2's entropy bonus of 0.01 outweighs this small learned reward and the policy drifts
+    # back towards uniform (docs/experiments.md, "MovingDot's entropy bonus and fall-back").
     "ent_coef": 0.003,
-    # The 500 initial labels' clips from every env: 13k agent steps instead of 200k, and the three
-    # seeds tried ended as high (docs/experiments.md, "Gathering from every env").
+    # The initial labels' clips from every env: far fewer agent steps, ending as high
+    # (docs/experiments.md, "Gathering from every env").
     "gather_clips": "every_env",
     # A ceiling on the predictor's training per agent step, so that it does not depend on the
-    # processor: at 0.12 (a fast predictor, no ceiling) the level held less often than at 0.04-0.06
-    # (docs/experiments.md, "The predictor's pace after its speed-up").
+    # processor: a fast predictor held the level less often (docs/experiments.md, "The
+    # predictor's pace after its speed-up").
     "max_predictor_labels_per_step": 0.06,
 }
 # App. A.2's predictor (dropout 0.5, batch norm), labels annealed over the run (App. A), the
 # predictor trained on about one label per 10 agent steps (App. A); 20 pretraining epochs, not
-# App. A's 200, which take about an hour on 2 CPU cores.
+# App. A's 200, which are slow on a CPU (docs/experiments.md, "Pong from preferences: what we
+# found").
 _ATARI = {
     "dropout": 0.5, "batchnorm": True, "label_schedule": "annealed", "max_labels": 3300,
     "n_initial_epochs": 20, "min_predictor_labels_per_step": 0.1,
 }
-# Pong's level held to the end only where A2C's rate decayed to zero over the run (the paper
-# decays it over 80M steps, nearly constant over 6M); a network whose units all stop firing goes
-# back to a live checkpoint, so every checkpoint is kept (docs/reproduction.md, "Pong").
+# Pong: A2C's rate decays to zero over the run's 6M steps (the paper's over 80M, nearly constant
+# here), and a network whose units all stop firing goes back to a live checkpoint, so every
+# checkpoint is kept (docs/reproduction.md, "Pong from preferences").
 _PONG = {
     **_ATARI, "million_timesteps": 6.0, "lr_zero_million_timesteps": 6.0,
     "revive_dead_policy": True, "policy_ckpts_kept": 0,

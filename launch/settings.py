@@ -40,21 +40,20 @@ class Settings:
     env_id: str | None = None
     # run
     resume: str | None = setting(
-        None, "run", "continue a stopped run from its last checkpoints with its saved settings "
-        "(flags given now override them, e.g. --million_timesteps, except --log_dir, --run_name "
-        "and --load_*)", metavar="RUN_DIR")
+        None, "run", "continue the stopped run in RUN_DIR from its last checkpoints and saved "
+        "settings, which flags given now override (all but --log_dir, --run_name and --load_*)",
+        metavar="RUN_DIR")
     log_dir: str | None = setting(None, "run", "directory for this run (must not exist yet)")
     run_name: str | None = setting(None, "run", "name of the run directory under runs/")
-    seed: int = setting(0, "run", "random seed")
+    seed: int = setting(0, "run", "random seed (env i gets seed + i)")
     torch_threads: int = setting(
-        A2CRunConfig.torch_threads, "run", "torch threads in the A2C process (2 is ~25% faster "
-        "for plain A2C on an otherwise idle 2-core machine, but stalls badly when the cores are "
-        "busy)")
-    env_threads: int = setting(A2CRunConfig.env_threads, "run", "ale-py env threads")
+        A2CRunConfig.torch_threads, "run", "torch threads in the A2C process")
+    env_threads: int = setting(
+        A2CRunConfig.env_threads, "run", "ale-py threads stepping the envs (0: one per core)")
     precision: str = setting(
-        A2CRunConfig.precision, "run", "arithmetic of the policy and reward nets; auto: bfloat16 "
-        "autocast where the device has native bf16 (a CPU with AVX512-BF16, a GPU from Ampere "
-        "on), else fp32",
+        A2CRunConfig.precision, "run", "arithmetic of the policy and reward nets, where auto is "
+        "bfloat16 autocast on a device with native bf16 (a CPU with AVX512-BF16, a GPU from "
+        "Ampere on) and fp32 elsewhere",
         choices=("auto", "fp32", "bf16"))
     device: str = setting(
         A2CRunConfig.device, "run", "where the policy acts and learns: cpu, cuda, cuda:N, or auto "
@@ -67,39 +66,39 @@ class Settings:
     lr: float = setting(A2CConfig.lr, "a2c", "RMSProp learning rate")
     optimizer: str = setting(
         A2CConfig.optimizer, "a2c", "A2C's RMSProp: torch.optim.RMSprop, or TensorFlow's (mean "
-        "square from 1, eps inside the root), which baselines' A2C and so the paper used",
+        "square from 1, eps inside the root) as in baselines' A2C, the paper's",
         choices=("rmsprop_torch", "rmsprop_tf"))
     lr_zero_million_timesteps: float | None = setting(
-        None, "a2c", "decay the lr linearly to zero at this many million steps (the paper: 80); "
-        "unset: a constant lr")
+        None, "a2c", "million agent steps at which the learning rate, decaying linearly, reaches "
+        "zero (App. A.2: 80; unset: a constant rate)")
     load_policy_ckpt_dir: str | None = setting(
-        None, "a2c", "start from the newest policy checkpoint here")
+        None, "a2c", "start from the newest policy checkpoint in this directory")
     policy_ckpt_interval: int = setting(
-        A2CRunConfig.ckpt_interval, "a2c", "updates between policy checkpoints")
+        A2CRunConfig.ckpt_interval, "a2c", "A2C updates between policy checkpoints")
     policy_ckpts_kept: int = setting(
-        A2CRunConfig.ckpt_keep, "a2c", "the newest policy checkpoints kept in RUN_DIR/policy (0: "
-        "all, to score the policy against agent steps with experiments.evaluate "
-        "--all_checkpoints)")
+        A2CRunConfig.ckpt_keep, "a2c",
+        "how many of the newest policy checkpoints RUN_DIR/policy keeps (0: all)")
     revive_dead_policy: bool = setting(
         A2CRunConfig.revive_dead, "a2c", "when a layer of the policy has no unit firing, even on "
-        "random play's screens, go back to the newest kept checkpoint that is still alive (not "
-        "the paper's; on by default for Pong)",
+        "random play's screens, go back to the newest kept checkpoint still alive (not in the "
+        "paper)",
         negation=("--no_revive_dead_policy", "never go back to an earlier checkpoint (the paper)"))
     render_episodes: bool = setting(
-        False, "a2c", "loop the agent's latest full episode (env 0) in a second window (needs a "
-        "display; without one the run goes on without it)")
+        False, "a2c", "loop the agent's latest full episode (env 0) in a second window when a "
+        "display is available")
     # preferences
     synthetic_prefs: bool = setting(
         InterfaceConfig.synthetic, "prefs",
         "label clip pairs by their true reward instead of asking a person")
     clip_player: str = setting(
         "auto", "prefs", "where a person watches the clip pairs: a window, the terminal in "
-        "colour, or a page in the browser (web); auto: a window when a display is available",
+        "colour, a page in the browser (web), or auto, a window when a display is available",
         choices=PLAYER_KINDS)
     web_host: str = setting(
-        "127.0.0.1", "prefs", "--clip_player web: the address the page listens on (reach a "
-        "remote run's page by SSH port forwarding rather than opening this)")
-    web_port: int = setting(0, "prefs", "--clip_player web: the page's port (0: a free one)")
+        "127.0.0.1", "prefs", "the address the labelling page listens on with --clip_player web "
+        "(reach a remote run's page by SSH port forwarding)")
+    web_port: int = setting(
+        0, "prefs", "the labelling page's port with --clip_player web (0: a free one)")
     n_initial_prefs: int = setting(
         500, "prefs", "labels gathered from the untrained policy before pretraining (App. A)")
     max_prefs: int = setting(
@@ -113,20 +112,20 @@ class Settings:
         "pairs, so that synthetic labels made faster than clips arrive wait for new clips (0: no "
         "limit)")
     gather_clips: str = setting(
-        "rotate", "prefs", "while gathering the initial labels: rotate: a clip per 25 steps from "
-        "the envs in turn, as in training; every_env: a clip per 25 steps from each env, N times "
-        "faster but from fewer episodes", choices=("rotate", "every_env"))
+        "rotate", "prefs", "how the initial labels' clips are cut: rotate, one per 25 steps from "
+        "the envs in turn (as in training), or every_env, one per 25 steps from each env (N times "
+        "faster, from fewer episodes)", choices=("rotate", "every_env"))
     teacher: str = setting(
         InterfaceConfig.teacher, "prefs", "synthetic labeller: oracle, alongside, "
         "boltzmann:beta=B, mistake:eps=E, skip:threshold=X, equal:threshold=X or myopic:gamma=G "
         "(B-Pref teachers)")
     episode_end_penalty: float | None = setting(
-        None, "prefs", "synthetic labels: subtracted from a clip's true return per episode end "
-        "in it (App. A); default: 1 for Atari games except Pong, else 0")
+        None, "prefs", "subtracted from a clip's true return for each episode end in it when "
+        "labels are synthetic (App. A; unset: 1 for Atari games except Pong, else 0)")
     queries: str = setting(
-        InterfaceConfig.queries, "prefs", "pairs: each query a fresh pair of clips; sort: each "
-        "new clip is placed among the sorted clips by comparisons (a binary search, "
-        "rl-teacher-atari's sorting tree), each stored as an ordinary label",
+        InterfaceConfig.queries, "prefs", "pairs: each query a fresh pair of clips; sort: each new "
+        "clip placed among the sorted ones by binary search (rl-teacher-atari's sorting tree), "
+        "each comparison stored as a label",
         choices=("pairs", "sort"))
     query_selection: str = setting(
         InterfaceConfig.selection, "prefs",
@@ -134,17 +133,18 @@ class Settings:
         choices=("random", "disagreement"))
     oversampling: int = setting(
         InterfaceConfig.oversample, "prefs",
-        "disagreement draws this many times more candidate pairs than it shows")
+        "disagreement draws this many times more candidate pairs than it shows (App. A: 10)")
     label_schedule: str = setting(
-        InterfaceConfig.label_schedule, "prefs", "none: label as fast as the predictor trains; "
-        "constant or annealed (App. A: rate ~ 5e6/(T+5e6), T frames) spend --max_labels over the "
-        "run", choices=("none", "constant", "annealed"))
+        InterfaceConfig.label_schedule, "prefs", "how labels are spread over the run: none "
+        "labels as fast as the predictor trains, constant and annealed (App. A: rate ~ "
+        "5e6/(T+5e6), T frames) spend --max_labels by its end",
+        choices=("none", "constant", "annealed"))
     max_labels: int = setting(
-        InterfaceConfig.max_labels, "prefs", "total label budget of a --label_schedule")
+        InterfaceConfig.max_labels, "prefs",
+        "labels a --label_schedule spends over the run, the initial ones included")
     anneal_every_frames: float = setting(
-        float(InterfaceConfig.anneal_every_frames), "prefs", "annealed schedule: frames between "
-        "rate decreases (App. A: 5e6; shorter runs such as MovingDot need a smaller value to "
-        "anneal at all)")
+        float(InterfaceConfig.anneal_every_frames), "prefs",
+        "emulator frames between the annealed schedule's rate decreases (App. A: 5e6)")
     load_prefs_dir: str | None = setting(
         None, "prefs", "a run directory whose prefs.sqlite is copied into this run and used")
     # reward predictor
@@ -153,66 +153,63 @@ class Settings:
         200, "predictor", "pretraining epochs over the initial labels (App. A)")
     dropout: float = setting(
         TrainerConfig.dropout, "predictor",
-        "dropout on the conv layers (the paper's Atari setting: 0.5)")
+        "dropout rate on the conv layers (App. A.2: 0.5 for Atari)")
     batchnorm: bool = setting(
-        TrainerConfig.batchnorm, "predictor", "batch norm on the conv layers",
+        TrainerConfig.batchnorm, "predictor", "batch norm on the conv layers (App. A.2)",
         negation=("--no_batchnorm", "no batch norm (where the environment's settings turn it on)"))
     reward_predictor_learning_rate: float = setting(
         TrainerConfig.lr, "predictor", "Adam learning rate of each member")
     load_reward_predictor_ckpt_dir: str | None = setting(
-        None, "predictor", "a run directory (or its reward_predictor/ directory) to load the "
-        "predictor from; skips pretraining")
+        None, "predictor", "a run directory (or its reward_predictor/ directory) whose predictor "
+        "is loaded in place of pretraining")
     reward_predictor_ckpt_interval: int = setting(
         TrainerConfig.ckpt_interval, "predictor", "predictor training steps between checkpoints")
     frozen_reward_predictor: bool = setting(
         False, "predictor", "train the policy on the loaded predictor without collecting labels "
         "or training the predictor")
     adaptive_l2: bool = setting(
-        TrainerConfig.adaptive_l2, "predictor", "adjust each member's L2 to keep validation loss "
-        "at 1.1-1.5x training loss (App. A; starts at 1e-4)",
+        TrainerConfig.adaptive_l2, "predictor", "adjust each member's L2 weight, from 1e-4, to "
+        "keep its validation loss at 1.1-1.5x its training loss (App. A)",
         negation=("--no_adaptive_l2", "train the predictor without L2 regularisation"))
     implied_pairs: bool = setting(
-        TrainerConfig.implied_pairs, "predictor", "with --queries sort: each member's batch also "
-        "holds as many pairs implied by the sorted order (clips in different classes) as labels")
+        TrainerConfig.implied_pairs, "predictor", "with --queries sort, add to each member's "
+        "batch as many pairs implied by the sorted order (clips in different classes) as labels")
     predictor_loss: str = setting(
-        TrainerConfig.loss, "predictor", "with --queries sort: preference (the paper's loss on "
-        "labels), rank (rl-teacher-atari's regression of sorted clips' returns on their rank "
-        "through the normal quantile, instead) or both", choices=("preference", "rank", "both"))
+        TrainerConfig.loss, "predictor", "the predictor's loss with --queries sort: preference "
+        "(the paper's, on labels), rank (rl-teacher-atari's regression of sorted clips' returns "
+        "on their rank) or both", choices=("preference", "rank", "both"))
     label_noise: float = setting(
-        TrainerConfig.label_noise, "predictor", "assumed chance the labeller answered at random "
-        "(App. A: 0.1); 0 gives the plain Bradley-Terry model")
+        TrainerConfig.label_noise, "predictor", "assumed chance that the labeller answered at "
+        "random (App. A: 0.1; 0: the plain Bradley-Terry model)")
     show_episode_ends: bool = setting(
-        False, "predictor", "let A2C see episode ends (the paper hides them and life losses: one "
-        "continuous episode); life loss is never an episode end")
+        False, "predictor", "let A2C see episode ends (game overs and time limits, never life "
+        "losses), which the paper hides (App. A)")
     reward_std: float = setting(
         TrainerConfig.reward_std, "predictor",
         "std the predicted reward is normalised to (App. A.2: 0.05 for Atari)")
     reward_predictor_duty: float = setting(
-        TrainerConfig.duty, "predictor", "fraction of wall-clock time the trainer spends training "
-        "while the policy trains (it rests the rest, leaving the cores to A2C)")
+        TrainerConfig.duty, "predictor", "fraction of wall-clock time the trainer trains while "
+        "the policy trains, resting the rest to leave the cores to A2C")
     min_predictor_labels_per_step: float = setting(
-        0.0, "predictor", "a floor on predictor training: A2C waits before each rollout while "
-        "each member has trained on fewer labels than this per agent step (the paper's pace is "
-        "about 0.1, App. A; 0: A2C never waits)")
+        0.0, "predictor", "labels per agent step each member must have trained on before A2C's "
+        "next rollout, which waits until then (App. A.2: about 0.1; 0: A2C never waits)")
     max_predictor_labels_per_step: float = setting(
-        0.0, "predictor", "a ceiling on predictor training: the trainer rests while each member "
-        "has trained on more labels than this per agent step (0: none; never below the floor); "
-        "with the floor at the same value the pace no longer depends on the machine")
+        0.0, "predictor", "labels per agent step each member may train on before the trainer "
+        "rests until A2C catches up (0: no ceiling; never below the floor)")
     predictor_pace_unit: str = setting(
-        "member", "predictor", "what --min_predictor_labels_per_step counts: the labels each "
-        "member trains on, or those of all members together (App. A.2 says \"the predictor\" "
-        "processes about 1 label per 10 steps)", choices=("member", "ensemble"))
+        "member", "predictor", "what the two pace flags count: the labels each member trains "
+        "on, or those of all members together (App. A.2's \"the predictor\" may mean either)",
+        choices=("member", "ensemble"))
     reward_predictor_keep_freed_memory: bool = setting(
         TrainerConfig.keep_freed_memory, "predictor", "the predictor's trainer keeps the memory "
-        "it frees for its next step: on Pong its steps are about 10% faster and it holds about "
-        "300 MB more (docs/results.md)")
+        "it frees for its next steps, which are then faster but hold more (docs/results.md)")
     reward_predictor_threads: int = setting(
-        TrainerConfig.torch_threads, "predictor", "torch threads in the reward-predictor trainer "
-        "process; in pretraining and while A2C waits for it, it takes --torch_threads's too as "
-        "long as that makes its steps faster")
+        TrainerConfig.torch_threads, "predictor", "torch threads of the reward-predictor trainer, "
+        "which in pretraining and while A2C waits for it also takes --torch_threads's as long as "
+        "that makes its steps faster")
     reward_predictor_device: str = setting(
         TrainerConfig.device, "predictor", "where the trainer trains the predictor: cpu, cuda, "
-        "cuda:N, or auto (cuda when torch sees a GPU); A2C still computes rewards on the CPU")
+        "cuda:N, or auto (cuda when torch sees a GPU), while A2C computes r̂ on the CPU")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -284,23 +281,47 @@ def build_parser(parser_class: type = argparse.ArgumentParser, *, with_defaults:
     return p
 
 
+ENV_KIND_NAMES = {"atari": "Atari games", "moving_dot": "MovingDot"}  # envs.env_kind's kinds
+
+
+def unused_by(names: list[str]) -> tuple[list[str], list[str]]:
+    """Where `unused_settings` says these settings do nothing: the modes that use none of them
+    (on any environment), and the environment kinds on which none of them does anything."""
+    modes = [m for m in MODES if unused_settings(m, "atari", names) == names]
+    kinds = [k for k in ENV_KIND_NAMES
+             if all(unused_settings(m, k, names) == names for m in MODES)]
+    return modes, kinds
+
+
 def flag_tables() -> str:
-    """The flags as docs/flags.md's markdown tables, one per group, defaults included."""
-    out = []
+    """The flags as docs/flags.md's markdown tables, one per group, defaults included, with the
+    modes and environments that do not use a group or a flag (`unused_settings`)."""
+    out = [f"The modes: {', '.join(f'`{m}`' for m in MODES)}. A group or a flag that a mode "
+           "or an environment does not use says so, and run.py notes such a flag when it is "
+           "given.", ""]
     for key, title in GROUPS.items():
-        out += [f"**{title[0].upper() + title[1:]}**", "", "| flag | default | meaning |",
-                "|---|---|---|"]
-        for f in flag_fields():
-            if f.metadata["group"] != key:
-                continue
+        group = [f for f in flag_fields() if f.metadata["group"] == key]
+        out += [f"**{title[0].upper() + title[1:]}**", ""]
+        modes, _ = unused_by([f.name for f in group])
+        if modes:
+            out += [f"Not used by {' or '.join(f'`{m}`' for m in modes)}.", ""]
+        out += ["| flag | default | meaning |", "|---|---|---|"]
+        for f in group:
             flag = f"`--{f.name}`"
             if f.metadata["choices"]:
                 flag += f" ({', '.join(f.metadata['choices'])})"
+            meaning = f.metadata["help"]
             if f.metadata["negation"]:
-                flag += f" / `{f.metadata['negation'][0]}`"
+                off, off_help = f.metadata["negation"]
+                flag += f" / `{off}`"
+                meaning += f"; `{off}`: {off_help}"
             default = {None: "", True: "on", False: "off"}.get(f.default, f.default) \
                 if f.default is None or isinstance(f.default, bool) else f.default
-            out.append(f"| {flag} | {default} | {f.metadata['help'].replace('|', '/')} |")
+            meaning = meaning.replace("|", "/")
+            _, kinds = unused_by([f.name])
+            if kinds:
+                meaning += f"; not used for {' or '.join(ENV_KIND_NAMES[k] for k in kinds)}"
+            out.append(f"| {flag} | {default} | {meaning} |")
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
 

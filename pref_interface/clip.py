@@ -1,8 +1,8 @@
 """The paper's unit of comparison: a short clip of agent behaviour, and a label on a pair of them.
 
-A clip has one form from the agent to a training batch: its frames zlib-packed (a Pong clip's 28
-frames of 84x84, 192 KB as arrays, pack to about 3 KB and unpack in about 0.15 ms), cut and
-packed once in the agent's process, then sent, paired, stored and held as they are. Its frames
+A clip has one form from the agent to a training batch: its frames zlib-packed (sizes and times:
+docs/results.md, "Memory"), cut and packed once in the agent's process, then sent, paired, stored
+and held as they are. Its frames
 are expanded where they are used: a training batch, a query shown to a person, a scored pair.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 CLIP_LENGTH = 25  # App. A.2: clips of 25 agent steps (1.7 s at 15 fps)
 FRAME_SHAPE = (84, 84)
 STACK = 4
-ZLIB_LEVEL = 1  # level 6 packs Pong clips to half the size but unpacks 3x slower
+ZLIB_LEVEL = 1  # higher levels pack smaller but unpack slower (docs/results.md, "Memory")
 
 
 @dataclass(frozen=True, eq=False)

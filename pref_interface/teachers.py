@@ -6,8 +6,8 @@ and `make_teacher` to pick one from a CLI string. The person as a labeller (`hum
 implements the same `Labeller` protocol.
 
 Every synthetic teacher but "alongside" judges a clip by its true reward, minus
-`episode_end_penalty` for each episode end inside the clip (App. A: the agent is never told of episode ends, so the synthetic
-oracle penalises them instead, except in Pong).
+`episode_end_penalty` for each episode end inside the clip (App. A: the agent is never told of
+episode ends, so the synthetic oracle penalises them instead, except in Pong).
 """
 from __future__ import annotations
 

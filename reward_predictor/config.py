@@ -41,11 +41,12 @@ class TrainerConfig:
     # --queries sort: "rank" regresses sorted clips' returns on their rank instead of the paper's
     # loss on labels (once an order exists), "both" adds it to the paper's
     loss: str = "preference"
-    duty: float = 0.5  # fraction of the time spent training; the rest is left to A2C (2 cores)
+    duty: float = 0.5  # fraction of the time spent training; the rest is left to A2C
     # a ceiling on each member's labels per agent step: the trainer rests while ahead (0: none)
     max_labels_per_step: float = 0.0
-    # True: the training processes serve all memory from a heap they never trim; steps ~10%
-    # faster on Pong, ~300 MB more held. False: glibc tunables (runtime/process_setup.py).
+    # True: the training processes serve all memory from a heap they never trim, faster steps
+    # for more memory held (docs/results.md, "Memory"). False: glibc tunables
+    # (runtime/process_setup.py).
     keep_freed_memory: bool = False
     # torch threads while A2C is idle: waiting for it, or not yet running (pretraining).
     # 0: torch_threads

@@ -16,7 +16,7 @@ from reward_predictor.nets import AtariRewardNet
 from reward_predictor.normaliser import RunningNormaliser
 from reward_predictor.stacked import StackedAtariNets, weights_version
 
-MAX_FRAMES_PER_FORWARD = 400  # chunk of evaluation passes: bounds their memory (2,000 frames: ~650 MB)
+MAX_FRAMES_PER_FORWARD = 400  # chunk of evaluation passes, which bounds their memory
 # Clips of each training batch that a member's normaliser sees in eval mode (see train_step).
 NORMALISER_CLIPS = 8
 # Frames a normaliser remembers: 1e5 when it sees every frame of a default batch (32 clips of
@@ -194,8 +194,8 @@ class RewardPredictorEnsemble(nn.Module):
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """One Adam per member, made at first use: an ensemble that only predicts (A2C's r̂, a
-        frozen reward, a checkpoint check) never imports what Adam imports (torch._dynamo,
-        about 1.5 s)."""
+        frozen reward, a checkpoint check) never imports what Adam imports (torch._dynamo, slow
+        to import)."""
         if self._optimizers is None:
             self._optimizers = [torch.optim.Adam(m.parameters(), lr=self.lr) for m in self.members]
         return self._optimizers
@@ -243,7 +243,8 @@ class RewardPredictorEnsemble(nn.Module):
 
     def _autocast(self):
         """bfloat16 autocast for the nets' forward (and so backward) passes when `bf16` is set:
-        about twice as fast on CPUs with native bf16; weights, loss and normalisers stay fp32."""
+        faster on CPUs with native bf16 (docs/results.md); weights, loss and normalisers stay
+        fp32."""
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
 
     def _weight_penalty(self, net: nn.Module) -> torch.Tensor:
@@ -269,7 +270,7 @@ class RewardPredictorEnsemble(nn.Module):
           mostly background have tiny variance; docs/experiments.md, "Batch norm statistics that
           lagged the weights").
         - the member's normaliser is fed that net's outputs. Dropout makes training-mode outputs
-          several times more spread out (2-7x on Pong for the paper's net with dropout 0.5), and
+          several times more spread out (on Pong, with the paper's dropout of 0.5), and
           normalising by that spread would shrink the agent's reward far below the intended std.
         Returns mean `loss` (preference term only, comparable with validation), `accuracy`,
         `l2_penalty`, and the per-member lists `member_loss`, `member_accuracy`.

@@ -1,7 +1,8 @@
 """The reward predictor as the supervising process hands it to a child: real functions it can
 import and pickle without importing torch (which is imported when they are called, in the
-child). Pretraining is a process body (the trainer's is launch/loop.py's); r̂ for the agent and P[left >
-right] for query selection are built in the process that uses them, from the shared weights."""
+child). Pretraining is a process body (the trainer's is launch/loop.py's); r̂ for the agent and
+P[left > right] for query selection are built in the process that uses them, from the shared
+weights."""
 from __future__ import annotations
 
 from typing import Any

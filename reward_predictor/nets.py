@@ -26,9 +26,8 @@ def half_mask(x: torch.Tensor) -> torch.Tensor:
     laid out like `x`; entries are i.i.d., so any layout is the same distribution.
 
     Every bit of a uniform random 64-bit word is an independent fair coin, so one random draw
-    serves 64 entries; drawing a float per entry (bernoulli_) was ~28% of a train step, a byte per
-    8 entries (randint) ~10% (docs/results.md). Bytes are what the backward pass keeps: a quarter
-    of a float mask.
+    serves 64 entries, far cheaper than a float per entry (bernoulli_) or a byte per 8 (randint;
+    docs/results.md). Bytes are what the backward pass keeps: a quarter of a float mask.
     """
     n = x.numel()
     # from -2**63 with no upper bound: the full 64-bit range, so the sign bit is a fair coin too
@@ -95,7 +94,7 @@ class AtariRewardNet(nn.Module):
             nn.BatchNorm2d(16) if batchnorm else nn.Identity() for _ in specs)
         self.fc = nn.Linear(16 * 7 * 7, 64)  # 84 -> 26 -> 11 -> 9 -> 7
         self.out = nn.Linear(64, 1)
-        # Channels-last (NHWC) activations make oneDNN's CPU convolutions ~25% faster here.
+        # Channels-last (NHWC) activations make oneDNN's CPU convolutions faster here.
         self.to(memory_format=torch.channels_last)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor | None = None,
@@ -116,7 +115,7 @@ class AtariRewardNet(nn.Module):
                 x = conv(x)
             if take_statistics and isinstance(norm, nn.BatchNorm2d):
                 # A training-mode pass with momentum 1 sets the running statistics to this
-                # batch's mean and unbiased variance (3-5x faster than var_mean on channels-last).
+                # batch's mean and unbiased variance (faster than var_mean on channels-last).
                 torch.ops.aten.native_batch_norm(x, None, None, norm.running_mean,
                                                  norm.running_var, True, 1.0, norm.eps)
             # The random-byte mask is a CPU saving; on a GPU F.dropout is already cheap.
@@ -138,7 +137,7 @@ def nhwc_frames(obs: torch.Tensor) -> torch.Tensor:
     """uint8 (..., 4, 84, 84), any strides -> uint8 (N, 84, 84, 4), contiguous.
 
     The overlapping 4-frame windows are gathered into NHWC order as uint8 (a quarter of the bytes
-    of floats); a direct strided float copy of them took 4x longer.
+    of floats); a direct strided float copy of them is much slower.
     """
     nhwc = torch.stack([obs[..., c, :, :] for c in range(STACK)], dim=-1)
     return nhwc.reshape(-1, FRAME, FRAME, STACK)
@@ -158,8 +157,8 @@ class FirstConv(torch.autograd.Function):
     """The first convolution over uint8 NHWC frames, the same numbers as F.conv2d on their float
     copy, without ever holding that copy whole: forward and backward convert FIRST_CONV_CHUNK
     frames at a time, and backward keeps the uint8 frames. On 800 frames the float input is 90 MB,
-    the largest block of a training step; without it the trainer's peak is ~60 MB lower
-    (docs/results.md#memory), for two conversions instead of one. No gradient flows to the
+    the largest block of a training step, so the trainer's peak is lower this way
+    (docs/results.md, "Memory"), for two conversions instead of one. No gradient flows to the
     frames."""
 
     @staticmethod

@@ -3,8 +3,9 @@
 App. A.2: "The predictor is trained asynchronously from the RL agent, and on our hardware
 typically processes 1 label per 10 RL timesteps." That describes their hardware, and "the
 predictor" is the ensemble, so the rate may count each member's labels or all members' together;
-the paper does not say. Left alone on two CPU cores our trainer managed about 1 label per 100
-steps, and the policy learnt to exploit its reward (docs/experiments.md). With a floor, A2C waits
+the paper does not say. Left alone on a 2-core CPU our trainer fell far behind that pace and the
+policy learnt to exploit its reward (docs/experiments.md, "Pong from preferences: what we
+found"). With a floor, A2C waits
 before each rollout while the trainer is behind, and the trainer, seeing it wait, stops resting
 and takes the idle threads.
 

@@ -1,13 +1,11 @@
 """How many torch threads the trainer's next step gets.
 
 While A2C waits for the predictor (and in pretraining) its thread is free, and a step on both
-cores is about 1.5x faster on Pong (docs/results.md); MovingDot's small net gains nothing. But a
-step on two threads meets at every operation's end, and when another process keeps a core busy
-(a browser showing the labelling page, a build, another job: Linux shares the CPU between
-sessions before it reads `nice`), the thread that waits for the descheduled one stalls the step:
-1.6 s against 0.14 s beside a busy loop of another session, and for MovingDot's pretraining
-205 ms against 12 ms beside a Pong run (docs/results.md, docs/experiments.md). So borrowing is
-kept only while its steps are faster."""
+cores is faster on Pong; MovingDot's small net gains nothing. But a step on two threads meets at
+every operation's end, and when another process keeps a core busy (a browser showing the
+labelling page, a build, another job: Linux shares the CPU between its sessions, or autogroups,
+before it reads `nice`), the thread that waits for the descheduled one stalls the step many times
+over (docs/results.md). So borrowing is kept only while its steps are faster."""
 from __future__ import annotations
 
 import collections

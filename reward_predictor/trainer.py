@@ -55,9 +55,10 @@ class RewardPredictorTrainer:
 
     Clips are held packed, each once however many labels share it, and expanded for the batch
     being trained on or scored. Validation labels (`Preference.is_validation`, App. A: 1/e of the
-    data held out) are kept apart and never trained on. The label budget counts both kinds; the oldest label goes first. Each
-    training label carries one bootstrap count per member, drawn when it arrives, and a member's
-    minibatch is drawn with probability proportional to its counts.
+    data held out) are kept apart and never trained on. The label budget counts both kinds; the
+    oldest label goes first. Each training label carries one bootstrap count per member, drawn
+    when it arrives, and a member's minibatch is drawn with probability proportional to its
+    counts.
 
     With `adaptive_l2`, each member's L2 coefficient starts at 1e-4 (unless already set) and
     `adapt_regularisation` moves it after each validation pass (App. A; Ibarz et al. 2018).

@@ -1,13 +1,13 @@
 """The machine a figure or a run came from, in one line (figures are compared only from one
-machine: the processors seen so far differ twofold in bf16 speed)."""
+machine: processors differ severalfold in bf16 speed, docs/results.md)."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-# The flags that matter here, in the order named: bf16 convolutions are about twice as fast
-# with AMX, and faster with AVX512-BF16 than with AVX2 alone; AVX512 without bf16 (an Intel
-# Xeon seen here) computes in fp32, with wider vectors than AVX2.
+# The flags that matter here, fastest first: bf16 convolutions are fastest with AMX, then with
+# AVX512-BF16; AVX512 without bf16 (some Intel Xeons) computes in fp32, with wider vectors than
+# AVX2.
 FLAGS_NAMED = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
 
 

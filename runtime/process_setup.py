@@ -8,8 +8,8 @@ hundreds of MB of 4 KB pages, and serves the rest from a heap that fragments and
 The trainer therefore starts with glibc tunables (`TRAINER_MALLOC_TUNABLES`): blocks of 16 MB
 and more are mapped afresh, in 2 MB pages (far fewer faults), and given back on free; smaller
 ones reuse the heap. Or, with `reuse_freed_memory`, it serves everything from a heap it never
-trims: the fastest steps, but the heap's fragments make the process hold ~300 MB more
-(docs/results.md#memory).
+trims: the fastest steps, but the heap's fragments make the process hold more memory
+(docs/results.md, "Memory").
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """TensorBoard scalars without torch: the processes' one writer.
 
 torch's SummaryWriter writes through the same tensorboard EventFileWriter, but importing it loads
-torch (≈200 MB RSS), which the preference interface and a wrapper's caller need for nothing else.
+torch and its memory, which the preference interface and a wrapper's caller need for nothing
+else.
 """
 from __future__ import annotations
 

@@ -313,7 +313,7 @@ def test_a_dead_policy_is_revived_from_the_newest_live_checkpoint(tmp_path, caps
         live = {k: v.clone() for k, v in agent.policy.state_dict().items()}
         live_ms = [agent.algo.optimizer.state[p]["square_avg"].clone()
                    for p in agent.policy.parameters()]
-        # a newer file that is a policy's weights alone (as a GPU leg sends back): passed over
+        # a newer file that is a policy's weights alone: passed over
         save_policy_weights(tmp_path / "p" / "policy-000000000100.pt",
                             load_policy_weights(tmp_path / "p"))
         with torch.no_grad():

@@ -249,7 +249,7 @@ def test_a_milestone_figure_goes_where_out_says(tmp_path, monkeypatch):
 
 def test_the_supervising_process_wires_a_preference_run_without_importing_torch(tmp_path):
     """Its settings, channels, counters and shared weights come from torch-free modules; torch
-    is imported in the children that compute (issue: 300 MB for a process that only waits)."""
+    is imported in the children that compute (its memory is wasted on a process that only waits)."""
     script = f"""
 import multiprocessing as mp, sys
 from launch import cli, configs

@@ -3,9 +3,9 @@
 The README's first command, stopped as soon as the mean true return of its last 64 episodes is 10
 above random play's (benchmarks/learning_reliability.py, which also runs the same check for many
 seeds: docs/results.md has how often it passes). Seed 1 is one of the seeds that get there
-soonest (16k agent steps; its time in `.ci/run` is in docs/experiments.md, "The dot's position
-kept per clip"). Where a run ends varies more (a run that learns can drift later);
-`python -m experiments.milestone moving_dot` reports that across seeds."""
+soonest (docs/experiments.md, "The dot's position kept per clip"). Where a run ends varies more
+(a run that learns can drift later); `python -m experiments.milestone moving_dot` reports that
+across seeds."""
 import pytest
 
 from benchmarks.learning_reliability import LEARNED_LEVEL, moving_dot_learns

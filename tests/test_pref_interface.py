@@ -200,7 +200,7 @@ def test_pairs_stay_new_in_a_full_buffer():
 @pytest.mark.parametrize("val_fraction", [0.0, 1 / np.e])
 def test_a_clip_is_offered_in_at_most_max_pairs_per_clip_pairs(val_fraction):
     """Labels made faster than clips arrive wait for new clips instead of reusing the few there
-    are (MovingDot's 200 initial labels came from about 30 clips)."""
+    are."""
     rng = np.random.default_rng(3)
     buf = ClipBuffer(max_segs=1000, val_fraction=val_fraction, seed=4, max_pairs_per_clip=2)
     clip = tiny_clip(0)
@@ -390,7 +390,7 @@ def test_incomparable_pairs_are_not_stored_and_stop_event_ends_the_loop(tmp_path
 
 
 def test_the_interface_process_labels_and_logs_without_importing_torch(tmp_path):
-    """With random selection nothing in the interface needs torch (≈200 MB RSS a process)."""
+    """With random selection nothing in the interface needs torch (and its memory)."""
     import subprocess
     import sys
 

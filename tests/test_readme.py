@@ -9,15 +9,23 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_every_run_py_flag_is_in_the_flag_tables_with_the_settings_own_default_and_help():
     """docs/flags.md is `python -m launch.settings`'s output: made from the one home of every
-    setting, and every flag of the parser (made from the same place) is in it."""
+    setting, and every flag of the parser (made from the same place) is in it with its --help."""
     from launch.settings import with_flag_tables
 
     doc = (ROOT / "docs" / "flags.md").read_text()
     assert doc == with_flag_tables(doc), "run `python -m launch.settings` to write them anew"
     documented = set(re.findall(r"`(--[a-z0-9_]+)", doc))
-    flags = {s for action in build_parser()._actions for s in action.option_strings
-             if s.startswith("--") and s != "--help"}
+    actions = [a for a in build_parser()._actions
+               if a.option_strings not in ([], ["-h", "--help"])]  # the flags, not the positionals
+    flags = {s for action in actions for s in action.option_strings if s.startswith("--")}
     assert flags and not flags - documented, sorted(flags - documented)
+    # each flag's --help text is in its table row, an off switch's beside its flag's
+    meaning = {flag: cells[2] for cells in (line.split(" | ") for line in doc.splitlines()
+                                            if line.startswith("| `--"))
+               for flag in re.findall(r"`(--[a-z0-9_]+)`", cells[0])}
+    for action in actions:
+        text = action.help.replace("%%", "%").replace("|", "/")
+        assert text in meaning[action.option_strings[0]], action.option_strings[0]
 
 
 def test_the_readme_lists_each_environments_settings_as_run_py_applies_them():

@@ -20,9 +20,9 @@ def test_a_busy_agent_keeps_its_thread():
 
 def test_borrowing_stops_while_a_neighbour_makes_it_slower_and_comes_back_after():
     choice = ThreadChoice(1, 2)
-    alone = {1: 0.22, 2: 0.14}  # the measured steps of one and two threads, machine alone
+    alone = {1: 0.22, 2: 0.14}  # seconds a step on one and on two threads, machine alone
     assert run(choice, alone, 10)[-5:] == [2] * 5 and choice.borrowing_pays
-    # another session's busy process: a two-thread step stalls (1.6 s measured)
+    # a busy process in another Linux session: a two-thread step stalls
     crowded = {1: 0.23, 2: 1.6}
     chosen = run(choice, crowded, 2 * PROBE_EVERY_STEPS)
     assert not choice.borrowing_pays and chosen[:2] == [2, 2]  # two slow steps to see it

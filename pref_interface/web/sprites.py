@@ -1,8 +1,8 @@
 """Clips as sprite images: every frame of a clip stacked top to bottom in one greyscale PNG.
 
 One image per clip is a single request and decodes once in the browser; the page draws frame `t`
-by cutting rows `84 t .. 84 (t + 1)` out of it. Pillow (installed with matplotlib) writes it: a
-Pong clip in about 0.7 ms and 3.4 KB (docs/results.md), unnoticed at a person's pace.
+by cutting rows `84 t .. 84 (t + 1)` out of it. Pillow (installed with matplotlib) writes it in
+under a millisecond, unnoticed at a person's pace (docs/results.md, "The labelling page's speed").
 """
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import io
 import numpy as np
 from PIL import Image
 
-ZLIB_LEVEL = 3  # a Pong sprite: level 3 is 1.6x faster to write than 6, 1.5x larger
+# Faster to write than level 6, a little larger (docs/results.md, "The labelling page's speed").
+ZLIB_LEVEL = 3
 
 
 def sprite_png(frames: np.ndarray) -> bytes:
