@@ -123,3 +123,36 @@ def test_a_trial_killed_mid_run_comes_back_from_its_own_checkpoints(tmp_path):
     spec = json.loads((storage / "sweep.json").read_text())
     assert spec["seeds"] == [0] and spec["command"][-1] == "0.004"
 
+
+
+@pytest.mark.slow  # two to three minutes on 2 cores
+@pytest.mark.timeout(600)
+def test_a_trial_whose_node_is_lost_goes_on_on_another_node(tmp_path):
+    """A cluster of a head with no CPU and one worker node; once the trial has a checkpoint a
+    second node joins and the first is removed: the trial ends on the second, from its own run
+    directory (two starts recorded, the second a resume)."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    first = cluster.add_node(num_cpus=1)
+    storage = tmp_path / "sweep"
+    run_dir = storage / "runs" / "seed0"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "experiments.sweep", "--storage", str(storage), "--address",
+         cluster.address, "--cpus_per_trial", "1", "--progress_s", "5", "--", *TINY,
+         "--million_timesteps", "0.03"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for(lambda: list((run_dir / "policy").glob("policy-*.pt")), 240,
+                  "the trial's first policy checkpoint")
+        cluster.add_node(num_cpus=1)
+        cluster.remove_node(first)
+        out, _ = driver.communicate(timeout=300)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        cluster.shutdown()
+    assert driver.returncode == 0, out
+    commands = (run_dir / "command.txt").read_text().splitlines()
+    assert len(commands) == 2 and "--resume" in commands[1], commands
+    assert sorted((run_dir / "policy").glob("policy-*.pt"))[-1].name == "policy-000000030000.pt"
