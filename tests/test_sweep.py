@@ -156,3 +156,35 @@ def test_a_trial_whose_node_is_lost_goes_on_on_another_node(tmp_path):
     commands = (run_dir / "command.txt").read_text().splitlines()
     assert len(commands) == 2 and "--resume" in commands[1], commands
     assert sorted((run_dir / "policy").glob("policy-*.pt"))[-1].name == "policy-000000030000.pt"
+
+
+@pytest.mark.slow  # two to three minutes on 2 cores
+@pytest.mark.timeout(600)
+def test_a_stopped_sweep_goes_on_with_resume_and_keeps_its_finished_trials(tmp_path):
+    """Ctrl-C to the driver once the first trial has ended and the second has started; then
+    `--resume STORAGE` ends the second from its own run directory and leaves the first alone."""
+    storage = tmp_path / "sweep"
+    runs = storage / "runs"
+    command = [sys.executable, "-m", "experiments.sweep"]
+    driver = subprocess.Popen(
+        [*command, "--seeds", "0", "1", "--storage", str(storage), "--cpus_per_trial", "2",
+         "--progress_s", "5", "--", *TINY, "--million_timesteps", "0.03"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for(lambda: (runs / "seed0" / "policy" / "policy-000000030000.pt").exists()
+                  and list((runs / "seed1" / "policy").glob("policy-*.pt")), 300,
+                  "the first trial's end and the second's first checkpoint")
+        driver.send_signal(signal.SIGINT)
+        out, _ = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert not (runs / "seed1" / "policy" / "policy-000000030000.pt").exists(), out
+    r = subprocess.run([*command, "--resume", str(storage)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 of 2 trials done" in r.stdout, r.stdout
+    assert len((runs / "seed0" / "command.txt").read_text().splitlines()) == 1
+    second = (runs / "seed1" / "command.txt").read_text().splitlines()
+    assert len(second) == 2 and "--resume" in second[1], second
+    assert (runs / "seed1" / "policy" / "policy-000000030000.pt").exists()
