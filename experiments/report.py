@@ -84,8 +84,10 @@ def commands(rows: list[RunRow]) -> str:
 
 
 def pong_setting(rec: RunRecord) -> tuple[float | None, bool]:
-    """A Pong run's (learning rate's zero in millions of steps, revival on): its start flags,
-    else the defaults of the day it started."""
+    """A Pong run's (learning rate's zero in millions of steps, revival on): its saved settings,
+    or for a record without them its start flags, else the defaults of the day it started."""
+    if rec.settings:
+        return rec.settings.get("lr_zero_million_timesteps"), rec.settings["revive_dead_policy"]
     defaults = next(d for since, d in PONG_SINCE if started(rec) >= since)
     given = {**defaults, **{k: v for k, v in rec.start_flags.items() if k in defaults}}
     return given["lr_zero_million_timesteps"], given["revive_dead_policy"]

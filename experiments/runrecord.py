@@ -45,6 +45,7 @@ class RunRecord:
     episode_training_s: np.ndarray  # seconds of training at its end
     label_steps: np.ndarray  # agent steps at which the labels in the store were counted
     label_totals: np.ndarray
+    settings: dict[str, Any] | None = None  # settings.json: every setting, as the run last ran
 
     @classmethod
     def read(cls, path: Path) -> "RunRecord":
@@ -69,7 +70,7 @@ class RunRecord:
                    agent_steps=float(last_step), training_s=log.wall_clock_s(),
                    episode_steps=steps, episode_returns=returns,
                    episode_training_s=log.episode_training_s(),
-                   label_steps=label_steps, label_totals=label_totals)
+                   label_steps=label_steps, label_totals=label_totals, settings=settings)
 
     @classmethod
     def load(cls, path: Path) -> "RunRecord":
@@ -89,7 +90,7 @@ class RunRecord:
                    episode_returns=np.array(ep["returns"], float),
                    episode_training_s=np.array(ep["training_s"], float),
                    label_steps=np.array(lab["steps"], float),
-                   label_totals=np.array(lab["totals"], float))
+                   label_totals=np.array(lab["totals"], float), settings=d.get("settings"))
 
     def save(self, path: Path) -> None:
         """Write the record; the label count is kept only where it changes (a few thousand
@@ -102,7 +103,8 @@ class RunRecord:
                           "returns": [round(float(r), 3) for r in self.episode_returns],
                           "training_s": [round(float(t)) for t in self.episode_training_s]},
              "labels": {"steps": [int(s) for s in self.label_steps[changed]],
-                        "totals": [int(n) for n in self.label_totals[changed]]}}
+                        "totals": [int(n) for n in self.label_totals[changed]]},
+             "settings": self.settings}
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(d, separators=(",", ":")) + "\n")
 

@@ -169,6 +169,8 @@ def test_a_saved_record_gives_the_same_row_as_its_run_directory(tmp_path, capsys
     rec = reproduction.RunRecord.load(tmp_path / "records" / "p1.json")
     assert list(rec.label_totals) == [100, 200, 300, 400, 500, 600]
     assert rec.training_s == 50.0 and list(rec.episode_training_s) == [0, 10, 20, 30, 40, 50]
+    # every setting, as the run ran, so that a default changed later does not misname it
+    assert rec.settings == json.loads((tmp_path / "p1" / "settings.json").read_text())
 
 
 def test_a_record_of_another_format_is_a_one_line_error(tmp_path, capsys):
