@@ -5,9 +5,13 @@ Each setting changes one thing from the baseline (random queries, 3-member ensem
 model, no adaptive L2, labels as fast as the predictor trains, the perfect oracle). A run stops as
 soon as the mean true return of its last 64 episodes reaches 90% of the scripted go-to-centre
 policy's (19.6, envs/scores.py), or at --million_timesteps. Reported per setting: how many seeds
-reached it, and the median labels, agent steps and wall-clock (from the command's start, so the
-initial labelling and pretraining are included) at that moment. Results are kept in
-runs/ablations/results.json, so an interrupted ablation continues where it stopped.
+reached it, and the median labels, agent steps and wall-clock (from the run's start, so the
+initial labelling and pretraining are included) at that moment.
+
+The runs go as one sweep (`experiments.sweep`), each an ordinary run directory
+runs/ablations/<setting>-seed<k>, side by side where `--cpus_per_trial` and the machine (or the
+Ray cluster of `--address`) allow. Each run's result is kept in runs/ablations/results.json once
+it has ended; an interrupted ablation continues where it stopped, its unfinished runs resumed.
 
     python -m benchmarks.ablations                  # all settings, seeds 0 1 2
     python -m benchmarks.ablations --settings baseline sorting "sorting + implied pairs" \
@@ -27,14 +31,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from envs.scores import MOVING_DOT_LEVEL as LEVEL  # noqa: E402
-from benchmarks.time_to_level import run_until_level  # noqa: E402
+from experiments.sweep import (Trial, add_sweep_flags, level_reached, run_sweep,  # noqa: E402
+                               sweep_options)
 
 BASE = ["train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
         "--n_initial_prefs", "200", "--n_initial_epochs", "20",
         "--reward_predictor_learning_rate", "3e-3", "--lr_zero_million_timesteps", "0.3",
         # docs/results.md's table was measured with this baseline: run.py's MovingDot settings
         # less adaptive L2, the limit of 2 pairs per clip and the smaller entropy bonus; the
-        # "adaptive L2" row turns L2 back on (`command` drops the negation).
+        # "adaptive L2" row turns L2 back on (the sweep drops the negation).
         "--no_adaptive_l2", "--max_pairs_per_clip", "0", "--ent_coef", "0.01"]
 SETTINGS: dict[str, list[str]] = {
     "baseline": [],
@@ -54,22 +59,9 @@ SETTINGS: dict[str, list[str]] = {
 OUT = ROOT / "runs" / "ablations"
 
 
-def slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name).strip("_")
-
-
-def command(name: str) -> list[str]:
-    """run.py's arguments for a setting: BASE with the setting's flags, less BASE's `--no_X` where
-    the setting turns X on (run.py refuses the two together)."""
-    turned_on = {f"--no_{f[2:]}" for f in SETTINGS[name] if f.startswith("--")}
-    return [*(f for f in BASE if f not in turned_on), *SETTINGS[name]]
-
-
-def run_one(name: str, seed: int, million: float) -> dict:
-    d = OUT / f"{slug(name)}-seed{seed}"
-    cmd = ["run.py", *command(name), "--seed", str(seed), "--million_timesteps", str(million),
-           "--log_dir", str(d)]
-    return {"setting": name, "seed": seed, **run_until_level(cmd, d, LEVEL)}
+def trial(name: str, seed: int) -> Trial:
+    """A setting's run with one seed, in runs/ablations/<setting>-seed<seed>."""
+    return Trial(seed, setting=name, setting_flags=tuple(SETTINGS[name]))
 
 
 def report(results: list[dict], out_png: Path) -> None:
@@ -116,24 +108,28 @@ def main(argv: list[str] | None = None) -> int:
                    help="only print the table and draw the plot from the runs done")
     p.add_argument("--out", default=str(ROOT / "docs" / "ablations.png"),
                    help="where the plot goes (.png)")
+    add_sweep_flags(p)
     a = p.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     results_file = OUT / "results.json"
     results = json.loads(results_file.read_text()) if results_file.is_file() else []
-    if not a.report_only:
-        from tqdm import tqdm
-
-        todo = [(name, seed) for seed in a.seeds for name in a.settings
-                if not any(r["setting"] == name and r["seed"] == seed for r in results)]
-        with tqdm(todo, desc="ablation runs", unit="run") as bar:
-            for name, seed in bar:
-                bar.set_postfix_str(f"{name}, seed {seed}")
-                r = run_one(name, seed, a.million_timesteps)
-                bar.write(json.dumps(r))
-                results.append(r)
-                results_file.write_text(json.dumps(results, indent=1) + "\n")
+    todo = [trial(name, seed) for seed in a.seeds for name in a.settings
+            if not any(r["setting"] == name and r["seed"] == seed for r in results)]
+    code = 0
+    if todo and not a.report_only:
+        code = run_sweep([*BASE, "--million_timesteps", str(a.million_timesteps)], todo,
+                         OUT / "sweep", runs_dir=OUT, stop_at=(LEVEL, 64), poll_s=5.0,
+                         **sweep_options(a))
+        if code == 2:
+            return code
+        for t in todo:
+            r = level_reached(OUT / t.name, LEVEL)
+            if r is not None:  # ended: at the level or at its agent steps
+                results.append({"setting": t.setting, "seed": t.seed, **r})
+                print(json.dumps(results[-1]))
+        results_file.write_text(json.dumps(results, indent=1) + "\n")
     report(results, Path(a.out))
-    return 0
+    return code
 
 
 if __name__ == "__main__":

@@ -11,29 +11,37 @@ returns differ, how often r̂ orders them as the game does) and the per-clip cor
     python -m experiments.label_efficiency PongNoFrameskip-v4 --labels 250 500 1000 \\
         --runs_dir ~/runs/label_efficiency
 
-Runs that exist are reused (the gathered stores, the pretrained predictors and their scores in
-`results.json`), so the command continues after a stop. Prints one table, writes `results.json`
-in `--runs_dir` and, with `--plot`, a figure of both measures against the labels, one line per
-mode.
+The gathering runs, then the pretraining runs, go as two sweeps (`experiments.sweep`), each run
+an ordinary run directory in `--runs_dir` (`pairs_gather-seed0`, `pairs_250-seed0`, ...). Runs
+that exist are reused or resumed (the gathered stores, the pretrained predictors and their scores
+in `results.json`), so the command continues after a stop. Prints one table, writes
+`results.json` in `--runs_dir` and, with `--plot`, a figure of both measures against the labels,
+one line per mode.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from experiments.sweep import Trial, add_sweep_flags, run_sweep, sweep_options  # noqa: E402
 from launch.rundir import PREDICTOR_FILE, PREFS_FILE  # noqa: E402
 from pref_interface.store import PreferenceStore, stored_labels  # noqa: E402
 
 
-def run_py(*args: str) -> None:
-    print("python run.py " + " ".join(args), flush=True)
-    subprocess.run([sys.executable, "run.py", *args], cwd=ROOT, check=True)
+def stored_labels_at(run_dir: Path) -> int:
+    """The labels in a run directory's store (0 where it has none yet)."""
+    return stored_labels(run_dir / PREFS_FILE) if (run_dir / PREFS_FILE).is_file() else 0
+
+
+def predictor_trial(queries: str, n: int, seed: int, out: Path) -> Trial:
+    """The run that pretrains a predictor on the first `n` labels gathered with `queries`."""
+    return Trial(seed, setting=f"{queries}-{n}",
+                 setting_flags=("--load_prefs_dir", str(out / f"{queries}-{n}-labels")))
 
 
 def first_labels(src: Path, n: int, dst: Path) -> None:
@@ -75,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="where the runs and results.json go")
     p.add_argument("--extra", default="", help="more run.py flags for every run, quoted")
     p.add_argument("--plot", help="a figure of the table (e.g. docs/label_efficiency_pong.png)")
+    add_sweep_flags(p)
     a = p.parse_args(argv)
     if min(a.labels) < 2:
         p.error("--labels must be at least 2")
@@ -82,32 +91,42 @@ def main(argv: list[str] | None = None) -> int:
     extra = a.extra.split() + (["--n_initial_epochs", str(a.epochs)] if a.epochs else [])
     kept_file = out / "results.json"
     done = json.loads(kept_file.read_text()) if kept_file.is_file() else []
+    probe = {"env_id": a.env_id, "epochs": a.epochs, "extra": a.extra,
+             "probe_steps": a.probe_steps, "probe_envs": a.probe_envs, "seed": a.seed}
+    scored = {(r["queries"], r["labels"]): r for r in done
+              if all(r.get(k) == v for k, v in probe.items())}
+    todo = [(q, n) for q in a.queries for n in sorted(a.labels) if (q, n) not in scored]
+    wanted = max(a.labels)
+    pretrain = {}  # the sizes to score whose predictor is not trained yet
+    for q, n in todo:
+        t = predictor_trial(q, n, a.seed, out)
+        if not (out / t.name / "reward_predictor" / PREDICTOR_FILE).is_file():
+            pretrain[q, n] = t
+    gather = {q: Trial(a.seed, setting=f"{q}-gather",
+                       setting_flags=("--queries", q, "--n_initial_prefs", str(wanted)))
+              for q in dict.fromkeys(q for q, _ in pretrain)}
+    short = [t for t in gather.values() if stored_labels_at(out / t.name) < wanted]
+    if short:
+        code = run_sweep(["gather_initial_prefs", a.env_id, "--synthetic_prefs"], short,
+                         out / "sweep", runs_dir=out, **sweep_options(a))
+        if code:
+            return code
+    if pretrain:
+        for q, n in pretrain:
+            first_labels(out / gather[q].name, n, out / f"{q}-{n}-labels")
+        code = run_sweep(["pretrain_reward_predictor", a.env_id, *extra], list(pretrain.values()),
+                         out / "sweep", runs_dir=out, **sweep_options(a))
+        if code:
+            return code
     rows = []
-    for queries in a.queries:
-        gather = out / f"{queries}-gather"
-        wanted = max(a.labels)
-        have = stored_labels(gather / PREFS_FILE) if (gather / PREFS_FILE).is_file() else 0
-        if have < wanted:
-            run_py(*(["--resume", str(gather), "--n_initial_prefs", str(wanted)] if have else
-                     ["gather_initial_prefs", a.env_id, "--synthetic_prefs", "--queries",
-                      queries, "--n_initial_prefs", str(wanted), "--seed", str(a.seed),
-                      "--log_dir", str(gather)]))
+    for q in a.queries:
         for n in sorted(a.labels):
-            probe = {"env_id": a.env_id, "epochs": a.epochs, "extra": a.extra,
-                     "probe_steps": a.probe_steps, "probe_envs": a.probe_envs, "seed": a.seed}
-            scored = [r for r in done if (r["queries"], r["labels"]) == (queries, n)
-                      and all(r.get(k) == v for k, v in probe.items())]
-            if scored:
-                rows.append(scored[0])
-                continue
-            labels, trained = out / f"{queries}-{n}-labels", out / f"{queries}-{n}-predictor"
-            if not (trained / "reward_predictor" / PREDICTOR_FILE).is_file():
-                first_labels(gather, n, labels)
-                run_py("pretrain_reward_predictor", a.env_id, "--load_prefs_dir", str(labels),
-                       "--seed", str(a.seed), "--log_dir", str(trained), *extra)
-            rows.append({"queries": queries, "labels": n, **probe,
-                         **agreement(trained, a.probe_steps, a.probe_envs, a.seed + 1)})
-            print(json.dumps(rows[-1]), flush=True)
+            if (q, n) not in scored:
+                trained = out / predictor_trial(q, n, a.seed, out).name
+                scored[q, n] = {"queries": q, "labels": n, **probe,
+                                **agreement(trained, a.probe_steps, a.probe_envs, a.seed + 1)}
+                print(json.dumps(scored[q, n]), flush=True)
+            rows.append(scored[q, n])
     kept = [r for r in done if r not in rows]  # scores of other sizes or settings stay
     (out / "results.json").write_text(json.dumps(kept + rows, indent=1) + "\n")
     print(f"\n{a.env_id}: the predictor after N labels, on fresh random play "

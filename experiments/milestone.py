@@ -5,17 +5,20 @@
     python -m experiments.milestone pong_prefs          # Pong from synthetic preferences
     python -m experiments.milestone pong_true           # the true-reward baseline beside it
 
-Runs live in runs/milestones/<name>-seed<k>, or under `--runs_dir` (a long run belongs outside
-the checkout, e.g. `--runs_dir ~/runs`). A run that exists is resumed (`run.py --resume`), so
-the same command continues a long reproduction after a stop, a crash or a reboot. The report
-gives, per seed, the agent steps, labels and wall-clock at which the mean true return of the last
-episodes first reached the milestone's level, and where the run stands now (the mean of the last
-episodes), and plots every seed's curve into docs/<name>.png (`--out` elsewhere).
+The seeds go as one sweep (`experiments.sweep`): side by side where `--cpus_per_trial` and the
+machine (or the Ray cluster of `--address`) allow, one after another on a 2-core machine with the
+default 2 CPUs per run. Runs live in runs/milestones/<name>-seed<k>, or under `--runs_dir` (a long
+run belongs outside the checkout, e.g. `--runs_dir ~/runs`); each run's output goes to
+<runs_dir>/<name>-sweep/console/. A run that exists is resumed (`run.py --resume`, with
+`--extra`'s flags), so the same command continues a long reproduction after a stop, a crash or a
+reboot. The report gives, per seed, the agent steps, labels and wall-clock at which the mean true
+return of the last episodes first reached the milestone's level, and where the run stands now
+(the mean of the last episodes), and plots every seed's curve into docs/<name>.png (`--out`
+elsewhere).
 """
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +30,8 @@ from a2c.config import checkpoint_steps, checkpoints  # noqa: E402
 from envs.scores import MOVING_DOT_LEVEL  # noqa: E402
 from experiments.plot_runs import plot  # noqa: E402
 from experiments.runlog import RunLog  # noqa: E402
+from experiments.sweep import Trial, add_sweep_flags, run_sweep, sweep_options  # noqa: E402
 from launch.cli import load_settings  # noqa: E402
-from launch.stopping import interrupted_status, stop_main_process_on_signals  # noqa: E402
 
 
 @dataclass
@@ -78,26 +81,6 @@ def run_dir(name: str, seed: int, runs_dir: Path = RUNS_DIR) -> Path:
     return runs_dir / f"{name}-seed{seed}"
 
 
-def run_seed(m: Milestone, name: str, seed: int, extra: list[str],
-             runs_dir: Path = RUNS_DIR) -> int:
-    d = run_dir(name, seed, runs_dir)
-    if (d / "settings.json").is_file():
-        cmd = ["--resume", str(d), *extra]
-    else:
-        cmd = [m.mode, m.env_id, *m.flags, "--seed", str(seed), "--log_dir", str(d), *extra]
-    print("python run.py " + " ".join(cmd), flush=True)
-    proc = subprocess.Popen([sys.executable, "run.py", *cmd], cwd=ROOT)
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        # The stop signal reached run.py too (or is passed on here), and it is saving its
-        # checkpoints: wait for that rather than kill it (subprocess.call would send SIGKILL a
-        # quarter of a second later).
-        if proc.poll() is None:
-            proc.send_signal(interrupted_status() - 128)
-        return proc.wait()
-
-
 def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR,
            out: Path | None = None) -> None:
     """Print each seed's row and plot the seeds' curves into `out` (docs/<name>.png)."""
@@ -139,7 +122,6 @@ def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR,
 
 
 def main(argv: list[str] | None = None) -> int:
-    stop_main_process_on_signals()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("name", choices=sorted(MILESTONES), help="the milestone")
     p.add_argument("--seeds", type=int, nargs="+", default=None,
@@ -150,19 +132,22 @@ def main(argv: list[str] | None = None) -> int:
                    help="where the runs live (<runs_dir>/<name>-seed<k>)")
     p.add_argument("--out", type=Path, default=None,
                    help="the figure's path (default: docs/<name>.png)")
+    add_sweep_flags(p)
     a = p.parse_args(argv)
     m = MILESTONES[a.name]
     seeds = a.seeds if a.seeds is not None else ([0, 1, 2] if a.name == "moving_dot" else [0])
+    runs_dir = a.runs_dir.expanduser()
+    code = 0
     if not a.report_only:
-        for k, seed in enumerate(seeds, 1):
-            print(f"{a.name}: run {k} of {len(seeds)} (seed {seed})", flush=True)
-            code = run_seed(m, a.name, seed, a.extra.split(), a.runs_dir.expanduser())
-            if code not in (0,):
-                print(f"run for seed {seed} ended with status {code}", file=sys.stderr)
-                if code > 128:  # stopped by Ctrl-C or a signal: the later seeds wait
-                    return code
-    report(m, a.name, seeds, a.runs_dir.expanduser(), a.out and a.out.expanduser())
-    return 0
+        # --extra goes with each seed's own flags, so that a resumed run takes it too.
+        trials = [Trial(seed, setting=a.name, setting_flags=tuple(a.extra.split()))
+                  for seed in seeds]
+        code = run_sweep([m.mode, m.env_id, *m.flags], trials, runs_dir / f"{a.name}-sweep",
+                         runs_dir=runs_dir, **sweep_options(a))
+        if code == 2:
+            return code
+    report(m, a.name, seeds, runs_dir, a.out and a.out.expanduser())
+    return code
 
 
 if __name__ == "__main__":

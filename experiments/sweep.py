@@ -17,6 +17,10 @@ policy checkpoint. `--resume STORAGE` continues a stopped sweep, finished trials
 On a cluster (`ray start --head`, then `ray start --address HEAD:6379` on each node, or inside a
 Slurm allocation) pass `--address auto`; STORAGE must then be a path every node sees (a shared
 filesystem), and the project must be at the same path on every node.
+
+The scripts that run many runs (`experiments.milestone`, `benchmarks.ablations`,
+`experiments.label_efficiency`, `benchmarks.learning_reliability`) call `run_sweep` with their
+own trials, each of which may carry a named setting of several flags.
 """
 from __future__ import annotations
 
@@ -29,33 +33,72 @@ from pathlib import Path
 
 SWEEP_FILE = "sweep.json"  # the sweep's own command line, for --resume
 TUNE_DIR = "tune"  # Tune's experiment state, under the storage
-RUNS_DIR = "runs"  # the trials' run directories, under the storage
+RUNS_DIR = "runs"  # the trials' run directories, under the storage (unless given elsewhere)
 CONSOLE_DIR = "console"  # what each trial's run.py printed, one file per trial
+NEW_RUN_ONLY = ("--log_dir", "--run_name", "--load_prefs_dir", "--load_policy_ckpt_dir",
+                "--load_reward_predictor_ckpt_dir")  # flags (each with a value) --resume refuses
 
 
 class SweepError(Exception):
     """Bad input to the sweep: printed as one line, status 2."""
 
 
+def slug(name: str) -> str:
+    """A setting's name as part of a directory's name: `no noise model` -> `no_noise_model`."""
+    return "".join(c if c.isalnum() else "_" for c in name).strip("_")
+
+
 @dataclass(frozen=True)
 class Trial:
-    """One run of the sweep: a seed and one value of each grid flag."""
+    """One run of the sweep: a seed, optionally a named setting (its own run.py flags), and one
+    value of each grid flag."""
 
     seed: int
-    flags: tuple[tuple[str, str], ...]  # (flag name, value), in the grid's order
+    flags: tuple[tuple[str, str], ...] = ()  # (flag name, value), in the grid's order
+    setting: str | None = None  # a named setting, e.g. "ensemble of 1"
+    setting_flags: tuple[str, ...] = ()  # its run.py words, e.g. ("--ensemble_size", "1")
 
     @property
     def name(self) -> str:
-        """The run directory's name: `seed3`, or `predictor_pace_unit=member-seed3`."""
+        """The run directory's name: `seed3`, `predictor_pace_unit=member-seed3`, or with a
+        setting `ensemble_of_1-seed3`."""
         parts = [f"{k}={v}".replace("/", "_") for k, v in self.flags] + [f"seed{self.seed}"]
-        return "-".join(parts)
+        return "-".join(([slug(self.setting)] if self.setting else []) + parts)
 
-    def argv(self, command: list[str], run_dir: Path) -> list[str]:
-        """The run.py command line that starts this trial."""
-        out = [*command, "--seed", str(self.seed)]
+    def words(self) -> list[str]:
+        """The trial's own run.py words: its setting's flags, its seed and its grid values."""
+        out = [*self.setting_flags, "--seed", str(self.seed)]
         for name, value in self.flags:
             out += bool_flag(name, value) if value in BOOL_WORDS else [f"--{name}", value]
-        return [*out, "--log_dir", str(run_dir)]
+        return out
+
+    def argv(self, command: list[str], run_dir: Path) -> list[str]:
+        """The run.py command line that starts this trial: the command, less any on/off switch
+        whose other half the trial gives (run.py refuses the two together), then its words."""
+        own = self.words()
+        switched = {f"--no_{w[2:]}" for w in own if w.startswith("--")} | \
+                   {f"--{w[5:]}" for w in own if w.startswith("--no_")}
+        return [*(w for w in command if w not in switched), *own, "--log_dir", str(run_dir)]
+
+    def resume_argv(self, run_dir: Path) -> list[str]:
+        """The run.py command line that continues this trial's run from its own directory: the
+        run's saved settings, overridden by the trial's words again (so a setting such as a
+        larger `--million_timesteps` applies), less those only a new run takes."""
+        own, kept = self.words(), []
+        i = 0
+        while i < len(own):
+            if own[i] in NEW_RUN_ONLY:
+                i += 2
+                continue
+            kept.append(own[i])
+            i += 1
+        return ["--resume", str(run_dir), *kept]
+
+    def run_argv(self, command: list[str], run_dir: Path) -> list[str]:
+        """`resume_argv` where the run directory holds a run, else `argv`."""
+        if (run_dir / "settings.json").is_file():
+            return self.resume_argv(run_dir)
+        return self.argv(command, run_dir)
 
 
 BOOL_WORDS = {"on": True, "off": False, "true": True, "false": False}
@@ -93,22 +136,129 @@ def trials(seeds: list[int], grid: list[tuple[str, list[str]]]) -> list[Trial]:
     return [Trial(seed, combo) for combo in combos for seed in seeds]
 
 
-def check_command(command: list[str], storage: Path, all_trials: list[Trial]) -> None:
-    """Each trial's run.py command line as run.py would check it, before anything starts."""
-    from launch.cli import UsageError, parse_args
+def check_command(command: list[str], runs_dir: Path, all_trials: list[Trial]) -> None:
+    """Each trial's run.py command line (a resume where its run directory holds a run) as run.py
+    would check it, before anything starts."""
+    from launch.cli import TargetReached, UsageError, parse_args
 
     if not command:
         raise SweepError("give a run.py command line after `--`")
     for word in ("--seed", "--log_dir", "--run_name", "--resume"):
-        if word in command:
-            raise SweepError(f"{word} is set by the sweep for each trial; leave it out after `--`")
+        if word in command or any(word in t.setting_flags for t in all_trials):
+            raise SweepError(f"{word} is set by the sweep for each trial; leave it out of the "
+                              "run.py command line")
+    names = [t.name for t in all_trials]
+    if len(set(names)) < len(names):
+        raise SweepError("two trials would share a run directory: give each its own seed, "
+                         "setting or grid values")
     for trial in all_trials:
         try:
-            parse_args(trial.argv(command, storage / RUNS_DIR / trial.name))
+            parse_args(trial.run_argv(command, runs_dir / trial.name))
+        except TargetReached:  # a run at its agent steps already: its trial ends at once
+            pass
         except UsageError as e:
             raise SweepError(f"trial {trial.name}: {e}") from None
         except SystemExit:  # argparse has printed its one line
             raise SweepError(f"trial {trial.name}: run.py refused its command line") from None
+
+
+def run_sweep(command: list[str], all_trials: list[Trial], storage: Path, *,
+              runs_dir: Path | None = None, cpus_per_trial: float = 2.0,
+              gpus_per_trial: float = 0.0, address: str | None = None, max_failures: int = -1,
+              progress_s: float = 60.0, poll_s: float = 20.0,
+              stop_at: tuple[float, int] | None = None, restore: bool = False) -> int:
+    """Run the trials as one sweep, each in `runs_dir/<trial name>` (default STORAGE/runs),
+    started with `command` or resumed where its run directory holds a run; Tune's state and what
+    each run printed go under `storage`. `stop_at` (level, window): a trial's run is stopped, and
+    done, once the mean true return of its last `window` episodes reaches `level` (a run there
+    already is not started). `restore`: continue the stopped sweep whose Tune state is in
+    STORAGE. On a cluster, `storage` and `runs_dir` must be paths every node sees. Returns 0
+    when every trial's run ended well, 1 when one did not, 2 (said in one line) when a trial's
+    command line is refused, before anything starts."""
+    storage = storage.expanduser().resolve()
+    runs_dir = (storage / RUNS_DIR if runs_dir is None else runs_dir).expanduser().resolve()
+    try:
+        check_command(command, runs_dir, all_trials)
+    except SweepError as e:
+        print(f"experiments.sweep: error: {e}", file=sys.stderr)
+        return 2
+    print(f"sweep of {len(all_trials)} trials in {runs_dir}:")
+    for t in all_trials:
+        print("  python run.py " + " ".join(t.run_argv(command, runs_dir / t.name)), flush=True)
+
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # no Tune tables: ours is the progress line
+    import ray
+
+    from experiments.sweep_tune import tuner
+
+    storage.mkdir(parents=True, exist_ok=True)
+    ray.init(address=address, include_dashboard=False, configure_logging=False)
+    try:
+        results = tuner(command, all_trials, storage, runs_dir,
+                        restore and (storage / TUNE_DIR).is_dir(), progress_s,
+                        cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
+                        max_failures=max_failures, poll_s=poll_s, stop_at=stop_at).fit()
+    finally:
+        ray.shutdown()
+    done = [r for r in results if r.error is None and (r.metrics or {}).get("exit_status") == 0]
+    print(f"sweep: {len(done)} of {len(results)} trials done; the runs are in {runs_dir} "
+          f"(tensorboard --logdir {runs_dir})")
+    return 0 if len(done) == len(results) else 1
+
+
+def add_sweep_flags(p: argparse.ArgumentParser) -> None:
+    """The flags that say where a script's runs go as a sweep: CPUs and GPUs per run, and the
+    Ray cluster."""
+    p.add_argument("--cpus_per_trial", type=float, default=2.0, help="CPUs Ray gives each trial")
+    p.add_argument("--gpus_per_trial", type=float, default=0.0,
+                   help="GPUs Ray gives each trial (a fraction shares one); >0 runs with "
+                        "--device cuda")
+    p.add_argument("--address", default=None,
+                   help="a Ray cluster's address (auto: the one this node has joined); default: "
+                        "a Ray of this machine alone")
+
+
+def sweep_options(a: argparse.Namespace) -> dict:
+    """`add_sweep_flags`' values, as `run_sweep`'s keyword arguments."""
+    return {"cpus_per_trial": a.cpus_per_trial, "gpus_per_trial": a.gpus_per_trial,
+            "address": a.address}
+
+
+def level_reached(run_dir: Path, level: float, window: int = 64) -> dict | None:
+    """Whether a run's mean true return of `window` episodes reached `level` (as a sweep's
+    `stop_at` stops it): {"reached": bool, "last_steps", "last_return"} and, when reached, the
+    agent steps, the labels in the store and the seconds since the run started (its initial
+    labelling and pretraining included, stops during training not) at that moment. None for a
+    run that neither reached it nor ended at its agent steps (not started, or stopped early)."""
+    from datetime import datetime, timezone
+
+    from a2c.config import checkpoint_steps, checkpoints
+    from experiments.runlog import RunLog
+    from launch.cli import load_settings
+    from launch.rundir import MACHINES_FILE
+
+    if not (run_dir / "settings.json").is_file():
+        return None
+    log = RunLog(run_dir)
+    hit = log.first_time_at(level, window) if (run_dir / "tb").is_dir() else None
+    if hit is None:
+        kept = checkpoints(run_dir / "policy")
+        if not kept or checkpoint_steps(kept[-1]) < load_settings(run_dir).million_timesteps * 1e6:
+            return None
+    steps, returns = log.returns()
+    result = {"reached": hit is not None, "last_steps": float(steps[-1]) if len(steps) else 0.0,
+              "last_return": float(returns[-window:].mean()) if len(returns) else float("nan")}
+    if hit is not None:
+        at_steps, training_s = hit
+        setup_s = 0.0  # the initial labels and pretraining: from the run's start to A2C's first
+        if (run_dir / MACHINES_FILE).is_file() and len(log.sps):
+            started = (run_dir / MACHINES_FILE).read_text().split("\t", 1)[0]
+            t0 = datetime.strptime(started, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+            setup_s = max(0.0, float(log.sps[0, 0]) - t0.timestamp())
+        labels = log.labels_at(at_steps)
+        result.update(steps=at_steps, wall_s=setup_s + training_s,
+                      labels=float("nan") if labels is None else labels)
+    return result
 
 
 @dataclass
@@ -140,13 +290,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                    "every node sees): STORAGE/runs holds one run directory per trial")
     p.add_argument("--resume", type=Path, metavar="STORAGE",
                    help="continue a stopped sweep with its own settings, finished trials kept")
-    p.add_argument("--cpus_per_trial", type=float, default=2.0, help="CPUs Ray gives each trial")
-    p.add_argument("--gpus_per_trial", type=float, default=0.0,
-                   help="GPUs Ray gives each trial (a fraction shares one); >0 runs with "
-                        "--device cuda")
-    p.add_argument("--address", default=None,
-                   help="a Ray cluster's address (auto: the one this node has joined); default: "
-                        "a Ray of this machine alone")
+    add_sweep_flags(p)
     p.add_argument("--max_failures", type=int, default=-1,
                    help="times a trial is started again after its run fails (-1: always)")
     p.add_argument("--progress_s", type=float, default=60.0,
@@ -188,32 +332,25 @@ def main(argv: list[str] | None = None) -> int:
         spec, storage = spec_from(a, command)
         all_trials = trials(spec.seeds, parse_grid(spec.grid))
         if a.resume is None:
-            check_command(spec.command, storage, all_trials)
+            check_command(spec.command, storage / RUNS_DIR, all_trials)
     except SweepError as e:
         print(f"experiments.sweep: error: {e}", file=sys.stderr)
         return 2
-    print(f"sweep of {len(all_trials)} trials in {storage / RUNS_DIR}:")
-    for t in all_trials:
-        print("  python run.py " + " ".join(t.argv(spec.command, storage / RUNS_DIR / t.name)))
     if a.dry_run:
+        print(f"sweep of {len(all_trials)} trials in {storage / RUNS_DIR}:")
+        for t in all_trials:
+            print("  python run.py " + " ".join(t.run_argv(spec.command,
+                                                            storage / RUNS_DIR / t.name)))
         return 0
     storage.mkdir(parents=True, exist_ok=True)
     (storage / SWEEP_FILE).write_text(json.dumps(asdict(spec), indent=1))
-
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # no Tune tables: ours is the progress line
-    import ray
-
-    from experiments.sweep_tune import tuner
-
-    ray.init(address=a.address, include_dashboard=False, configure_logging=False)
-    restore = a.resume is not None and (storage / TUNE_DIR).is_dir()
-    results = tuner(spec, storage, restore, a.progress_s).fit()
-    failed = [r for r in results
-              if r.error is not None or (r.metrics or {}).get("exit_status", 0) != 0]
-    print(f"sweep: {len(results) - len(failed)} of {len(results)} trials done; "
-          f"the runs are in {storage / RUNS_DIR} (tensorboard --logdir {storage / RUNS_DIR})")
-    report(spec, storage)
-    return 1 if failed else 0
+    code = run_sweep(spec.command, all_trials, storage, cpus_per_trial=spec.cpus_per_trial,
+                     gpus_per_trial=spec.gpus_per_trial, address=a.address,
+                     max_failures=spec.max_failures, progress_s=a.progress_s,
+                     poll_s=spec.poll_s, restore=a.resume is not None)
+    if code != 2:
+        report(spec, storage)
+    return code
 
 
 def report(spec: SweepSpec, storage: Path) -> None:

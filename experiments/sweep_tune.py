@@ -14,7 +14,7 @@ from typing import Any
 
 from ray import tune
 
-from experiments.sweep import CONSOLE_DIR, RUNS_DIR, TUNE_DIR, SweepSpec, Trial, parse_grid, trials
+from experiments.sweep import CONSOLE_DIR, RUNS_DIR, TUNE_DIR, Trial
 
 ROOT = Path(__file__).resolve().parent.parent
 USAGE_STATUS = 2  # run.py refused its command line
@@ -29,37 +29,58 @@ def _die_with_parent() -> None:
 
 
 def trial_of(config: dict[str, Any]) -> Trial:
-    return Trial(config["trial"]["seed"], tuple(tuple(f) for f in config["trial"]["flags"]))
+    t = config["trial"]
+    return Trial(t["seed"], tuple(tuple(f) for f in t["flags"]), t.get("setting"),
+                 tuple(t.get("setting_flags", ())))
 
 
 def run_trial(config: dict[str, Any]) -> None:
     """Tune's trainable: start the trial's run, or resume it where its run directory exists, and
-    report its progress until it ends. A run that fails raises, so that Tune starts it again."""
+    report its progress until it ends. A run that fails raises, so that Tune starts it again.
+    With a level to stop at, a run that reaches it is stopped (it saves its checkpoints) and
+    done, and one there already is not started."""
     trial = trial_of(config)
-    run_dir = Path(config["storage"]) / RUNS_DIR / trial.name
-    if (run_dir / "settings.json").is_file():
-        argv = ["--resume", str(run_dir)]
-    else:
-        argv = trial.argv(config["command"], run_dir)
+    run_dir = Path(config.get("runs_dir") or Path(config["storage"]) / RUNS_DIR) / trial.name
+    progress = Progress(run_dir)
+    stop_at = config.get("stop_at")
+    if _reached(run_dir, stop_at):
+        tune.report({**progress.read(), "exit_status": 0})
+        return
+    argv = trial.run_argv(config["command"], run_dir)
     if config["gpus"] > 0:
         argv += ["--device", "cuda", "--reward_predictor_device", "cuda"]
-    progress = Progress(run_dir)
     console_path = Path(config["storage"]) / CONSOLE_DIR / f"{trial.name}.txt"
     console_path.parent.mkdir(parents=True, exist_ok=True)
+    at_level = False
     with open(console_path, "a") as console:
         proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), *argv], cwd=ROOT,
                                 stdout=console, stderr=subprocess.STDOUT, start_new_session=True,
                                 preexec_fn=_die_with_parent)
         try:
             while not _ended(proc, config["poll_s"]):
+                if _reached(run_dir, stop_at):
+                    at_level = True
+                    break
                 tune.report(progress.read())
         finally:
-            if proc.poll() is None:  # the trial is being stopped: let run.py save and end
-                proc.send_signal(signal.SIGTERM)
+            if proc.poll() is None:  # at its level, or the trial is being stopped: let run.py
+                proc.send_signal(signal.SIGTERM)  # save and end
                 proc.wait()
-    tune.report({**progress.read(), "exit_status": proc.returncode})
-    if proc.returncode not in (0, USAGE_STATUS):  # bad input would fail again: not retried
-        raise RuntimeError(f"run.py ended with status {proc.returncode}: {console_path}")
+    status = 0 if at_level else proc.returncode
+    tune.report({**progress.read(), "exit_status": status})
+    if status not in (0, USAGE_STATUS):  # bad input would fail again: not retried
+        raise RuntimeError(f"run.py ended with status {status}: {console_path}")
+
+
+def _reached(run_dir: Path, stop_at: list | None) -> bool:
+    """Whether the run's mean true return of its last `window` episodes has reached `level`
+    (`stop_at` = [level, window]) at some point."""
+    if stop_at is None or not (run_dir / "tb").is_dir():
+        return False
+    from experiments.runlog import RunLog
+
+    level, window = stop_at
+    return RunLog(run_dir).first_time_at(level, int(window)) is not None
 
 
 def _ended(proc: subprocess.Popen, wait_s: float) -> bool:
@@ -87,8 +108,9 @@ class Progress:
         if d not in self._events:
             if not d.is_dir():
                 return []
-            # Tensorboard's reservoir always keeps a tag's newest point.
-            self._events[d] = EventAccumulator(str(d), size_guidance={"scalars": 100})
+            # Every point kept (a sample would lose the newest episodes' order); a reload reads
+            # only the events written since the last.
+            self._events[d] = EventAccumulator(str(d), size_guidance={"scalars": 0})
         ea = self._events[d]
         ea.Reload()
         return ea.Scalars(tag)[-n:] if tag in ea.Tags()["scalars"] else []
@@ -139,22 +161,23 @@ def status_line(trials: list, latest: dict[str, dict]) -> str:
     return " | ".join(parts)
 
 
-def tuner(spec: SweepSpec, storage: Path, restore: bool, progress_s: float) -> tune.Tuner:
+def tuner(command: list[str], all_trials: list[Trial], storage: Path, runs_dir: Path,
+          restore: bool, progress_s: float, *, cpus_per_trial: float, gpus_per_trial: float,
+          max_failures: int, poll_s: float, stop_at: tuple[float, int] | None) -> tune.Tuner:
     """A new sweep's Tuner, or a stopped one's restored from STORAGE/tune."""
-    trainable = tune.with_resources(run_trial, {"cpu": spec.cpus_per_trial,
-                                                "gpu": spec.gpus_per_trial})
+    trainable = tune.with_resources(run_trial, {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
     if restore:
         return tune.Tuner.restore(str(storage / TUNE_DIR), trainable,
                                   resume_unfinished=True, resume_errored=True)
-    space = [{"seed": t.seed, "flags": [list(f) for f in t.flags]}
-             for t in trials(spec.seeds, parse_grid(spec.grid))]
+    space = [{"seed": t.seed, "flags": [list(f) for f in t.flags], "setting": t.setting,
+              "setting_flags": list(t.setting_flags)} for t in all_trials]
     return tune.Tuner(
         trainable,
         param_space={"trial": tune.grid_search(space), "storage": str(storage),
-                     "command": spec.command, "gpus": spec.gpus_per_trial,
-                     "poll_s": spec.poll_s},
+                     "runs_dir": str(runs_dir), "command": command, "gpus": gpus_per_trial,
+                     "poll_s": poll_s, "stop_at": None if stop_at is None else list(stop_at)},
         tune_config=tune.TuneConfig(reuse_actors=False),
         run_config=tune.RunConfig(
             name=TUNE_DIR, storage_path=str(storage), verbose=0,
             callbacks=[ProgressLine(progress_s)],
-            failure_config=tune.FailureConfig(max_failures=spec.max_failures)))
+            failure_config=tune.FailureConfig(max_failures=max_failures)))

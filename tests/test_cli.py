@@ -234,10 +234,11 @@ def test_a_milestone_figure_goes_where_out_says(tmp_path, monkeypatch):
     """`--out` keeps a measurement's figure out of the checkout's docs/<name>.png."""
     from experiments import milestone
 
-    drawn = []
+    drawn, swept = [], []
     monkeypatch.setattr(milestone, "plot", lambda dirs, names, out, *rest: drawn.append(out))
-    monkeypatch.setattr(milestone, "run_seed", lambda *args: 0)
-    monkeypatch.setattr(milestone, "stop_main_process_on_signals", lambda: None)
+    monkeypatch.setattr(milestone, "run_sweep",
+                        lambda command, trials, storage, runs_dir, **kw: swept.append(
+                            [runs_dir / t.name for t in trials]) or 0)
     d = milestone.run_dir("moving_dot", 0, tmp_path)
     (d / "tb").mkdir(parents=True)
     (d / "settings.json").write_text('{"million_timesteps": 0.001}')
@@ -245,6 +246,7 @@ def test_a_milestone_figure_goes_where_out_says(tmp_path, monkeypatch):
                     "--out", str(tmp_path / "md.png")])
     milestone.main(["moving_dot", "--seeds", "0", "--runs_dir", str(tmp_path), "--report_only"])
     assert drawn == [str(tmp_path / "md.png"), str(milestone.ROOT / "docs" / "moving_dot.png")]
+    assert swept == [[d]]  # the seed's run goes through the sweep, in its own directory
 
 
 def test_the_supervising_process_wires_a_preference_run_without_importing_torch(tmp_path):

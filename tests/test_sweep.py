@@ -1,5 +1,5 @@
-"""A sweep on Ray Tune: its trials, its checks of bad input, and a trial killed mid-run that comes
-back from its own checkpoints."""
+"""A sweep on Ray Tune: its trials, its checks of bad input, a trial killed mid-run that comes
+back from its own checkpoints, and the scripts' sweeps that stop each run at a level."""
 import json
 import os
 import signal
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.sweep import SweepError, main, parse_grid, trials
+from experiments.sweep import SweepError, Trial, level_reached, main, parse_grid, run_sweep, trials
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
@@ -33,6 +33,62 @@ def test_an_on_off_setting_in_the_grid_becomes_its_flag_or_its_off_switch():
     on, off = trials([0], parse_grid(["revive_dead_policy=on,off"]))
     assert on.argv([], Path("d"))[2:4] == ["--revive_dead_policy", "--log_dir"]
     assert off.argv([], Path("d"))[2:4] == ["--no_revive_dead_policy", "--log_dir"]
+
+
+def test_a_named_setting_names_its_run_and_replaces_the_commands_switch():
+    """The ablations' "adaptive L2" against a baseline with --no_adaptive_l2: run.py refuses the
+    two together, so the setting's switch replaces the command's."""
+    t = Trial(2, setting="adaptive L2", setting_flags=("--adaptive_l2",))
+    assert t.name == "adaptive_L2-seed2"
+    assert t.argv(["train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--no_adaptive_l2",
+                   "--ent_coef", "0.01"], Path("d")) == [
+        "train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--ent_coef", "0.01",
+        "--adaptive_l2", "--seed", "2", "--log_dir", "d"]
+
+
+def test_a_trial_whose_run_exists_resumes_it_with_its_own_flags_again(tmp_path):
+    t = Trial(0, setting="pairs-250",
+              setting_flags=("--load_prefs_dir", "labels", "--million_timesteps", "2"))
+    d = tmp_path / t.name
+    assert t.run_argv(TINY, d)[-2:] == ["--log_dir", str(d)]
+    d.mkdir()
+    (d / "settings.json").write_text("{}")
+    assert t.run_argv(TINY, d) == ["--resume", str(d), "--million_timesteps", "2", "--seed", "0"]
+
+
+def fake_run(d: Path, returns: list[float], ended: bool = False, labels: float = 40.0) -> None:
+    """A run directory as a MovingDot run leaves it: its settings, its start 100 s ago, one
+    episode per 100 agent steps and, when `ended`, its last checkpoint at its agent steps."""
+    from datetime import datetime, timedelta, timezone
+
+    from runtime.scalars import ScalarWriter
+
+    (d / "policy").mkdir(parents=True)
+    (d / "settings.json").write_text(json.dumps({"million_timesteps": 0.001}))
+    start = datetime.now(timezone.utc) - timedelta(seconds=100)
+    (d / "machines.txt").write_text(start.strftime("%Y-%m-%dT%H:%M:%SZ") + "\tcpu\n")
+    store = ScalarWriter(str(d / "tb" / "labels"))
+    store.add_scalar("labels/total", labels, 0)
+    store.close()
+    a2c = ScalarWriter(str(d / "tb"))
+    for k, value in enumerate(returns, 1):
+        a2c.add_scalar("charts/SPS", 100.0, 100 * k)
+        a2c.add_scalar("charts/episodic_return", value, 100 * k)
+    a2c.close()
+    if ended:
+        (d / "policy" / "policy-000000001000.pt").touch()
+
+
+def test_where_a_run_reached_its_level_is_read_from_its_directory(tmp_path):
+    fake_run(tmp_path / "run", [0.0, 5.0, 5.0])
+    r = level_reached(tmp_path / "run", 5.0, window=2)
+    assert r["reached"] and r["steps"] == 300 and r["labels"] == 40
+    assert 98 <= r["wall_s"] <= 102  # from the run's start: its labelling and pretraining too
+    assert level_reached(tmp_path / "run", 10.0, window=2) is None  # neither there nor ended
+    (tmp_path / "run" / "policy" / "policy-000000001000.pt").touch()
+    r = level_reached(tmp_path / "run", 10.0, window=2)
+    assert not r["reached"] and r["last_steps"] == 300 and r["last_return"] == 5.0
+    assert level_reached(tmp_path / "none", 5.0) is None
 
 
 @pytest.mark.parametrize("item", ["ent_coef", "ent_coef=", "ent_coef=0.1,", "bogus=1",
@@ -188,3 +244,23 @@ def test_a_stopped_sweep_goes_on_with_resume_and_keeps_its_finished_trials(tmp_p
     second = (runs / "seed1" / "command.txt").read_text().splitlines()
     assert len(second) == 2 and "--resume" in second[1], second
     assert (runs / "seed1" / "policy" / "policy-000000030000.pt").exists()
+
+
+@pytest.mark.slow  # about a minute on 2 cores: Ray's start twice and a tiny run
+@pytest.mark.timeout(600)
+def test_a_scripts_sweep_stops_a_run_at_its_level_and_does_not_start_it_again(tmp_path):
+    """`run_sweep` as the scripts call it: a named setting's run, stopped once its first episode
+    is in (a level every episode reaches), and left alone by the same sweep run again."""
+    trial = Trial(0, setting="two members", setting_flags=("--ensemble_size", "2"))
+    command = [*TINY[:TINY.index("--ensemble_size")], "--million_timesteps", "0.1"]
+    run_dir = tmp_path / "two_members-seed0"
+    for _ in range(2):
+        assert run_sweep(command, [trial], tmp_path / "sweep", runs_dir=tmp_path,
+                         cpus_per_trial=1, poll_s=1.0, progress_s=5, stop_at=(-1e6, 1)) == 0
+        r = level_reached(run_dir, -1e6, window=1)
+        assert r["reached"] and r["steps"] <= 2_000, r
+        newest = sorted((run_dir / "policy").glob("policy-*.pt"))[-1]
+        assert int(newest.stem.split("-")[1]) < 100_000  # stopped there, before its steps
+    commands = (run_dir / "command.txt").read_text().splitlines()
+    assert len(commands) == 1 and "--ensemble_size 2 --seed 0" in commands[0], commands
+    assert (tmp_path / "sweep" / "console" / "two_members-seed0.txt").is_file()
