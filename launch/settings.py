@@ -14,7 +14,7 @@ from typing import Any
 
 from a2c.config import A2CConfig, A2CRunConfig
 from pref_interface.player import PLAYER_KINDS
-from pref_interface.config import InterfaceConfig
+from pref_interface.config import SELECTIONS, InterfaceConfig
 from reward_predictor.config import TrainerConfig
 
 MODES = ("gather_initial_prefs", "pretrain_reward_predictor", "train_policy_with_preferences",
@@ -129,11 +129,13 @@ class Settings:
         choices=("pairs", "sort"))
     query_selection: str = setting(
         InterfaceConfig.selection, "prefs",
-        "pairs to label: random, or those the ensemble disagrees on most (App. A)",
-        choices=("random", "disagreement"))
+        "pairs to label: random, those the ensemble disagrees on most (App. A), or those whose "
+        "mean predicted preference is most uncertain (B-Pref's entropy)",
+        choices=SELECTIONS)
     oversampling: int = setting(
         InterfaceConfig.oversample, "prefs",
-        "disagreement draws this many times more candidate pairs than it shows (App. A: 10)")
+        "disagreement and entropy draw this many times more candidate pairs than they show "
+        "(App. A: 10)")
     label_schedule: str = setting(
         InterfaceConfig.label_schedule, "prefs", "how labels are spread over the run: none "
         "labels as fast as the predictor trains, constant and annealed (App. A: rate ~ "

@@ -8,6 +8,8 @@ from typing import Any
 
 from pref_interface.pairs import OVERSAMPLE
 
+SELECTIONS = ("random", "disagreement", "entropy")  # query selection (pref_interface/selection.py)
+
 
 @dataclass
 class InterfaceConfig:
@@ -51,9 +53,10 @@ class InterfaceConfig:
     """"pairs": each query a fresh pair of clips; "sort": each new clip is placed among the
     clips already sorted by a binary search of comparisons (pref_interface/sorting.py)."""
     selection: str = "random"
-    """Query selection: "random" or "disagreement" (App. A: highest ensemble variance)."""
+    """Query selection: "random", "disagreement" (App. A: highest ensemble variance) or "entropy"
+    (B-Pref: most uncertain mean preference)."""
     oversample: int = OVERSAMPLE
-    """Disagreement selection draws this many times more candidate pairs than it shows."""
+    """A scored selection draws this many times more candidate pairs than it shows."""
     label_schedule: str = "none"
     """"none" (as fast as the trainer uses them), "constant" or "annealed" (App. A: rate
     proportional to 5e6 / (T + 5e6), T frames so far), spending `max_labels` over the run."""

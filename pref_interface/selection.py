@@ -2,8 +2,9 @@
 
 `select_pairs` / `ClipBuffer.sample_new_pairs` take a `score` for the candidates; this module
 makes the one the paper uses. App. A: draw 10x more candidate pairs than are shown and show those
-with the highest variance of the predicted preference across the ensemble members. Uniformly random
-pairs (no score) stay the default.
+with the highest variance of the predicted preference across the ensemble members. Beyond the
+paper, B-Pref's entropy sampler shows those whose ensemble-mean preference is most uncertain.
+Uniformly random pairs (no score) stay the default.
 """
 from __future__ import annotations
 
@@ -11,14 +12,23 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from pref_interface.config import SELECTIONS
 from pref_interface.pairs import Candidate, PairScorer
 from pref_interface.clip import Clip
 
-SELECTIONS = ("random", "disagreement")
 
 # P[left preferred] under each ensemble member: (left clips, right clips) -> (n_members, B),
 # e.g. `RewardPredictorEnsemble.predict_preference`.
 PreferencePredictor = Callable[[Sequence[Clip], Sequence[Clip]], np.ndarray]
+
+
+def _predicted(predict_preference: PreferencePredictor, candidates: Sequence[Candidate]
+               ) -> np.ndarray:
+    """Each member's P[left > right] for every candidate: (n_members, n_candidates)."""
+    p = np.asarray(predict_preference([c[1] for c in candidates], [c[3] for c in candidates]),
+                   dtype=np.float64)
+    assert p.ndim == 2 and p.shape[1] == len(candidates), (p.shape, len(candidates))
+    return p
 
 
 def disagreement_score(predict_preference: PreferencePredictor) -> PairScorer:
@@ -29,25 +39,34 @@ def disagreement_score(predict_preference: PreferencePredictor) -> PairScorer:
     candidates' (random) order.
     """
     def score(candidates: Sequence[Candidate]) -> np.ndarray:
+        return _predicted(predict_preference, candidates).var(axis=0) if candidates \
+            else np.zeros(0)
+
+    return score
+
+
+def entropy_score(predict_preference: PreferencePredictor) -> PairScorer:
+    """A `score` for `select_pairs`: the entropy (nats) of the ensemble's mean P[left > right],
+    highest where the predictor is least sure which clip a person prefers (B-Pref's entropy
+    sampler; a single member works too)."""
+    def score(candidates: Sequence[Candidate]) -> np.ndarray:
         if not candidates:
             return np.zeros(0)
-        left = [c[1] for c in candidates]
-        right = [c[3] for c in candidates]
-        p = np.asarray(predict_preference(left, right), dtype=np.float64)
-        assert p.ndim == 2 and p.shape[1] == len(candidates), (p.shape, len(candidates))
-        return p.var(axis=0)
+        p = np.clip(_predicted(predict_preference, candidates).mean(axis=0), 1e-12, 1 - 1e-12)
+        return -(p * np.log(p) + (1 - p) * np.log(1 - p))
 
     return score
 
 
 def make_pair_scorer(selection: str, predict_preference: PreferencePredictor | None = None
                      ) -> PairScorer | None:
-    """The `score` a CLI value names: "random" gives None (uniform pairs), "disagreement" needs
-    `predict_preference` (the interface's copy of the ensemble)."""
+    """The `score` a CLI value names: "random" gives None (uniform pairs); "disagreement" and
+    "entropy" need `predict_preference` (the interface's copy of the ensemble)."""
     if selection == "random":
         return None
-    if selection == "disagreement":
+    scorers = {"disagreement": disagreement_score, "entropy": entropy_score}
+    if selection in scorers:
         if predict_preference is None:
-            raise ValueError("disagreement selection needs the reward predictor ensemble")
-        return disagreement_score(predict_preference)
+            raise ValueError(f"{selection} selection needs the reward predictor ensemble")
+        return scorers[selection](predict_preference)
     raise ValueError(f"unknown query selection {selection!r}; expected one of: {', '.join(SELECTIONS)}")

@@ -554,10 +554,31 @@ def test_random_selection_does_not_depend_on_the_predictor():
                                                                     make_pair_scorer("random"))])
     assert picks[0] == picks[1]
     assert make_pair_scorer("disagreement", fake_predictor()) is not None
-    with pytest.raises(ValueError, match="random, disagreement"):
-        make_pair_scorer("entropy", fake_predictor())
+    with pytest.raises(ValueError, match="random, disagreement, entropy"):
+        make_pair_scorer("k_center", fake_predictor())
     with pytest.raises(ValueError):
         make_pair_scorer("disagreement")
+
+
+def test_entropy_selection_asks_about_the_pairs_whose_mean_preference_is_nearest_a_coin_toss():
+    """B-Pref's entropy sampler: the members' mean P[left > right] closest to 0.5 scores highest,
+    whatever the members' spread (where disagreement would pick the split pair)."""
+    table = {0: [0.5, 0.5, 0.5],   # sure it is a coin toss: highest entropy, no disagreement
+             1: [0.1, 0.9, 0.5],   # split members, mean 0.5: as high
+             2: [0.95, 0.9, 1.0],  # sure of the left clip: low
+             3: [0.2, 0.3, 0.25]}  # leaning right: between
+
+    def predict(left, right):
+        return np.array([table[int(c.true_rewards[0])] for c in left]).T
+
+    candidates = [(k, reward_clip([float(k)]), 9, reward_clip([9.0])) for k in table]
+    scores = make_pair_scorer("entropy", predict)(candidates)
+    assert scores[0] == pytest.approx(np.log(2)) and scores[1] == pytest.approx(np.log(2))
+    assert scores[2] < scores[3] < scores[0]
+    chosen = select_pairs(candidates, 2, np.random.default_rng(0), make_pair_scorer("entropy",
+                                                                                    predict))
+    assert sorted(c[0] for c in chosen) == [0, 1]
+    assert make_pair_scorer("entropy", predict)([]).shape == (0,)
 
 
 def test_disagreement_is_the_variance_of_the_ensembles_predicted_preferences():
