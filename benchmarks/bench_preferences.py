@@ -116,7 +116,7 @@ def _runs(a: argparse.Namespace) -> int:
                          steady_mean(scalars(tb / "reward_predictor",
                                              "reward_predictor/steps_per_sec"), a.skip_s)))
     print(f"\n{a.env_id}, {a.steps:,} agent steps per run; predictor steps are 16 pairs x 25 "
-          "frames per member" + ("; a busy process of another session beside each run"
+          "frames per member" + ("; a busy process in its own autogroup beside each run"
                                  if a.neighbour else ""))
     print(f"  {'run':32s} {'agent steps/s':>13s} {'of plain':>8s} {'A2C waits':>9s} "
           f"{'predictor steps/s':>17s} {'wall s':>7s}")

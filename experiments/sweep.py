@@ -35,8 +35,6 @@ SWEEP_FILE = "sweep.json"  # the sweep's own command line, for --resume
 TUNE_DIR = "tune"  # Tune's experiment state, under the storage
 RUNS_DIR = "runs"  # the trials' run directories, under the storage (unless given elsewhere)
 CONSOLE_DIR = "console"  # what each trial's run.py printed, one file per trial
-NEW_RUN_ONLY = ("--log_dir", "--run_name", "--load_prefs_dir", "--load_policy_ckpt_dir",
-                "--load_reward_predictor_ckpt_dir")  # flags (each with a value) --resume refuses
 
 
 class SweepError(Exception):
@@ -84,10 +82,12 @@ class Trial:
         """The run.py command line that continues this trial's run from its own directory: the
         run's saved settings, overridden by the trial's words again (so a setting such as a
         larger `--million_timesteps` applies), less those only a new run takes."""
+        from launch.cli import NEW_RUN_ONLY
+
         own, kept = self.words(), []
         i = 0
         while i < len(own):
-            if own[i] in NEW_RUN_ONLY:
+            if own[i].removeprefix("--") in NEW_RUN_ONLY:  # each with its value
                 i += 2
                 continue
             kept.append(own[i])

@@ -74,6 +74,11 @@ def with_env_settings(settings: Settings, given: dict[str, Any]) -> Settings:
     return dataclasses.replace(settings, **own)
 
 
+# Settings only a new run takes: `--resume` refuses them.
+NEW_RUN_ONLY = ("log_dir", "run_name", "load_prefs_dir", "load_policy_ckpt_dir",
+                "load_reward_predictor_ckpt_dir")
+
+
 def load_settings(run_dir: Path) -> Settings:
     """A run's saved settings; UsageError when the run directory has no readable settings.json."""
     settings_file = run_dir / "settings.json"
@@ -102,9 +107,7 @@ def resume(run_dir: Path, given: dict[str, Any]) -> Run:
         if given.get(positional) not in (None, getattr(saved, positional)):
             raise UsageError(f"--resume: this run's {positional} is {getattr(saved, positional)}")
     overrides = {k: v for k, v in given.items() if k != "resume"}
-    new_run_only = sorted(set(overrides) & {"log_dir", "run_name", "load_prefs_dir",
-                                            "load_policy_ckpt_dir",
-                                            "load_reward_predictor_ckpt_dir"})
+    new_run_only = sorted(set(overrides) & set(NEW_RUN_ONLY))
     if new_run_only:
         raise UsageError(f"--resume goes on in the run's own directory from its own store and "
                          f"checkpoints: --{', --'.join(new_run_only)} apply to a new run only")
