@@ -44,7 +44,8 @@ BASE = ["train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic
 SETTINGS: dict[str, list[str]] = {
     "baseline": [],
     "disagreement queries": ["--query_selection", "disagreement"],
-    "entropy queries": ["--query_selection", "entropy"],  # B-Pref's sampler, beyond the paper
+    "entropy queries": ["--query_selection", "entropy"],  # B-Pref's samplers, beyond the paper
+    "k-center queries": ["--query_selection", "k_center"],
     "ensemble of 1": ["--ensemble_size", "1"],
     "no noise model": ["--label_noise", "0"],
     "adaptive L2": ["--adaptive_l2"],

@@ -129,13 +129,14 @@ class Settings:
         choices=("pairs", "sort"))
     query_selection: str = setting(
         InterfaceConfig.selection, "prefs",
-        "pairs to label: random, those the ensemble disagrees on most (App. A), or those whose "
-        "mean predicted preference is most uncertain (B-Pref's entropy)",
+        "pairs to label: random, those the ensemble disagrees on most (App. A), those whose "
+        "mean predicted preference is most uncertain (B-Pref's entropy), or those least like any "
+        "pair shown before (B-Pref's k-center)",
         choices=SELECTIONS)
     oversampling: int = setting(
         InterfaceConfig.oversample, "prefs",
-        "disagreement and entropy draw this many times more candidate pairs than they show "
-        "(App. A: 10)")
+        "disagreement, entropy and k-center draw this many times more candidate pairs than they "
+        "show (App. A: 10)")
     label_schedule: str = setting(
         InterfaceConfig.label_schedule, "prefs", "how labels are spread over the run: none "
         "labels as fast as the predictor trains, constant and annealed (App. A: rate ~ "

@@ -33,7 +33,10 @@ def select_pairs(candidates: Sequence[Candidate], k: int, rng: np.random.Generat
         scores = np.asarray(score(candidates), dtype=np.float64)
         assert scores.shape == (len(candidates),), scores.shape
         chosen = np.argsort(-scores, kind="stable")[:k]
-    return [candidates[j] for j in chosen]
+    shown = [candidates[j] for j in chosen]
+    if hasattr(score, "record"):  # a score with memory (k-center) learns which pairs were shown
+        score.record(shown)
+    return shown
 
 
 class ClipBuffer:

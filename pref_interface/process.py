@@ -21,7 +21,7 @@ from pref_interface.clip import Clip, ClipOrder, Preference
 from pref_interface.sender import QueueSender
 from pref_interface.store import PreferenceStore
 from pref_interface.schedule import FRAMESKIP, LabelSchedule
-from pref_interface.selection import make_pair_scorer
+from pref_interface.selection import PREDICTOR_SELECTIONS, make_pair_scorer
 from pref_interface.sorting import rebuild_sorters
 from pref_interface.teachers import Labeller, make_teacher
 from runtime.scalars import Telemetry
@@ -116,7 +116,8 @@ class Labelling:
         self.person = self.labeller.source == "human"
         self.telemetry = Telemetry(log_dir, every_s=LOG_EVERY_S)
         self.n_at_dump = self.n_stored
-        predictor = make_predictor() if make_predictor and config.selection != "random" else None
+        predictor = make_predictor() if make_predictor and config.selection in PREDICTOR_SELECTIONS \
+            else None
         self.score = make_pair_scorer(config.selection, predictor)
         self.schedule = None if config.label_schedule == "none" else LabelSchedule(
             config.label_schedule, config.max_labels, config.total_frames,

@@ -3,11 +3,13 @@
 `select_pairs` / `ClipBuffer.sample_new_pairs` take a `score` for the candidates; this module
 makes the one the paper uses. App. A: draw 10x more candidate pairs than are shown and show those
 with the highest variance of the predicted preference across the ensemble members. Beyond the
-paper, B-Pref's entropy sampler shows those whose ensemble-mean preference is most uncertain.
+paper, B-Pref's entropy sampler shows those whose ensemble-mean preference is most uncertain,
+and its k-center sampler those least like any pair shown before (coverage, no predictor).
 Uniformly random pairs (no score) stay the default.
 """
 from __future__ import annotations
 
+from collections import deque
 from typing import Callable, Sequence
 
 import numpy as np
@@ -16,6 +18,8 @@ from pref_interface.config import SELECTIONS
 from pref_interface.pairs import Candidate, PairScorer
 from pref_interface.clip import Clip
 
+
+PREDICTOR_SELECTIONS = ("disagreement", "entropy")  # the selections that ask the ensemble
 
 # P[left preferred] under each ensemble member: (left clips, right clips) -> (n_members, B),
 # e.g. `RewardPredictorEnsemble.predict_preference`.
@@ -58,13 +62,58 @@ def entropy_score(predict_preference: PreferencePredictor) -> PairScorer:
     return score
 
 
+class KCenterScore:
+    """A `score` for `select_pairs` by coverage (B-Pref's k-center sampler): candidates are ranked
+    by farthest-first traversal, each next one the farthest from the pairs shown before and from
+    those ranked above it, so the top `k` are the greedy k-center choice for any `k`. A pair's
+    feature is its two clips' frames, mean-pooled 4x4 (21x21 pixels) and joined left then right.
+    `select_pairs` tells it which pairs were shown (`record`); the latest `memory` are kept.
+    """
+
+    def __init__(self, memory: int = 2000):
+        self.shown: deque[np.ndarray] = deque(maxlen=memory)
+
+    @staticmethod
+    def feature(candidate: Candidate) -> np.ndarray:
+        """float32: both clips' frames pooled to 21x21, scaled to [0, 1], left then right."""
+        pooled = [c.frames().reshape(-1, 21, 4, 21, 4).mean(axis=(2, 4)).ravel()
+                  for c in (candidate[1], candidate[3])]
+        return (np.concatenate(pooled) / 255.0).astype(np.float32)
+
+    def __call__(self, candidates: Sequence[Candidate]) -> np.ndarray:
+        if not candidates:
+            return np.zeros(0)
+        f = np.stack([self.feature(c) for c in candidates])
+        # squared distance of each candidate to its nearest shown pair (inf when none was shown)
+        nearest = np.full(len(f), np.inf)
+        if self.shown:
+            m = np.stack(self.shown)
+            d = (f ** 2).sum(1)[:, None] + (m ** 2).sum(1)[None, :] - 2 * f @ m.T
+            nearest = d.min(axis=1)
+        rank = np.empty(len(f))
+        for r in range(len(f)):  # farthest first; ties (nothing shown yet) keep the random order
+            j = int(np.argmax(nearest))
+            rank[j], nearest[j] = r, -np.inf
+            left = nearest > -np.inf
+            nearest[left] = np.minimum(nearest[left], ((f[left] - f[j]) ** 2).sum(1))
+        return -rank
+
+    def record(self, shown: Sequence[Candidate]) -> None:
+        """Remember the pairs that were shown, so later candidates are scored against them."""
+        self.shown.extend(self.feature(c) for c in shown)
+
+
 def make_pair_scorer(selection: str, predict_preference: PreferencePredictor | None = None
                      ) -> PairScorer | None:
-    """The `score` a CLI value names: "random" gives None (uniform pairs); "disagreement" and
-    "entropy" need `predict_preference` (the interface's copy of the ensemble)."""
+    """The `score` a CLI value names: "random" gives None (uniform pairs); "k_center" needs
+    nothing; "disagreement" and "entropy" need `predict_preference` (the interface's copy of the
+    ensemble)."""
     if selection == "random":
         return None
+    if selection == "k_center":
+        return KCenterScore()
     scorers = {"disagreement": disagreement_score, "entropy": entropy_score}
+    assert set(scorers) == set(PREDICTOR_SELECTIONS)
     if selection in scorers:
         if predict_preference is None:
             raise ValueError(f"{selection} selection needs the reward predictor ensemble")

@@ -554,8 +554,8 @@ def test_random_selection_does_not_depend_on_the_predictor():
                                                                     make_pair_scorer("random"))])
     assert picks[0] == picks[1]
     assert make_pair_scorer("disagreement", fake_predictor()) is not None
-    with pytest.raises(ValueError, match="random, disagreement, entropy"):
-        make_pair_scorer("k_center", fake_predictor())
+    with pytest.raises(ValueError, match="random, disagreement, entropy, k_center"):
+        make_pair_scorer("coverage", fake_predictor())
     with pytest.raises(ValueError):
         make_pair_scorer("disagreement")
 
@@ -579,6 +579,32 @@ def test_entropy_selection_asks_about_the_pairs_whose_mean_preference_is_nearest
                                                                                     predict))
     assert sorted(c[0] for c in chosen) == [0, 1]
     assert make_pair_scorer("entropy", predict)([]).shape == (0,)
+
+
+def flat_clip(level: int) -> Clip:
+    """A 2-step clip whose every pixel is `level`."""
+    return Clip.pack(np.full((5, 84, 84), level, np.uint8), np.zeros(2, np.int64),
+                     np.zeros(2, np.float32))
+
+
+def test_k_center_asks_first_about_the_pairs_least_like_those_shown():
+    """B-Pref's k-center: farthest-first from the pairs shown, and from each other."""
+    score = make_pair_scorer("k_center", None)
+    clips = {v: flat_clip(v) for v in (0, 10, 100, 200, 205, 210, 215)}
+    rng = np.random.default_rng(0)
+    shown = select_pairs([(0, clips[0], 10, clips[10])], 1, rng, score)
+    assert len(shown) == 1 and len(score.shown) == 1  # told what was shown
+    a, b, c = ((200, clips[200], 210, clips[210]), (205, clips[205], 215, clips[215]),
+               (100, clips[100], 100, clips[100]))
+    # b is farthest from the shown (0, 10); then c, as a lies next to b though far from (0, 10)
+    assert list(np.argsort(-score([a, b, c]))) == [1, 2, 0]
+    chosen = select_pairs([a, b, c], 2, rng, score)
+    assert [x[0] for x in chosen] == [205, 100] and len(score.shown) == 3
+    assert score([]).shape == (0,)
+    buf = ClipBuffer(max_segs=20, val_fraction=0)
+    for v in range(20):
+        buf.add(flat_clip(12 * v))
+    assert len(buf.sample_new_pairs(3, rng, score=score)) == 3 and len(score.shown) == 6
 
 
 def test_disagreement_is_the_variance_of_the_ensembles_predicted_preferences():
