@@ -27,12 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from envs.scores import MOVING_DOT_LEVEL as LEVEL  # noqa: E402
-from experiments.sweep import (Trial, add_sweep_flags, level_reached, run_sweep,  # noqa: E402
+from envs.scores import MOVING_DOT_LEVEL as LEVEL
+from experiments.sweep import (Trial, add_sweep_flags, level_reached, run_sweep,
                                sweep_options)
+
+ROOT = Path(__file__).resolve().parent.parent
 
 BASE = ["train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
         "--n_initial_prefs", "200", "--n_initial_epochs", "20",

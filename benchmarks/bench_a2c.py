@@ -32,21 +32,19 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-# Runnable as `python benchmarks/bench_a2c.py` as well as `python -m benchmarks.bench_a2c`.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# Run as `python -m benchmarks.bench_a2c` from the checkout.
 
-from a2c.a2c import A2CConfig  # noqa: E402
-from a2c.rollout import Rollout  # noqa: E402
-from a2c.config import A2CRunConfig  # noqa: E402
-from launch.loop import run_agent  # noqa: E402
-from envs import make_vec_env  # noqa: E402
-from envs.atari import game_from_env_id, make_ale_vector_env  # noqa: E402
+from a2c.a2c import A2CConfig
+from a2c.rollout import Rollout
+from a2c.config import A2CRunConfig
+from launch.loop import run_agent
+from envs import make_vec_env
+from envs.atari import game_from_env_id, make_ale_vector_env
 
 SWEEP_THREADS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 1), (2, 2))  # (torch, env)
 

@@ -32,10 +32,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence, TextIO
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_a2c import machine_header  # noqa: E402
+from benchmarks.bench_a2c import machine_header
+
+ROOT = Path(__file__).resolve().parent.parent
 
 MB = 2**20
 

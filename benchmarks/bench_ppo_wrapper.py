@@ -18,11 +18,11 @@ import platform
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.time_to_level import run_until_level  # noqa: E402
-from envs.scores import MOVING_DOT_LEVEL  # noqa: E402
+from benchmarks.time_to_level import run_until_level
+from envs.scores import MOVING_DOT_LEVEL
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def commands(seed: int, out: Path, ppo_million: float) -> dict[str, tuple[list[str], Path]]:

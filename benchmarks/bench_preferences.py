@@ -36,11 +36,11 @@ from typing import Sequence
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_a2c import machine_header  # noqa: E402
-from experiments.runlog import scalars, time_weights  # noqa: E402
+from benchmarks.bench_a2c import machine_header
+from experiments.runlog import scalars, time_weights
+
+ROOT = Path(__file__).resolve().parent.parent
 
 PAPER_PREDICTOR = ["--dropout", "0.5", "--batchnorm"]  # App. A.2; 3 members is run.py's default
 

@@ -23,11 +23,10 @@ import time
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from runtime.process_setup import reuse_freed_memory, trainer_malloc_environ  # noqa: E402
-from pref_interface.clip import Preference, Clip  # noqa: E402
-from reward_predictor.ensemble import NORMALISER_CLIPS, RewardPredictorEnsemble  # noqa: E402
-from reward_predictor.nets import FRAME, AtariRewardNet  # noqa: E402
+from runtime.process_setup import reuse_freed_memory, trainer_malloc_environ
+from pref_interface.clip import Preference, Clip
+from reward_predictor.ensemble import NORMALISER_CLIPS, RewardPredictorEnsemble
+from reward_predictor.nets import FRAME, AtariRewardNet
 
 
 def make_batch(rng: np.random.Generator, pairs: int, t: int) -> list[Preference]:

@@ -21,11 +21,10 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_a2c import machine_header  # noqa: E402
-from benchmarks.bench_reward_predictor_step import MALLOC_MODES, set_up_malloc  # noqa: E402
+from benchmarks.bench_a2c import machine_header
+from benchmarks.bench_reward_predictor_step import MALLOC_MODES, set_up_malloc
+
 
 
 def memory_mb() -> tuple[float, float]:

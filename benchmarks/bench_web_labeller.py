@@ -22,12 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_a2c import machine_header  # noqa: E402
-from pref_interface.web.headless import (browser_missing, headless_page,  # noqa: E402
+from benchmarks.bench_a2c import machine_header
+from pref_interface.web.headless import (browser_missing, headless_page,
                                          labelling_run)
+
 
 KEYS = "LRE"
 RECORD_POSTS = """() => {

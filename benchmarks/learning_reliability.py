@@ -21,13 +21,13 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.time_to_level import run_until_level  # noqa: E402
-from envs.scores import MOVING_DOT_RANDOM  # noqa: E402
-from experiments.sweep import (Trial, add_sweep_flags, level_reached, run_sweep,  # noqa: E402
+from benchmarks.time_to_level import run_until_level
+from envs.scores import MOVING_DOT_RANDOM
+from experiments.sweep import (Trial, add_sweep_flags, level_reached, run_sweep,
                                sweep_options)
+
+ROOT = Path(__file__).resolve().parent.parent
 
 LEARNED_LEVEL = MOVING_DOT_RANDOM + 10
 COMMAND = ["train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs"]

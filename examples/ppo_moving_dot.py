@@ -12,10 +12,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 # PPO's Atari settings from rl-baselines3-zoo (n_steps 128, 4 epochs of minibatches of 256,
 # clip 0.1, lr 2.5e-4), with 16 envs as our A2C.

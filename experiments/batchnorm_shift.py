@@ -20,8 +20,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def shift(run_dir: Path, n_clips: int, seed: int = 0, save: str | None = None) -> dict:

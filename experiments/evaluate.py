@@ -37,11 +37,6 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from launch.names import check_names  # noqa: E402
-
 EXIT_USAGE = 2
 DEFAULT_GRID = ("greedy:30", "sampled:30", "greedy:0")
 EVAL_SEED = 10_000  # env seeds far from training's (0, 1, 2, ...)
@@ -260,7 +255,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    check_names()
     a = build_parser().parse_args(argv)
     from a2c.checkpoint import CheckpointError, check_fits, load_policy_weights
     from runtime.outputs import prepare_output, unused_name

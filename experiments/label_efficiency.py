@@ -25,12 +25,12 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from experiments.sweep import Trial, add_sweep_flags, run_sweep, sweep_options  # noqa: E402
-from launch.rundir import PREDICTOR_FILE, PREFS_FILE  # noqa: E402
-from pref_interface.store import PreferenceStore, stored_labels  # noqa: E402
+from experiments.sweep import Trial, add_sweep_flags, run_sweep, sweep_options
+from launch.rundir import PREDICTOR_FILE, PREFS_FILE
+from pref_interface.store import PreferenceStore, stored_labels
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def stored_labels_at(run_dir: Path) -> int:

@@ -23,15 +23,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from a2c.config import checkpoint_steps, checkpoints  # noqa: E402
-from envs.scores import MOVING_DOT_LEVEL  # noqa: E402
-from experiments.plot_runs import plot  # noqa: E402
-from experiments.runlog import RunLog  # noqa: E402
-from experiments.sweep import Trial, add_sweep_flags, run_sweep, sweep_options  # noqa: E402
-from launch.cli import load_settings  # noqa: E402
+from a2c.config import checkpoint_steps, checkpoints
+from envs.scores import MOVING_DOT_LEVEL
+from experiments.plot_runs import plot
+from experiments.runlog import RunLog
+from experiments.sweep import Trial, add_sweep_flags, run_sweep, sweep_options
+from launch.cli import load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass

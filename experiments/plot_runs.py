@@ -11,10 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from experiments.runlog import RunLog, smooth  # noqa: E402
+from experiments.runlog import RunLog, smooth
+
 
 
 def plot(run_dirs: list[str], names: list[str], out: str, title: str, window: int,

@@ -22,12 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from a2c.config import CHECKPOINT_PREFIX  # noqa: E402
-from a2c.revive import KEEP_EVERY, RANDOM_ENVS, RANDOM_STEPS, random_play  # noqa: E402
-from experiments.evaluate import EXIT_USAGE, checkpoint_steps, find_policies  # noqa: E402
+from a2c.config import CHECKPOINT_PREFIX
+from a2c.revive import KEEP_EVERY, RANDOM_ENVS, RANDOM_STEPS, random_play
+from experiments.evaluate import EXIT_USAGE, checkpoint_steps, find_policies
+
 
 
 @dataclass

@@ -29,8 +29,6 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 if TYPE_CHECKING:
     from launch.rundir import Run

@@ -8,7 +8,8 @@ Rewrites the text between each `<!-- begin NAME -->` and `<!-- end NAME -->` of
 docs/reproduction.md; the prose around them is written by hand. The runs are found by name in
 docs/run_records/ (a record added there, such as a new seed's, joins its table and figure on the
 next run of this command); the ablations come from docs/ablations.json and
-docs/sorting_ablation.json, the predictor's label efficiency from docs/label_efficiency_pong.json.
+docs/sorting_ablation.json, the query samplers from docs/query_samplers.json, the predictor's
+label efficiency from docs/label_efficiency_pong.json.
 """
 from __future__ import annotations
 
@@ -23,13 +24,13 @@ from typing import Callable
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from envs.scores import MOVING_DOT_LEVEL  # noqa: E402
-from experiments.reproduction import (RunRow, draw, name_by_flags, plot, read_run,  # noqa: E402
+from envs.scores import MOVING_DOT_LEVEL
+from experiments.reproduction import (RunRow, draw, name_by_flags, plot, read_run,
                                       stretch_table, table_head)
-from experiments.runrecord import RunRecord  # noqa: E402
+from experiments.runrecord import RunRecord
+
+ROOT = Path(__file__).resolve().parent.parent
 
 DOCS = ROOT / "docs"
 DOC = DOCS / "reproduction.md"
@@ -185,13 +186,17 @@ def alongside(records: Path, figures: Path | None) -> str:
     return "\n".join([run_table(rows, None), "", commands(rows)])
 
 
-def ablation_table(results: list[dict], settings: dict[str, list[str]], level: float) -> str:
+def ablation_table(results: list[dict], settings: dict[str, list[str]], level: float,
+                   final: bool = False) -> str:
     """A row per setting: its flags, and each seed's labels when it reached `level`, with the
-    medians over the seeds that did (steps and minutes from the command's start)."""
+    medians over the seeds that did (steps and minutes from the command's start). `final`: also
+    each seed's return when its run ended (at the level, or at its agent steps)."""
     seeds = sorted({r["seed"] for r in results})
-    lines = [f"| setting | flags | seeds reaching {level:g} | labels at {level:g}, seeds "
-             f"{' / '.join(map(str, seeds))} | median labels | median agent steps | "
-             "median minutes from the command's start |", "|---|---|---|---|---|---|---|"]
+    each = " / ".join(map(str, seeds))
+    lines = [f"| setting | flags | seeds reaching {level:g} | labels at {level:g}, seeds {each} | "
+             "median labels | median agent steps | median minutes from the command's start |"
+             + (f" return at the end, seeds {each} |" if final else ""),
+             "|---|---|---|---|---|---|---|" + ("---|" if final else "")]
     for name, flags in settings.items():
         rs = {r["seed"]: r for r in results if r["setting"] == name}
         if not rs:
@@ -202,12 +207,14 @@ def ablation_table(results: list[dict], settings: dict[str, list[str]], level: f
                      else "not reached") for s in seeds]
         lines.append(f"| {name} | {'`' + ' '.join(flags) + '`' if flags else '-'} | "
                      f"{len(ok)}/{len(rs)} | {' / '.join(per_seed)} | {med('labels'):,.0f} | "
-                     f"{med('steps'):,.0f} | {med('wall_s') / 60:.1f} |")
+                     f"{med('steps'):,.0f} | {med('wall_s') / 60:.1f} |"
+                     + (" " + " / ".join("-" if s not in rs else f"{rs[s]['last_return']:+.1f}"
+                                         for s in seeds) + " |" if final else ""))
     return "\n".join(lines)
 
 
 def ablation_block(source: str, png: str, names: list[str], figures: Path | None,
-                   alt: str) -> str:
+                   alt: str, final: bool = False) -> str:
     from benchmarks import ablations
 
     results = json.loads((DOCS / source).read_text())
@@ -216,7 +223,8 @@ def ablation_block(source: str, png: str, names: list[str], figures: Path | None
             ablations.report(results, figures / png)
         print(f"wrote {figures / png}")
     settings = {n: ablations.SETTINGS[n] for n in names}
-    return "\n".join([ablation_table(results, settings, ablations.LEVEL), "", f"![{alt}]({png})"])
+    return "\n".join([ablation_table(results, settings, ablations.LEVEL, final), "",
+                      f"![{alt}]({png})"])
 
 
 def ablations_fig6(records: Path, figures: Path | None) -> str:
@@ -224,6 +232,14 @@ def ablations_fig6(records: Path, figures: Path | None) -> str:
     names = [n for n in SETTINGS if not n.startswith("sorting")]
     return ablation_block("ablations.json", "ablations.png", names, figures,
                           "MovingDot: labels and minutes to 19.6 per setting, a dot per seed")
+
+
+def samplers(records: Path, figures: Path | None) -> str:
+    return ablation_block("query_samplers.json", "query_samplers.png",
+                          ["baseline", "disagreement queries", "entropy queries",
+                           "k-center queries"], figures,
+                          "MovingDot: labels and minutes to 19.6 per query sampler, a dot per "
+                          "seed", final=True)
 
 
 def sorting(records: Path, figures: Path | None) -> str:
@@ -250,7 +266,8 @@ def sorting(records: Path, figures: Path | None) -> str:
 
 BLOCKS: dict[str, Callable[[Path, Path | None], str]] = {
     "moving_dot": moving_dot, "pong_prefs": pong_prefs, "pong_true": pong_true,
-    "enduro": enduro, "alongside": alongside, "sorting": sorting, "ablations": ablations_fig6}
+    "enduro": enduro, "alongside": alongside, "sorting": sorting, "ablations": ablations_fig6,
+    "samplers": samplers}
 
 
 def render(doc: str, records: Path = RECORDS, figures: Path | None = None) -> str:

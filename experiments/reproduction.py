@@ -31,13 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from experiments.runlog import best_window, first_reached, smooth  # noqa: E402
-from experiments.runrecord import RunRecord  # noqa: E402
-from launch.settings import flag_fields  # noqa: E402
-from runtime.outputs import prepare_output  # noqa: E402
+from experiments.runlog import best_window, first_reached, smooth
+from experiments.runrecord import RunRecord
+from launch.settings import flag_fields
+from runtime.outputs import prepare_output
+
 
 KINDS = {"prefs": ("from preferences", "tab:blue"), "true": ("true reward", "tab:orange")}
 LINESTYLES = ("-", "--", ":", "-.")

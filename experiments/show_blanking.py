@@ -13,16 +13,13 @@ either way and stays near 0. Prints the rows at 0.5 or more and whether the band
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from envs import UnknownEnvError, env_kind  # noqa: E402
-from envs.atari import DEFAULT_SCORE_ROWS, SCORE_ROWS, game_from_env_id, make_ale_vector_env  # noqa: E402
+from envs import UnknownEnvError, env_kind
+from envs.atari import DEFAULT_SCORE_ROWS, SCORE_ROWS, game_from_env_id, make_ale_vector_env
+
 
 LAG = 3  # agent steps after a reward by which the score display has been redrawn
 

@@ -28,11 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from a2c.config import ALIVE_TAG, GRAD_NORM_MAX_TAG  # noqa: E402
-from experiments.runlog import RunLog, best_window  # noqa: E402
+from a2c.config import ALIVE_TAG, GRAD_NORM_MAX_TAG
+from experiments.runlog import RunLog, best_window
+
 
 # (heading, tag, process, how a window is reduced, format)
 LENGTH_TAG = "charts/episodic_length"

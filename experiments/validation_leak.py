@@ -14,10 +14,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from pref_interface.clip import Preference, Clip  # noqa: E402
+from pref_interface.clip import Preference, Clip
+
 
 
 def _key(clip: Clip) -> str:

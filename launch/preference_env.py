@@ -27,21 +27,17 @@ import gymnasium
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from launch.names import check_names
-
-check_names()  # before the imports below pick up another package of one of our names
-
-from a2c.config import A2CConfig  # noqa: E402
-from a2c.rollout import Rollout, close_observers  # noqa: E402
-from envs.vec_env import EpisodeTracker  # noqa: E402
-from launch.cli import UsageError, build_parser, parse_args  # noqa: E402
-from launch.loop import PreferenceLoop  # noqa: E402
-from launch.phases import prepare_predictor  # noqa: E402
-from launch.rundir import PREFS_FILE  # noqa: E402
-from launch.session import open_labelling_page, start_run  # noqa: E402
-from launch.stopping import (EXIT_INTERRUPTED, interrupted_status,  # noqa: E402
+from a2c.config import A2CConfig
+from a2c.rollout import Rollout, close_observers
+from envs.vec_env import EpisodeTracker
+from launch.cli import UsageError, build_parser, parse_args
+from launch.loop import PreferenceLoop
+from launch.phases import prepare_predictor
+from launch.rundir import PREFS_FILE
+from launch.session import open_labelling_page, start_run
+from launch.stopping import (EXIT_INTERRUPTED, interrupted_status,
                              signal_received, stop_main_process_on_signals)
-from runtime.scalars import ScalarWriter  # noqa: E402
+from runtime.scalars import ScalarWriter
 
 STATUS_EVERY_S = 30.0  # a status line on stderr this often (the caller's own logs go on)
 # Steps/s over this long: a library may pause stepping for seconds to learn (PPO's epochs).

@@ -66,17 +66,20 @@ class KCenterScore:
     """A `score` for `select_pairs` by coverage (B-Pref's k-center sampler): candidates are ranked
     by farthest-first traversal, each next one the farthest from the pairs shown before and from
     those ranked above it, so the top `k` are the greedy k-center choice for any `k`. A pair's
-    feature is its two clips' frames, mean-pooled 4x4 (21x21 pixels) and joined left then right.
+    feature is its two clips' frames, mean-pooled 6x6 (14x14 pixels) and joined left then right.
     `select_pairs` tells it which pairs were shown (`record`); the latest `memory` are kept.
     """
 
     def __init__(self, memory: int = 2000):
-        self.shown: deque[np.ndarray] = deque(maxlen=memory)
+        self.memory = memory
+        self.n_shown = 0
+        self._shown: np.ndarray | None = None  # (memory, feature) ring of the pairs shown
+        self._norms = np.zeros(memory, np.float32)  # their squared lengths
 
     @staticmethod
     def feature(candidate: Candidate) -> np.ndarray:
-        """float32: both clips' frames pooled to 21x21, scaled to [0, 1], left then right."""
-        pooled = [c.frames().reshape(-1, 21, 4, 21, 4).mean(axis=(2, 4)).ravel()
+        """float32: both clips' frames pooled to 14x14, scaled to [0, 1], left then right."""
+        pooled = [c.frames().reshape(-1, 14, 6, 14, 6).mean(axis=(2, 4)).ravel()
                   for c in (candidate[1], candidate[3])]
         return (np.concatenate(pooled) / 255.0).astype(np.float32)
 
@@ -86,9 +89,9 @@ class KCenterScore:
         f = np.stack([self.feature(c) for c in candidates])
         # squared distance of each candidate to its nearest shown pair (inf when none was shown)
         nearest = np.full(len(f), np.inf)
-        if self.shown:
-            m = np.stack(self.shown)
-            d = (f ** 2).sum(1)[:, None] + (m ** 2).sum(1)[None, :] - 2 * f @ m.T
+        n = min(self.n_shown, self.memory)
+        if n and self._shown is not None and self._shown.shape[1] == f.shape[1]:
+            d = (f ** 2).sum(1)[:, None] + self._norms[None, :n] - 2 * f @ self._shown[:n].T
             nearest = d.min(axis=1)
         rank = np.empty(len(f))
         for r in range(len(f)):  # farthest first; ties (nothing shown yet) keep the random order
@@ -100,7 +103,13 @@ class KCenterScore:
 
     def record(self, shown: Sequence[Candidate]) -> None:
         """Remember the pairs that were shown, so later candidates are scored against them."""
-        self.shown.extend(self.feature(c) for c in shown)
+        for c in shown:
+            f = self.feature(c)
+            if self._shown is None or self._shown.shape[1] != len(f):
+                self._shown, self.n_shown = np.empty((self.memory, len(f)), np.float32), 0
+            i = self.n_shown % self.memory
+            self._shown[i], self._norms[i] = f, f @ f
+            self.n_shown += 1
 
 
 def make_pair_scorer(selection: str, predict_preference: PreferencePredictor | None = None

@@ -593,18 +593,18 @@ def test_k_center_asks_first_about_the_pairs_least_like_those_shown():
     clips = {v: flat_clip(v) for v in (0, 10, 100, 200, 205, 210, 215)}
     rng = np.random.default_rng(0)
     shown = select_pairs([(0, clips[0], 10, clips[10])], 1, rng, score)
-    assert len(shown) == 1 and len(score.shown) == 1  # told what was shown
+    assert len(shown) == 1 and score.n_shown == 1  # told what was shown
     a, b, c = ((200, clips[200], 210, clips[210]), (205, clips[205], 215, clips[215]),
                (100, clips[100], 100, clips[100]))
     # b is farthest from the shown (0, 10); then c, as a lies next to b though far from (0, 10)
     assert list(np.argsort(-score([a, b, c]))) == [1, 2, 0]
     chosen = select_pairs([a, b, c], 2, rng, score)
-    assert [x[0] for x in chosen] == [205, 100] and len(score.shown) == 3
+    assert [x[0] for x in chosen] == [205, 100] and score.n_shown == 3
     assert score([]).shape == (0,)
     buf = ClipBuffer(max_segs=20, val_fraction=0)
     for v in range(20):
         buf.add(flat_clip(12 * v))
-    assert len(buf.sample_new_pairs(3, rng, score=score)) == 3 and len(score.shown) == 6
+    assert len(buf.sample_new_pairs(3, rng, score=score)) == 3 and score.n_shown == 6
 
 
 def test_disagreement_is_the_variance_of_the_ensembles_predicted_preferences():
