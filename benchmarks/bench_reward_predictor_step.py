@@ -232,7 +232,8 @@ def main() -> None:
     for threads, bf16 in [(th, p == "bf16") for th in args.threads for p in args.precisions]:
         times = time_steps(threads, args.steps, args.warmup, args.pairs, args.length, bf16,
                            args.device)
-        print(f"threads {threads}, {'bf16 autocast' if bf16 else 'fp32'}: median {np.median(times) * 1000:.0f} ms/step "
+        print(f"threads {threads}, {'bf16 autocast' if bf16 else 'fp32'}: "
+              f"median {np.median(times) * 1000:.0f} ms/step "
               f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f})")
     if args.conv_floor:
         for threads, bf16 in [(th, p == "bf16") for th in args.threads for p in args.precisions]:

@@ -9,7 +9,8 @@ sort` each comparison depends on the answer before it, so the next pair cannot b
 it is drawn, sent and loaded after the answer.
 
     .venv/bin/python -m benchmarks.bench_web_labeller
-    .venv/bin/python -m benchmarks.bench_web_labeller --envs PongNoFrameskip-v4 --screenshot docs/labelling.png
+    .venv/bin/python -m benchmarks.bench_web_labeller --envs PongNoFrameskip-v4 \
+        --screenshot docs/labelling.png
     .venv/bin/python -m benchmarks.bench_web_labeller --queries pairs sort  # pairs, then sorting
 """
 from __future__ import annotations

@@ -44,7 +44,6 @@ CHILD_NAMES = {"a2c": "a2c", "pref_interface": "pref_interface",
 WRAPPER_SCRIPT = textwrap.dedent("""
     import sys
     import numpy as np
-    sys.path.insert(0, {root!r})
     from envs.gym_vector import GymVectorEnv
     from launch.preference_env import PreferenceVecEnv
 
@@ -126,7 +125,7 @@ class RunUnderTest:
         log_dir = workdir / "run"
         if wrapper:
             script = workdir / "train_with_wrapper.py"
-            script.write_text(WRAPPER_SCRIPT.format(root=str(ROOT), log_dir=str(log_dir),
+            script.write_text(WRAPPER_SCRIPT.format(log_dir=str(log_dir),
                                                     epochs=epochs))
             cmd = [sys.executable, str(script)]
         else:

@@ -47,11 +47,11 @@ class GymVectorEnv(gymnasium.vector.VectorEnv):
         info: dict[str, Any] = {}
         if result.finished:
             mask = np.zeros(self.num_envs, dtype=bool)
-            r, l = np.zeros(self.num_envs), np.zeros(self.num_envs, dtype=np.int64)
+            ret, length = np.zeros(self.num_envs), np.zeros(self.num_envs, dtype=np.int64)
             for ep in result.finished:
-                mask[ep.env_index], r[ep.env_index], l[ep.env_index] = (True, ep.true_return,
-                                                                        ep.length)
-            info = {"episode": {"r": r, "l": l, "_r": mask, "_l": mask}, "_episode": mask}
+                mask[ep.env_index], ret[ep.env_index], length[ep.env_index] = (
+                    True, ep.true_return, ep.length)
+            info = {"episode": {"r": ret, "l": length, "_r": mask, "_l": mask}, "_episode": mask}
         if result.final_obs is not None:
             info["final_obs"], info["_final_obs"] = result.final_obs, result.dones.copy()
         truncated = (result.truncated if result.truncated is not None

@@ -8,7 +8,8 @@ from typing import Any
 
 from pref_interface.pairs import OVERSAMPLE
 
-SELECTIONS = ("random", "disagreement", "entropy", "k_center")  # query selection (pref_interface/selection.py)
+# query selection (pref_interface/selection.py)
+SELECTIONS = ("random", "disagreement", "entropy", "k_center")
 
 
 @dataclass

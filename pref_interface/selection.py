@@ -9,7 +9,6 @@ Uniformly random pairs (no score) stay the default.
 """
 from __future__ import annotations
 
-from collections import deque
 from typing import Callable, Sequence
 
 import numpy as np

@@ -315,7 +315,8 @@ class PreferenceStore:
             with z:
                 version = int(z["format_version"])
                 if version != EXPORT_FORMAT_VERSION:
-                    raise StoreError(f"{path}: label export format {version}, expected {EXPORT_FORMAT_VERSION}")
+                    raise StoreError(f"{path}: label export format {version}, "
+                                     f"expected {EXPORT_FORMAT_VERSION}")
                 small = {k: z[k] for k in ("created", "source", "is_validation", "mu", "seg_steps",
                                            "actions", "true_rewards")}
                 has_dones = "dones" in z.files

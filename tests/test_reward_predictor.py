@@ -1000,7 +1000,8 @@ def dot_prefs(rng: np.random.Generator, n: int, is_validation: bool) -> list[Pre
     def reward_clip():
         return Clip.pack(rng.integers(0, 256, (5, 84, 84), dtype=np.uint8), rng.integers(0, 5, 2),
                        rng.normal(size=2).astype(np.float32))
-    return [Preference(reward_clip(), reward_clip(), float(rng.choice([0.0, 1.0])), is_validation=is_validation)
+    return [Preference(reward_clip(), reward_clip(), float(rng.choice([0.0, 1.0])),
+                       is_validation=is_validation)
             for _ in range(n)]
 
 
@@ -1051,7 +1052,8 @@ class CornerNet(nn.Module):
 
 def test_plain_bradley_terry_without_noise_changes_the_gradients():
     """noise=0 is the plain model: a confidently contradicted label pulls with full force."""
-    pref = Preference(reward_clip([0.0], value=0), reward_clip([0.0], value=255), mu=1.0)  # r_left 0, r_right 10
+    # r_left 0, r_right 10
+    pref = Preference(reward_clip([0.0], value=0), reward_clip([0.0], value=255), mu=1.0)
 
     def grad(noise: float) -> float:
         ens = RewardPredictorEnsemble(CornerNet, n_members=1, noise=noise)

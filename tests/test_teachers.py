@@ -168,7 +168,8 @@ def test_on_the_emulators_frames_the_player_is_found_in_every_frame_and_follows_
 # ---- scripted teachers (B-Pref, Lee et al. 2021) -----------------------------------------------
 
 def random_pairs(rng: np.random.Generator, n: int, steps: int = 1, scale: float = 2.0):
-    return [(reward_clip(rng.normal(0, scale, steps)), reward_clip(rng.normal(0, scale, steps))) for _ in range(n)]
+    return [(reward_clip(rng.normal(0, scale, steps)), reward_clip(rng.normal(0, scale, steps)))
+            for _ in range(n)]
 
 
 def test_boltzmann_teacher_agrees_as_often_as_the_sigmoid_says():
@@ -192,7 +193,8 @@ def test_mistake_teacher_flips_the_oracle_label_with_probability_eps():
     oracle, teacher = OracleTeacher(), MistakeTeacher(eps=0.2, rng=2)
     flipped = np.mean([teacher.label(a, b) != oracle.label(a, b) for a, b in pairs])
     assert flipped == pytest.approx(0.2, abs=4 * math.sqrt(0.2 * 0.8 / 4000))
-    assert all(teacher.label(reward_clip([1.0]), reward_clip([1.0])) == 0.5 for _ in range(50))  # a tie stays one
+    # a tie stays one
+    assert all(teacher.label(reward_clip([1.0]), reward_clip([1.0])) == 0.5 for _ in range(50))
 
 
 def test_skip_teacher_skips_exactly_the_pairs_where_both_clips_are_poor():
