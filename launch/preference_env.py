@@ -35,7 +35,7 @@ from launch.loop import PreferenceLoop
 from launch.phases import prepare_predictor
 from launch.rundir import PREFS_FILE
 from launch.session import open_labelling_page, start_run
-from launch.stopping import (EXIT_INTERRUPTED, interrupted_status,
+from launch.stopping import (EXIT_INTERRUPTED, exit_on_stop_signals, interrupted_status,
                              signal_received, stop_main_process_on_signals)
 from runtime.scalars import ScalarWriter
 
@@ -52,6 +52,9 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
 
     def __init__(self, env: gymnasium.vector.VectorEnv, env_id: str | None = None,
                  **settings: Any) -> None:
+        if not isinstance(env, gymnasium.vector.VectorEnv):
+            raise TypeError(f"PreferenceVecEnv: wraps a vector env (GymVectorEnv(env_id, n) or "
+                            f"gymnasium.make_vec), got {type(env).__name__}")
         super().__init__(env)
         spec = getattr(env, "spec", None)  # gymnasium.make_vec's envs carry their id there
         env_id = env_id or getattr(env, "env_id", None) or getattr(spec, "id", None)
@@ -65,9 +68,9 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
             ctx, self._session, self._report = start_run(run, page)
         except UsageError as e:
             raise ValueError(f"PreferenceVecEnv: {e}") from None
-        self._closed, self._exit_status = False, 0
-        # SIGTERM and SIGHUP reach the caller's loop as KeyboardInterrupt, as Ctrl-C does, unless
-        # the caller handles them itself; the script's exit then closes this env (atexit below).
+        self._closed, self._exit_status, self._how = False, 0, None
+        # Unless the caller handles them itself, Ctrl-C, SIGTERM and SIGHUP stop gathering and
+        # pretraining as they stop run.py; the script's exit then closes this env (atexit below).
         stop_main_process_on_signals(only_default=True)
         self.run_dir = run.dir
         try:
@@ -79,6 +82,8 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
             self._session.close()
             if code > 128:  # stopped by Ctrl-C or a stop signal: the caller's loop never ran
                 print(self._summary(code, trained=False), file=sys.stderr)
+                if code != EXIT_INTERRUPTED:  # SIGTERM, SIGHUP: the script ends as run.py does
+                    raise SystemExit(code)
                 raise KeyboardInterrupt
             raise RuntimeError(f"PreferenceVecEnv: gathering or pretraining ended with status "
                                f"{code} (its output is above); the run is in {self.run_dir}")
@@ -86,6 +91,9 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         self._loop.ch.start_episode_viewer(self._loop.sup)  # with render_episodes=True
         self._report.agent_stats = self._loop.agent_stats
         atexit.register(self.close)  # children must not outlive a script that forgot close()
+        # In the caller's loop SIGTERM and SIGHUP end the script as they end run.py (status 143,
+        # 129, no traceback); Ctrl-C stays a KeyboardInterrupt there.
+        exit_on_stop_signals()
         n = env.num_envs
         self._reward = self._loop.reward_fn()
         self._observers = self._loop.observers(n) if self._loop.observers else []
@@ -184,22 +192,28 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         if getattr(self, "_closed", True):
             return
         self._closed = True
+        exit_on_stop_signals(False)
         close_observers(self._observers)
         self._loop.sup.stop()
         self._loop.ch.reward_weights.remove_left_block()
         self._session.close()
         self._writer.close()
+        # what ends the caller's loop: closed from its `finally`, or at exit after it was unhandled
+        ending = sys.exc_info()[1] or getattr(sys, "last_value", None)
         if not self._exit_status and signal_received():
             self._exit_status = interrupted_status()
-        elif not self._exit_status and getattr(sys, "last_type", None) is KeyboardInterrupt:
-            self._exit_status = EXIT_INTERRUPTED  # closed at exit, after an unhandled Ctrl-C
+        elif not self._exit_status and isinstance(ending, KeyboardInterrupt):
+            self._exit_status = EXIT_INTERRUPTED
+        elif not self._exit_status and isinstance(ending, Exception):
+            self._exit_status = 1
+            self._how = f"stopped: the caller's loop raised {type(ending).__name__}"
         print(self._summary(self._exit_status, trained=True), file=sys.stderr)
         super().close(**kwargs)
 
     def _summary(self, exit_status: int, trained: bool) -> str:
         resume = f"PreferenceVecEnv(env, resume={str(self.run_dir)!r}) (labels and predictor)"
         return self._report.summary(exit_status, self.run_dir / PREFS_FILE, trained=trained,
-                                    resume_cmd=resume)
+                                    resume_cmd=resume if exit_status else None, how=self._how)
 
 
 def settings_argv(env_id: str, num_envs: int, settings: dict[str, Any]) -> list[str]:

@@ -21,6 +21,7 @@ WAIT_POLL_S = 0.02  # how often `StopFlag.wait` looks at the flag
 _received: list[int] = []  # the stop signals this process has had, in order
 _held = 0  # how deep in `signals_held` the main thread is
 _deferred = False  # a first stop signal came while held: raised as the hold ends
+_exit_on_signal = False  # SIGTERM and SIGHUP raise SystemExit(128 + signal) (`exit_on_stop_signals`)
 
 
 class StopFlag:
@@ -61,6 +62,8 @@ def _interrupt(signum: int, frame: Any) -> None:
     _received.append(signum)
     if first and _held:  # another thread took the signal while the main thread held it
         _deferred = True
+    elif first and _exit_on_signal and signum != signal.SIGINT:
+        raise SystemExit(128 + signum)
     elif first:
         raise KeyboardInterrupt
     else:
@@ -77,6 +80,15 @@ def stop_main_process_on_signals(only_default: bool = False) -> None:
             continue
         if _wanted(sig):
             signal.signal(sig, _interrupt)
+
+
+def exit_on_stop_signals(on: bool = True) -> None:
+    """While on, SIGTERM and SIGHUP end this process as a run stopped by them ends: SystemExit
+    with status 128 + the signal, no traceback (Ctrl-C stays KeyboardInterrupt). For a script
+    whose own loop drives the run (the gymnasium wrapper), where nothing of ours catches the
+    KeyboardInterrupt that run.py's phases turn into that status."""
+    global _exit_on_signal
+    _exit_on_signal = on
 
 
 @contextlib.contextmanager

@@ -17,9 +17,11 @@ class RunReport:
     agent_stats: object | None = None  # a2c.config.A2CStats of the phase that ran last
 
     def summary(self, exit_status: int, prefs_path: Path | None, trained: bool,
-                watch_cmd: str | None = None, resume_cmd: str | None = None) -> str:
+                watch_cmd: str | None = None, resume_cmd: str | None = None,
+                how: str | None = None) -> str:
         """The lines to print at the end. `trained`: a policy learned (its return is shown);
-        `watch_cmd`, `resume_cmd`: how to watch it and how to continue the run (None: no line)."""
+        `watch_cmd`, `resume_cmd`: how to watch it and how to continue the run (None: no line);
+        `how`: how the run ended, in place of the exit status's words."""
         from envs.scores import reference_scores
         from launch.stopping import how_it_ended
 
@@ -48,7 +50,7 @@ class RunReport:
                 rows.append(("revived", f"{stats.revivals.value} time"
                              f"{'s' if stats.revivals.value > 1 else ''} from a live checkpoint "
                              "after its policy died (--revive_dead_policy)"))
-        lines = [f"run {how_it_ended(exit_status)}"]
+        lines = [f"run {how or how_it_ended(exit_status)}"]
         width = max(len(k) for k, _ in rows)
         lines += [f"  {k:<{width}}  {v}" for k, v in rows]
         if watch_cmd:

@@ -15,7 +15,10 @@ class _SharedEnsemble:
 
     def __init__(self, shared_weights: SharedWeights, config: TrainerConfig):
         self.shared_weights = shared_weights
-        self.ensemble = build_ensemble(config)
+        # Start from the weights the trainer starts from (the pretrained or resumed predictor),
+        # so that nothing is predicted by an untrained copy before the trainer first publishes.
+        self.ensemble = (load_ensemble(config, config.load_ckpt_path) if config.load_ckpt_path
+                         else build_ensemble(config))
         self.ensemble.eval()
 
 

@@ -49,6 +49,13 @@ def test_an_env_it_cannot_cut_clips_from_is_refused_in_one_line(env, message, tm
     assert not (tmp_path / "r").exists()
 
 
+def test_a_single_env_is_refused_in_one_line(tmp_path):
+    with pytest.raises(TypeError, match="wraps a vector env .* got TimeLimit"):
+        PreferenceVecEnv(gymnasium.make("CartPole-v1"), "MovingDotNoFrameskip-v0",
+                         log_dir=str(tmp_path / "r"))
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_bad_setting_is_a_value_error_and_writes_nothing(tmp_path):
     env = GymVectorEnv("MovingDotNoFrameskip-v0", 2)
     with pytest.raises(ValueError, match="--max_segs must be positive"):
@@ -135,7 +142,24 @@ def test_the_wrapper_runs_the_loop_around_an_agent_and_saves_like_run_py(tmp_pat
     assert (d / "settings.json").is_file() and list((d / "tb").glob("events.out.tfevents.*"))
     err = capsys.readouterr().err
     assert "run finished" in err and "agent steps    4,000" in err, err
+    assert "resume:" not in err  # nothing to resume
     env.close()  # a second close does nothing
+
+
+def test_a_failure_in_the_callers_loop_is_summarised_as_one(tmp_path, capsys):
+    env = PreferenceVecEnv(GymVectorEnv("MovingDotNoFrameskip-v0", 2), log_dir=str(tmp_path / "r"),
+                           **SMALL)
+    env.reset(seed=0)
+    with pytest.raises(ZeroDivisionError):
+        try:
+            for _ in range(100):
+                env.step(np.zeros(2, np.int64))
+            1 / 0  # the caller's own bug
+        finally:
+            env.close()
+    err = capsys.readouterr().err
+    assert "run stopped: the caller's loop raised ZeroDivisionError" in err, err
+    assert "resume:            PreferenceVecEnv(env, resume=" in err
 
 
 def _resize_84(frame: np.ndarray) -> np.ndarray:

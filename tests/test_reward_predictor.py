@@ -915,6 +915,28 @@ def test_a2c_scores_with_the_newest_predictor_at_every_call():
     assert not np.allclose(reward(obs, actions), on_old)
 
 
+def test_r_hat_comes_from_the_predictor_the_trainer_starts_from_before_it_publishes(tmp_path):
+    """A consumer built before the trainer's first publication (the wrapper's first steps) uses
+    the pretrained checkpoint, never an untrained copy."""
+    from dataclasses import replace
+
+    from reward_predictor.trainer import RewardPredictorTrainer
+
+    config = TrainerConfig(env_kind="moving_dot", n_members=1)
+    pretrained = build_ensemble(config)
+    with torch.no_grad():
+        for p in pretrained.parameters():
+            p.add_(0.5)
+    RewardPredictorTrainer(pretrained).save(str(tmp_path / "pretrained.pt"))
+    pretrained.eval()
+    obs = np.random.default_rng(0).integers(0, 256, (4, 4, 84, 84), dtype=np.uint8)
+    actions = np.zeros(4, np.int64)
+    shared = SharedWeights()  # nothing published yet
+    loaded = PredictedReward(shared, replace(config, load_ckpt_path=str(tmp_path / "pretrained.pt")))
+    np.testing.assert_allclose(loaded(obs, actions), pretrained.reward(obs, actions), rtol=1e-6)
+    assert not np.allclose(PredictedReward(shared, config)(obs, actions), loaded(obs, actions))
+
+
 def test_the_paper_pace_counts_each_member_or_the_whole_ensemble():
     # App. A.2's "1 label per 10 RL timesteps" for "the predictor": per member by default; read
     # for the ensemble, each of 3 members trains on a third of it.

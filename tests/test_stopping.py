@@ -1,5 +1,5 @@
-"""Stopping a run: SIGTERM, SIGHUP and Ctrl-C stop every mode and the wrapper as Ctrl-C does
-(work saved, summary, exit status 128 + the signal, no process or shared memory left), and a
+"""Stopping a run: SIGTERM, SIGHUP and Ctrl-C stop every mode and the wrapper alike (work
+saved, summary, exit status 128 + the signal, no process or shared memory left), and a
 child killed at any instant cannot wedge the stop. `benchmarks.stop_under_signals` does the same
 many times at random moments."""
 import multiprocessing as mp
@@ -95,11 +95,13 @@ def test_a_child_killed_outright_stops_the_others_cleanly(tmp_path):
 
 
 @pytest.mark.parametrize("phase", [pytest.param("pretrain", marks=pytest.mark.slow), "train"])
-def test_the_wrapper_stops_on_sigterm_as_on_ctrl_c(phase, tmp_path):
+def test_the_wrapper_stops_on_sigterm_as_run_py_does(phase, tmp_path):
+    """The caller's script ends with run.py's status and summary, and no traceback."""
     t = one_try(tmp_path, phase, random.Random(2), wrapper=True)
     assert t.clean, (t.left, t.shm_left, t.stop_s, t.stderr)
-    assert "KeyboardInterrupt" in t.stderr  # it reached the caller's script as Ctrl-C would
+    assert t.exit_status == 143 and "Traceback" not in t.stderr, t.stderr
     assert "run stopped by SIGTERM" in t.stderr, t.stderr
+    assert "resume:            PreferenceVecEnv(env, resume=" in t.stderr, t.stderr
 
 
 @pytest.mark.slow  # 25 s; the supervisor's side of a killed child is tested above with run.py
