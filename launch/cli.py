@@ -17,7 +17,7 @@ from launch.env_settings import env_settings
 from launch.preflight import first_error
 from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run
 from launch.settings import (MODES, TRAINING_MODES, Settings, build_parser as settings_parser,
-                             unused_settings)
+                             invalid_setting, unused_settings)
 from reward_predictor.entry_points import check_predictor
 
 EXIT_USAGE = 2
@@ -146,57 +146,21 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
         kind = env_kind(s.env_id)
     except UnknownEnvError as e:
         raise UsageError(str(e)) from None
-    for name in ("million_timesteps", "n_envs", "policy_ckpt_interval", "lr", "torch_threads",
-                 "n_initial_prefs", "max_prefs", "max_segs", "ensemble_size",
-                 "reward_predictor_learning_rate", "reward_predictor_ckpt_interval",
-                 "reward_predictor_threads", "reward_std"):
-        if getattr(s, name) <= 0:
-            raise UsageError(f"--{name} must be positive, got {getattr(s, name)}")
-    if s.lr_zero_million_timesteps is not None and s.lr_zero_million_timesteps <= 0:
-        raise UsageError("--lr_zero_million_timesteps must be positive")
-    if s.ent_coef < 0 or s.env_threads < 0 or s.max_pairs_per_clip < 0 or s.policy_ckpts_kept < 0:
-        raise UsageError("--ent_coef, --env_threads, --max_pairs_per_clip and --policy_ckpts_kept "
-                         "must not be negative")
-    if not 0.0 <= s.label_noise < 1.0:
-        raise UsageError(f"--label_noise must be in [0, 1), got {s.label_noise}")
-    if s.oversampling < 1 or s.max_labels < 1:
-        raise UsageError(f"--oversampling and --max_labels must be at least 1, got "
-                         f"{s.oversampling} and {s.max_labels}")
-    if s.min_predictor_labels_per_step < 0 or s.max_predictor_labels_per_step < 0:
-        raise UsageError("--min_predictor_labels_per_step and --max_predictor_labels_per_step "
-                         "must not be negative")
-    if not 0.0 < s.reward_predictor_duty <= 1.0:
-        raise UsageError("--reward_predictor_duty must be in (0, 1]")
-    if s.anneal_every_frames <= 0:
-        raise UsageError("--anneal_every_frames must be positive")
+    problem = invalid_setting(s)  # each setting's own check, declared beside it
+    if problem:
+        raise UsageError(problem)
     if (s.implied_pairs or s.predictor_loss != "preference") and s.queries != "sort":
         raise UsageError("--implied_pairs and --predictor_loss rank|both need --queries sort "
                          "(they come from its order)")
     if s.queries == "sort" and s.query_selection != "random":
         raise UsageError("--queries sort chooses its own comparisons: "
                          "--query_selection applies to pairs")
-    try:
-        from pref_interface.teachers import make_teacher
-        make_teacher(s.teacher)
-    except ValueError as e:
-        raise UsageError(f"--teacher: {e}") from None
     if s.teacher == "alongside" and not s.env_id.startswith("Enduro"):
         raise UsageError("--teacher alongside reads Enduro's frames; this run is "
                          f"{s.env_id}")
     if not 0 <= s.seed <= MAX_SEED - s.n_envs + 1:  # env i gets seed + i; ale-py takes int32
         raise UsageError(f"--seed must be in [0, {MAX_SEED - s.n_envs + 1:,}] with --n_envs "
                          f"{s.n_envs}, got {s.seed}")
-    if not 0 <= s.web_port <= 65535:
-        raise UsageError(f"--web_port must be in [0, 65535], got {s.web_port}")
-    if s.n_initial_epochs < 0:
-        raise UsageError(f"--n_initial_epochs must not be negative, got {s.n_initial_epochs}")
-    if not 0.0 <= s.dropout < 1.0:
-        raise UsageError(f"--dropout must be in [0, 1), got {s.dropout}")
-    if s.run_name is not None and (s.run_name in ("", ".", "..") or "/" in s.run_name):
-        raise UsageError(f"--run_name is a plain name under runs/ (--log_dir takes a path), "
-                         f"got {s.run_name!r}")
-    if s.log_dir == "":
-        raise UsageError("--log_dir is empty")
     if run_dir is None:
         run_dir = Path(s.log_dir) if s.log_dir else Path("runs") / (
             s.run_name or f"{time.strftime('%Y%m%d-%H%M%S')}_{s.mode}_{s.env_id}")

@@ -48,7 +48,7 @@ def trainer_config(run: Run, load_from: str | None, save: bool = True):
 
     s = run.settings
     return TrainerConfig(
-        env_kind=run.env_kind, n_members=s.ensemble_size, dropout=s.dropout,
+        env_kind=run.env_kind, ensemble_size=s.ensemble_size, dropout=s.dropout,
         batchnorm=s.batchnorm, lr=s.reward_predictor_learning_rate, max_prefs=s.max_prefs,
         ckpt_interval=s.reward_predictor_ckpt_interval,
         ckpt_path=str(run.dir / "reward_predictor" / PREDICTOR_FILE) if save else None,
@@ -91,8 +91,8 @@ def interface_config(run: Run, page_updates: Any = None, gather_labels: int | No
                            keep_typed_ahead=not sys.stdin.isatty(),
                            stop_after_labels=gather_labels, seed=s.seed,
                            teacher=s.teacher, episode_end_penalty=penalty, queries=s.queries,
-                           selection="random" if gather_labels else s.query_selection,
-                           oversample=s.oversampling, label_schedule=s.label_schedule,
+                           query_selection="random" if gather_labels else s.query_selection,
+                           oversampling=s.oversampling, label_schedule=s.label_schedule,
                            max_labels=s.max_labels, initial_labels=s.n_initial_prefs,
                            anneal_every_frames=int(s.anneal_every_frames),
                            total_frames=int(s.million_timesteps * MILLION) * FRAMESKIP)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Callable
 
 from a2c.config import A2CConfig, A2CRunConfig
 from pref_interface.player import PLAYER_KINDS
@@ -24,11 +24,61 @@ GROUPS = {"run": "run", "a2c": "A2C (defaults: the paper's, App. A.2)",
           "prefs": "preferences", "predictor": "reward predictor"}
 
 
+# A setting's own check: what its value must be ("must be positive"), or None when it is fine.
+# Rules between settings (a seed that fits the envs, sorting's options) are in launch/cli.py.
+Check = Callable[[Any], "str | None"]
+
+
+def positive(v: float) -> str | None:
+    return None if v > 0 else "must be positive"
+
+
+def non_negative(v: float) -> str | None:
+    return None if v >= 0 else "must not be negative"
+
+
+def at_least_one(v: int) -> str | None:
+    return None if v >= 1 else "must be at least 1"
+
+
+def fraction(v: float) -> str | None:
+    return None if 0.0 <= v < 1.0 else "must be in [0, 1)"
+
+
+def share(v: float) -> str | None:
+    return None if 0.0 < v <= 1.0 else "must be in (0, 1]"
+
+
+def port(v: int) -> str | None:
+    return None if 0 <= v <= 65535 else "must be in [0, 65535]"
+
+
+def plain_name(v: str) -> str | None:
+    return None if v not in ("", ".", "..") and "/" not in v else \
+        "is a plain name under runs/ (--log_dir takes a path)"
+
+
+def not_empty(v: str) -> str | None:
+    return None if v else "is empty"
+
+
+def teacher_spec(v: str) -> str | None:
+    from pref_interface.teachers import make_teacher
+
+    try:
+        make_teacher(v)
+    except ValueError as e:
+        return f"is not a teacher: {e}"
+    return None
+
+
 def setting(default: Any, group: str, help: str, *, choices: tuple | None = None,
-            metavar: str | None = None, negation: tuple[str, str] | None = None) -> Any:
-    """A field of Settings: `negation` is the (flag, help) of a boolean's off switch."""
+            metavar: str | None = None, negation: tuple[str, str] | None = None,
+            check: Check | None = None) -> Any:
+    """A field of Settings: `negation` is the (flag, help) of a boolean's off switch; `check`,
+    the rule its value keeps (unset values are not checked)."""
     return field(default=default, metadata=dict(group=group, help=help, choices=choices,
-                                                metavar=metavar, negation=negation))
+                                                metavar=metavar, negation=negation, check=check))
 
 
 @dataclass
@@ -43,13 +93,14 @@ class Settings:
         None, "run", "continue the stopped run in RUN_DIR from its last checkpoints and saved "
         "settings, which flags given now override (all but --log_dir, --run_name and --load_*)",
         metavar="RUN_DIR")
-    log_dir: str | None = setting(None, "run", "directory for this run (must not exist yet)")
-    run_name: str | None = setting(None, "run", "name of the run directory under runs/")
+    log_dir: str | None = setting(None, "run", "directory for this run (must not exist yet)", check=not_empty)
+    run_name: str | None = setting(None, "run", "name of the run directory under runs/", check=plain_name)
     seed: int = setting(0, "run", "random seed (env i gets seed + i)")
     torch_threads: int = setting(
-        A2CRunConfig.torch_threads, "run", "torch threads in the A2C process")
+        A2CRunConfig.torch_threads, "run", "torch threads in the A2C process", check=positive)
     env_threads: int = setting(
-        A2CRunConfig.env_threads, "run", "ale-py threads stepping the envs (0: one per core)")
+        A2CRunConfig.env_threads, "run", "ale-py threads stepping the envs (0: one per core)",
+        check=non_negative)
     precision: str = setting(
         A2CRunConfig.precision, "run", "arithmetic of the policy and reward nets, where auto is "
         "bfloat16 autocast on a device with native bf16 (a CPU with AVX512-BF16, a GPU from "
@@ -59,25 +110,25 @@ class Settings:
         A2CRunConfig.device, "run", "where the policy acts and learns: cpu, cuda, cuda:N, or auto "
         "(cuda when torch sees a GPU)")
     # A2C
-    n_envs: int = setting(A2CConfig.n_envs, "a2c", "parallel environments")
+    n_envs: int = setting(A2CConfig.n_envs, "a2c", "parallel environments", check=positive)
     million_timesteps: float = setting(
-        10.0, "a2c", "agent steps to train for, in millions (summed over envs)")
-    ent_coef: float = setting(A2CConfig.ent_coef, "a2c", "entropy bonus coefficient")
-    lr: float = setting(A2CConfig.lr, "a2c", "RMSProp learning rate")
+        10.0, "a2c", "agent steps to train for, in millions (summed over envs)", check=positive)
+    ent_coef: float = setting(A2CConfig.ent_coef, "a2c", "entropy bonus coefficient", check=non_negative)
+    lr: float = setting(A2CConfig.lr, "a2c", "RMSProp learning rate", check=positive)
     optimizer: str = setting(
         A2CConfig.optimizer, "a2c", "A2C's RMSProp: torch.optim.RMSprop, or TensorFlow's (mean "
         "square from 1, eps inside the root) as in baselines' A2C, the paper's",
         choices=("rmsprop_torch", "rmsprop_tf"))
     lr_zero_million_timesteps: float | None = setting(
         None, "a2c", "million agent steps at which the learning rate, decaying linearly, reaches "
-        "zero (App. A.2: 80; unset: a constant rate)")
+        "zero (App. A.2: 80; unset: a constant rate)", check=positive)
     load_policy_ckpt_dir: str | None = setting(
         None, "a2c", "start from the newest policy checkpoint in this directory")
     policy_ckpt_interval: int = setting(
-        A2CRunConfig.ckpt_interval, "a2c", "A2C updates between policy checkpoints")
+        A2CRunConfig.ckpt_interval, "a2c", "A2C updates between policy checkpoints", check=positive)
     policy_ckpts_kept: int = setting(
         A2CRunConfig.ckpt_keep, "a2c",
-        "how many of the newest policy checkpoints RUN_DIR/policy keeps (0: all)")
+        "how many of the newest policy checkpoints RUN_DIR/policy keeps (0: all)", check=non_negative)
     revive_dead_policy: bool = setting(
         A2CRunConfig.revive_dead, "a2c", "when a layer of the policy has no unit firing, even on "
         "random play's screens, go back to the newest kept checkpoint still alive (not in the "
@@ -98,19 +149,19 @@ class Settings:
         "127.0.0.1", "prefs", "the address the labelling page listens on with --clip_player web "
         "(reach a remote run's page by SSH port forwarding)")
     web_port: int = setting(
-        0, "prefs", "the labelling page's port with --clip_player web (0: a free one)")
+        0, "prefs", "the labelling page's port with --clip_player web (0: a free one)", check=port)
     n_initial_prefs: int = setting(
-        500, "prefs", "labels gathered from the untrained policy before pretraining (App. A)")
+        500, "prefs", "labels gathered from the untrained policy before pretraining (App. A)", check=positive)
     max_prefs: int = setting(
         TrainerConfig.max_prefs, "prefs",
-        "the predictor trains on the latest this many labels (App. A)")
+        "the predictor trains on the latest this many labels (App. A)", check=positive)
     max_segs: int = setting(
         InterfaceConfig.max_segs, "prefs",
-        "recent clips kept by the preference interface to draw pairs from")
+        "recent clips kept by the preference interface to draw pairs from", check=positive)
     max_pairs_per_clip: int = setting(
         InterfaceConfig.max_pairs_per_clip, "prefs", "offer each clip in at most this many "
         "pairs, so that synthetic labels made faster than clips arrive wait for new clips (0: no "
-        "limit)")
+        "limit)", check=non_negative)
     gather_clips: str = setting(
         "rotate", "prefs", "how the initial labels' clips are cut: rotate, one per 25 steps from "
         "the envs in turn (as in training), or every_env, one per 25 steps from each env (N times "
@@ -118,7 +169,7 @@ class Settings:
     teacher: str = setting(
         InterfaceConfig.teacher, "prefs", "synthetic labeller: oracle, alongside, "
         "boltzmann:beta=B, mistake:eps=E, skip:threshold=X, equal:threshold=X or myopic:gamma=G "
-        "(B-Pref teachers)")
+        "(B-Pref teachers)", check=teacher_spec)
     episode_end_penalty: float | None = setting(
         None, "prefs", "subtracted from a clip's true return for each episode end in it when "
         "labels are synthetic (App. A; unset: 1 for Atari games except Pong, else 0)")
@@ -128,15 +179,15 @@ class Settings:
         "each comparison stored as a label",
         choices=("pairs", "sort"))
     query_selection: str = setting(
-        InterfaceConfig.selection, "prefs",
+        InterfaceConfig.query_selection, "prefs",
         "pairs to label: random, those the ensemble disagrees on most (App. A), those whose "
         "mean predicted preference is most uncertain (B-Pref's entropy), or those least like any "
         "pair shown before (B-Pref's k-center)",
         choices=SELECTIONS)
     oversampling: int = setting(
-        InterfaceConfig.oversample, "prefs",
+        InterfaceConfig.oversampling, "prefs",
         "disagreement, entropy and k-center draw this many times more candidate pairs than they "
-        "show (App. A: 10)")
+        "show (App. A: 10)", check=at_least_one)
     label_schedule: str = setting(
         InterfaceConfig.label_schedule, "prefs", "how labels are spread over the run: none "
         "labels as fast as the predictor trains, constant and annealed (App. A: rate ~ "
@@ -144,29 +195,31 @@ class Settings:
         choices=("none", "constant", "annealed"))
     max_labels: int = setting(
         InterfaceConfig.max_labels, "prefs",
-        "labels a --label_schedule spends over the run, the initial ones included")
+        "labels a --label_schedule spends over the run, the initial ones included", check=at_least_one)
     anneal_every_frames: float = setting(
         float(InterfaceConfig.anneal_every_frames), "prefs",
-        "emulator frames between the annealed schedule's rate decreases (App. A: 5e6)")
+        "emulator frames between the annealed schedule's rate decreases (App. A: 5e6)", check=positive)
     load_prefs_dir: str | None = setting(
         None, "prefs", "a run directory whose prefs.sqlite is copied into this run and used")
     # reward predictor
-    ensemble_size: int = setting(TrainerConfig.n_members, "predictor", "ensemble members (App. A)")
+    ensemble_size: int = setting(TrainerConfig.ensemble_size, "predictor", "ensemble members (App. A)",
+                                 check=positive)
     n_initial_epochs: int = setting(
-        200, "predictor", "pretraining epochs over the initial labels (App. A)")
+        200, "predictor", "pretraining epochs over the initial labels (App. A)", check=non_negative)
     dropout: float = setting(
         TrainerConfig.dropout, "predictor",
-        "dropout rate on the conv layers (App. A.2: 0.5 for Atari)")
+        "dropout rate on the conv layers (App. A.2: 0.5 for Atari)", check=fraction)
     batchnorm: bool = setting(
         TrainerConfig.batchnorm, "predictor", "batch norm on the conv layers (App. A.2)",
         negation=("--no_batchnorm", "no batch norm (where the environment's settings turn it on)"))
     reward_predictor_learning_rate: float = setting(
-        TrainerConfig.lr, "predictor", "Adam learning rate of each member")
+        TrainerConfig.lr, "predictor", "Adam learning rate of each member", check=positive)
     load_reward_predictor_ckpt_dir: str | None = setting(
         None, "predictor", "a run directory (or its reward_predictor/ directory) whose predictor "
         "is loaded in place of pretraining")
     reward_predictor_ckpt_interval: int = setting(
-        TrainerConfig.ckpt_interval, "predictor", "predictor training steps between checkpoints")
+        TrainerConfig.ckpt_interval, "predictor", "predictor training steps between checkpoints",
+        check=positive)
     frozen_reward_predictor: bool = setting(
         False, "predictor", "train the policy on the loaded predictor without collecting labels "
         "or training the predictor")
@@ -183,22 +236,22 @@ class Settings:
         "on their rank) or both", choices=("preference", "rank", "both"))
     label_noise: float = setting(
         TrainerConfig.label_noise, "predictor", "assumed chance that the labeller answered at "
-        "random (App. A: 0.1; 0: the plain Bradley-Terry model)")
+        "random (App. A: 0.1; 0: the plain Bradley-Terry model)", check=fraction)
     show_episode_ends: bool = setting(
         False, "predictor", "let A2C see episode ends (game overs and time limits, never life "
         "losses), which the paper hides (App. A)")
     reward_std: float = setting(
         TrainerConfig.reward_std, "predictor",
-        "std the predicted reward is normalised to (App. A.2: 0.05 for Atari)")
+        "std the predicted reward is normalised to (App. A.2: 0.05 for Atari)", check=positive)
     reward_predictor_duty: float = setting(
         TrainerConfig.duty, "predictor", "fraction of wall-clock time the trainer trains while "
-        "the policy trains, resting the rest to leave the cores to A2C")
+        "the policy trains, resting the rest to leave the cores to A2C", check=share)
     min_predictor_labels_per_step: float = setting(
         0.0, "predictor", "labels per agent step each member must have trained on before A2C's "
-        "next rollout, which waits until then (App. A.2: about 0.1; 0: A2C never waits)")
+        "next rollout, which waits until then (App. A.2: about 0.1; 0: A2C never waits)", check=non_negative)
     max_predictor_labels_per_step: float = setting(
         0.0, "predictor", "labels per agent step each member may train on before the trainer "
-        "rests until A2C catches up (0: no ceiling; never below the floor)")
+        "rests until A2C catches up (0: no ceiling; never below the floor)", check=non_negative)
     predictor_pace_unit: str = setting(
         "member", "predictor", "what the two pace flags count: the labels each member trains "
         "on, or those of all members together (App. A.2's \"the predictor\" may mean either)",
@@ -209,7 +262,7 @@ class Settings:
     reward_predictor_threads: int = setting(
         TrainerConfig.torch_threads, "predictor", "torch threads of the reward-predictor trainer, "
         "which in pretraining and while A2C waits for it also takes --torch_threads's as long as "
-        "that makes its steps faster")
+        "that makes its steps faster", check=positive)
     reward_predictor_device: str = setting(
         TrainerConfig.device, "predictor", "where the trainer trains the predictor: cpu, cuda, "
         "cuda:N, or auto (cuda when torch sees a GPU), while A2C computes r̂ on the CPU")
@@ -226,6 +279,17 @@ class Settings:
 
 
 DEFAULTS = Settings()
+
+
+def invalid_setting(s: Settings) -> str | None:
+    """The first setting that breaks its own check, as "--name must be ..., got value"."""
+    for f in fields(s):
+        check, value = f.metadata.get("check"), getattr(s, f.name)
+        if check is not None and value is not None:
+            problem = check(value)
+            if problem:
+                return f"--{f.name} {problem}, got {value!r}"
+    return None
 
 
 def flag_fields() -> list:

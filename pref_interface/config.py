@@ -53,10 +53,10 @@ class InterfaceConfig:
     queries: str = "pairs"
     """"pairs": each query a fresh pair of clips; "sort": each new clip is placed among the
     clips already sorted by a binary search of comparisons (pref_interface/sorting.py)."""
-    selection: str = "random"
-    """Query selection: "random", "disagreement" (App. A: highest ensemble variance) or "entropy"
-    (B-Pref: most uncertain mean preference)."""
-    oversample: int = OVERSAMPLE
+    query_selection: str = "random"
+    """Query selection: "random", "disagreement" (App. A: highest ensemble variance), "entropy"
+    (B-Pref: most uncertain mean preference) or "k_center" (B-Pref: least like those shown)."""
+    oversampling: int = OVERSAMPLE
     """A scored selection draws this many times more candidate pairs than it shows."""
     label_schedule: str = "none"
     """"none" (as fast as the trainer uses them), "constant" or "annealed" (App. A: rate

@@ -112,20 +112,18 @@ class ClipBuffer:
         return len(ids) * (len(ids) - 1) // 2 - offered_within
 
     def sample_new_pairs(self, k: int, rng: np.random.Generator, score: PairScorer | None = None,
-                         oversample: int = OVERSAMPLE) -> list[Candidate]:
+                         oversampling: int = OVERSAMPLE) -> list[Candidate]:
         """Up to `k` pairs of distinct clips never offered before, marked as offered now.
 
-        With `score`, `oversample * k` candidates are drawn and the best `k` kept (§2.2.4 / App.
+        With `score`, `oversampling * k` candidates are drawn and the best `k` kept (§2.2.4 / App.
         A: 10x more candidates than queries); without it, `k` random pairs. Which clip is left
         is random, so neither side is favoured. Fewer than `k` when the buffer runs out of pairs.
         """
-        if oversample < 1:
-            raise ValueError(f"oversample must be >= 1, got {oversample}")
         chosen: list[Candidate] = []
         for split in (True, False):  # validation first: training fills what it could not give
             wanted = self._validation_share(k) if split else k - len(chosen)
             if wanted > 0:
-                drawn = self._draw_unoffered(wanted if score is None else wanted * oversample,
+                drawn = self._draw_unoffered(wanted if score is None else wanted * oversampling,
                                              rng, split)
                 candidates = [(a, self._clips[a], b, self._clips[b]) for a, b in drawn]
                 chosen += select_pairs(candidates, wanted, rng, score)

