@@ -29,8 +29,8 @@ import numpy as np
 
 
 from envs.scores import MOVING_DOT_LEVEL as LEVEL
-from experiments.sweep import (Trial, add_sweep_flags, level_reached, run_sweep,
-                               sweep_options)
+from experiments.runlog import level_reached
+from experiments.sweep import Trial, add_sweep_flags, run_sweep, sweep_options
 
 ROOT = Path(__file__).resolve().parent.parent
 

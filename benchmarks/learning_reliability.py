@@ -24,8 +24,8 @@ from pathlib import Path
 
 from benchmarks.time_to_level import run_until_level
 from envs.scores import MOVING_DOT_RANDOM
-from experiments.sweep import (Trial, add_sweep_flags, level_reached, run_sweep,
-                               sweep_options)
+from experiments.runlog import level_reached
+from experiments.sweep import Trial, add_sweep_flags, run_sweep, sweep_options
 
 ROOT = Path(__file__).resolve().parent.parent
 

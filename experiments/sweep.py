@@ -224,43 +224,6 @@ def sweep_options(a: argparse.Namespace) -> dict:
             "address": a.address}
 
 
-def level_reached(run_dir: Path, level: float, window: int = 64) -> dict | None:
-    """Whether a run's mean true return of `window` episodes reached `level` (as a sweep's
-    `stop_at` stops it): {"reached": bool, "last_steps", "last_return"} and, when reached, the
-    agent steps, the labels in the store and the seconds since the run started (its initial
-    labelling and pretraining included, stops during training not) at that moment. None for a
-    run that neither reached it nor ended at its agent steps (not started, or stopped early)."""
-    from datetime import datetime, timezone
-
-    from a2c.config import checkpoint_steps, checkpoints
-    from experiments.runlog import RunLog
-    from launch.cli import load_settings
-    from launch.rundir import MACHINES_FILE
-
-    if not (run_dir / "settings.json").is_file():
-        return None
-    log = RunLog(run_dir)
-    hit = log.first_time_at(level, window) if (run_dir / "tb").is_dir() else None
-    if hit is None:
-        kept = checkpoints(run_dir / "policy")
-        if not kept or checkpoint_steps(kept[-1]) < load_settings(run_dir).million_timesteps * 1e6:
-            return None
-    steps, returns = log.returns()
-    result = {"reached": hit is not None, "last_steps": float(steps[-1]) if len(steps) else 0.0,
-              "last_return": float(returns[-window:].mean()) if len(returns) else float("nan")}
-    if hit is not None:
-        at_steps, training_s = hit
-        setup_s = 0.0  # the initial labels and pretraining: from the run's start to A2C's first
-        if (run_dir / MACHINES_FILE).is_file() and len(log.sps):
-            started = (run_dir / MACHINES_FILE).read_text().split("\t", 1)[0]
-            t0 = datetime.strptime(started, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
-            setup_s = max(0.0, float(log.sps[0, 0]) - t0.timestamp())
-        labels = log.labels_at(at_steps)
-        result.update(steps=at_steps, wall_s=setup_s + training_s,
-                      labels=float("nan") if labels is None else labels)
-    return result
-
-
 @dataclass
 class SweepSpec:
     """What `sweep.json` keeps: enough to run the same sweep again after a stop."""

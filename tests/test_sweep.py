@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.sweep import SweepError, Trial, level_reached, main, parse_grid, run_sweep, trials
+from experiments.runlog import level_reached
+from experiments.sweep import SweepError, Trial, main, parse_grid, run_sweep, trials
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
