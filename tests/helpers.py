@@ -1,7 +1,7 @@
 """Small builders shared by tests."""
 import numpy as np
 
-from pref_interface.clip import STACK, Clip
+from pref_interface.clip import STACK, Clip, Preference
 
 
 class NonBlockingOnly:
@@ -59,3 +59,43 @@ def reward_clip(rewards, dones=None, value: int | None = None) -> Clip:
     frames = _FRAMES[t] if value is None else np.full((t + 3, 84, 84), value, np.uint8)
     return Clip.pack(frames, np.zeros(t, np.int64), rewards,
                      None if dones is None else np.asarray(dones, bool))
+
+
+def random_pref(rng: np.random.Generator, is_validation: bool = False, t: int = 25) -> Preference:
+    """A label between two random clips of `t` steps: left, right or a tie, at random."""
+    return Preference(random_clip(rng, t), random_clip(rng, t), float(rng.choice([0.0, 0.5, 1.0])),
+                      is_validation=is_validation)
+
+
+# MovingDot drawn directly at 84x84, no env code: a 2x2 dot whose top-left corner walks on the
+# integer grid, 2 px per agent step (the env's 4 px per step in 210x160 is 1.6-2.1 px here).
+DOT_STEP = {0: (0, 0), 1: (0, 2), 2: (2, 0), 3: (0, -2), 4: (-2, 0)}  # noop, down, right, up, left
+DOT_CENTRE = np.array([41.5, 41.5])  # the frame's centre, in pixel-centre coordinates
+
+
+def _render_dot(p: np.ndarray) -> np.ndarray:
+    frame = np.zeros((84, 84), np.uint8)
+    frame[p[1]:p[1] + 2, p[0]:p[0] + 2] = 255
+    return frame
+
+
+def moving_dot_clip(rng: np.random.Generator, t: int = 25) -> Clip:
+    """A random walk; true reward +1 per step that ends closer to the centre, -1 farther, 0 equal."""
+    p = rng.integers(0, 83, size=2)  # (x, y) of the dot's top-left pixel
+    frames = [_render_dot(p)] * 3
+    actions = rng.integers(0, 5, t)
+    rewards = np.zeros(t, np.float32)
+    for i, a in enumerate(actions):
+        frames.append(_render_dot(p))  # the newest frame of the stack seen at step i
+        q = np.clip(p + DOT_STEP[int(a)], 0, 82)
+        rewards[i] = np.sign(np.linalg.norm(p + 0.5 - DOT_CENTRE) - np.linalg.norm(q + 0.5 - DOT_CENTRE))
+        p = q
+    return Clip.pack(np.stack(frames), actions.astype(np.int64), rewards)
+
+
+def moving_dot_pref(rng: np.random.Generator, is_validation: bool) -> Preference:
+    """Labelled by true return, as the synthetic oracle does; equal returns are a tie."""
+    left, right = moving_dot_clip(rng), moving_dot_clip(rng)
+    diff = left.true_return - right.true_return
+    return Preference(left, right, 1.0 if diff > 0 else 0.0 if diff < 0 else 0.5,
+                      is_validation=is_validation)
