@@ -1,7 +1,29 @@
-"""Small builders shared by tests."""
+"""Small builders shared by tests, and a wait on a condition."""
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
 import numpy as np
 
 from pref_interface.clip import STACK, Clip, Preference
+
+
+T = TypeVar("T")
+
+
+def wait_until(condition: Callable[[], T], timeout: float, what: str, poll_s: float = 0.05,
+               explain: Callable[[], str] | None = None) -> T:
+    """`condition()`'s first truthy value, asked every `poll_s` seconds. If none comes within
+    `timeout` seconds the test fails, naming `what` it waited for (and `explain()`'s text)."""
+    end = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= end:
+            message = f"timed out after {timeout} s waiting for {what}"
+            raise AssertionError(message if explain is None else f"{message}; {explain()}")
+        time.sleep(poll_s)
 
 
 class NonBlockingOnly:

@@ -3,11 +3,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from easyprocess import EasyProcess
+
+from experiments.runlog import scalars
+from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -168,20 +170,24 @@ def test_ctrl_c_saves_a_checkpoint_leaves_no_process_and_exits_130(tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True,
                             preexec_fn=_ignore_sigint if started_in_background else None)
-    deadline = time.time() + 60
-    while not list(d.glob("tb/events*")) and time.time() < deadline:
-        time.sleep(0.5)
-    time.sleep(3)
+    wait_until(lambda: list(d.glob("tb/events*")), 60, "the run's event file", poll_s=0.5)
+    # Ctrl-C mid-training: once A2C has stepped and logged its speed
+    wait_until(lambda: len(scalars(d / "tb", "charts/SPS")), 60, "A2C's first logged speed",
+               poll_s=0.5)
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert list((d / "policy").glob("policy-*.pt"))
     assert "run stopped by Ctrl-C" in err and f"python run.py --resume {d}" in err, err
-    time.sleep(0.5)
-    ps = subprocess.run(["ps", "-o", "pid=,stat=", "-g", str(proc.pid)], capture_output=True,
-                        text=True)
-    alive = [line for line in ps.stdout.splitlines() if "Z" not in line.split()[1]]
-    assert alive == []  # zombies are dead; this container's init does not reap them
+    wait_until(lambda: not alive_in_session(proc.pid), 5, "no process left of the run",
+               poll_s=0.1, explain=lambda: f"alive: {alive_in_session(proc.pid)}")
+
+
+def alive_in_session(sid: int) -> list[str]:
+    """`ps` lines (pid, state) of the session's processes that are not zombies: those are dead,
+    and this container's init does not reap them."""
+    ps = subprocess.run(["ps", "-o", "pid=,stat=", "-g", str(sid)], capture_output=True, text=True)
+    return [line for line in ps.stdout.splitlines() if "Z" not in line.split()[1]]
 
 
 @pytest.mark.parametrize("name", ["moving_dot", "pong_prefs", "pong_true", "enduro_prefs",

@@ -6,13 +6,12 @@ import os
 import queue
 import termios
 import threading
-import time
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from tests.helpers import NonBlockingOnly, dot_clip
+from tests.helpers import NonBlockingOnly, dot_clip, wait_until
 from pref_interface.episodes import EpisodeObserver, chain_observers, make_episode_observers
 from pref_interface.human import HumanLabeller
 from pref_interface.keys import ENTER, EOF, KeyReader, answer_of, line_token, split_keys
@@ -98,10 +97,8 @@ def test_key_reader_puts_a_terminal_in_cbreak_mode_keeps_ctrl_c_and_restores_it(
     assert [answers.get(timeout=5), answers.get(timeout=5)] == ["l", "R"]
     os.write(master, b"\x04")  # Ctrl-D
     assert answers.get(timeout=5) == EOF
-    deadline = time.time() + 5
-    while termios.tcgetattr(slave)[3] != before[3] and time.time() < deadline:
-        time.sleep(0.02)
-    assert termios.tcgetattr(slave)[3] == before[3]  # settings restored at EOF
+    wait_until(lambda: termios.tcgetattr(slave)[3] == before[3], 5,
+               "the terminal's settings restored at EOF", poll_s=0.02)
     reader.stop()
     stream.close()
     os.close(master)

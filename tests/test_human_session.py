@@ -8,7 +8,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ import pytest
 
 from pref_interface.clip import Preference, Clip
 from pref_interface.store import PreferenceStore
-from tests.helpers import dot_clip
+from tests.helpers import dot_clip, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None,
@@ -45,25 +44,26 @@ class Terminal:
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", "t")
 
+    def shown(self) -> str:
+        return f"the screen:\n{self.screen()}"
+
     def send(self, *keys: str) -> None:
         self.tmux("send-keys", "-t", "t", *keys)
 
     def wait_for(self, pattern: str, timeout: float = 30.0) -> str:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
+        def showing() -> str | None:
             screen = self.screen()
-            if re.search(pattern, screen):
-                return screen
-            time.sleep(0.1)
-        raise AssertionError(f"{pattern!r} never appeared; the screen:\n{self.screen()}")
+            return screen if re.search(pattern, screen) else None
+
+        return wait_until(showing, timeout, f"{pattern!r} on the screen", poll_s=0.1,
+                          explain=self.shown)
 
     def exit_status(self, timeout: float = 30.0) -> int:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.rc_file.is_file() and self.rc_file.read_text().strip():
-                return int(self.rc_file.read_text())
-            time.sleep(0.1)
-        raise AssertionError(f"the program did not exit; the screen:\n{self.screen()}")
+        def written() -> str:
+            return self.rc_file.read_text().strip() if self.rc_file.is_file() else ""
+
+        return int(wait_until(written, timeout, "the program's exit status", poll_s=0.1,
+                              explain=self.shown))
 
     def close(self) -> None:
         subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True)
@@ -125,9 +125,7 @@ def xvfb():
     proc = subprocess.Popen(["Xvfb", f":{n}", "-screen", "0", "1280x720x24", "-dpi", "96",
                              "-wr", "-nolisten", "tcp"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    deadline = time.time() + 10
-    while not Path(f"/tmp/.X11-unix/X{n}").exists() and time.time() < deadline:
-        time.sleep(0.05)
+    wait_until(Path(f"/tmp/.X11-unix/X{n}").exists, 10, f"Xvfb's socket for display :{n}")
     yield f":{n}"
     proc.terminate()
     proc.wait(5)
@@ -161,10 +159,16 @@ def test_with_a_display_the_pair_plays_in_a_window_and_episodes_in_another(tmp_p
     try:
         term.wait_for(r"pair 1 \|")
         assert "▀" not in term.screen()  # auto: a display exists, so the clips go to a window
-        deadline, squares = time.time() + 20, []
-        while len(squares) < 3 and time.time() < deadline:
-            time.sleep(0.5)
-            squares = black_squares(screenshot(xvfb, tmp_path / "shot.png"))
+
+        def squares_shown() -> list[tuple[int, int]]:
+            return black_squares(screenshot(xvfb, tmp_path / "shot.png"))
+
+        def three_squares() -> list[tuple[int, int]] | None:
+            squares = squares_shown()
+            return squares if len(squares) >= 3 else None
+
+        squares = wait_until(three_squares, 20, "three black squares on the display", poll_s=0.5,
+                             explain=lambda: f"found {squares_shown()}")
         clips = [s for s in squares if s[0] < 760]
         episodes = [s for s in squares if s[0] >= 760]
         assert len(clips) == 2 and len(episodes) == 1, squares  # two clips, one episode view

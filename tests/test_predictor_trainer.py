@@ -29,7 +29,7 @@ from reward_predictor import (
 from reward_predictor.pace import PredictorPace, labels_per_member
 from reward_predictor.process import run_pretraining
 from reward_predictor.reward_fn import PredictedReward
-from tests.helpers import moving_dot_pref, random_pref
+from tests.helpers import moving_dot_pref, random_pref, wait_until
 
 torch.set_num_threads(1)
 
@@ -329,10 +329,9 @@ def test_with_a_ceiling_the_trainer_trains_only_as_far_as_the_agent_has_stepped(
         pace = PredictorPace(shared)  # no floor: the agent never waits
         for steps, allowed in ((0, 0), (800, 80), (4_800, 480)):
             pace.wait(steps, stop)  # the agent reports its steps before each rollout
-            deadline = time.monotonic() + 60.0
-            while shared.labels_trained < allowed and time.monotonic() < deadline:
-                time.sleep(0.05)
-            time.sleep(1.0)  # at duty 1 it would train hundreds of steps more in this time
+            wait_until(lambda: shared.labels_trained >= allowed, 60.0, f"{allowed} labels trained")
+            # then a second in which it must not train on: at duty 1 it would do hundreds of steps
+            time.sleep(1.0)
             # up to the ceiling, and by at most the one step that crossed it
             assert allowed <= shared.labels_trained < allowed + 16, (steps, shared.labels_trained)
     finally:

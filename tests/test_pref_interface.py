@@ -28,7 +28,7 @@ from pref_interface.sender import QueueSender
 from pref_interface.store import PreferenceStore
 from pref_interface.teachers import Labeller, OracleTeacher
 from reward_predictor import MovingDotRewardNet, RewardPredictorEnsemble
-from tests.helpers import NonBlockingOnly, reward_clip
+from tests.helpers import NonBlockingOnly, reward_clip, wait_until
 
 
 def tiny_clip(value: int, reward: float = 0.0, steps: int = 1) -> Clip:
@@ -377,9 +377,8 @@ def test_incomparable_pairs_are_not_stored_and_stop_event_ends_the_loop(tmp_path
         kwargs=dict(clip_queue=clip_queue, pref_queue=None, stop_event=stop_event, stats=stats,
                     store_path=path, labeller=labeller))
     worker.start()
-    deadline = time.monotonic() + 60
-    while (labeller.asked < 6 or stats.labels_total.value < 3) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: labeller.asked >= 6 and stats.labels_total.value >= 3, 60,
+               "6 pairs asked and 3 labels stored", poll_s=0.01)
     stop_event.set()
     worker.join(timeout=30)
     assert not worker.is_alive()
@@ -443,10 +442,8 @@ def test_interface_exits_promptly_even_when_the_trainer_stopped_reading(tmp_path
     try:
         for v in range(8):
             clip_queue.put(tiny_clip(v), timeout=30)
-        deadline = time.monotonic() + 30
-        while stats.labels_total.value < 16 and time.monotonic() < deadline:  # a full, unread queue
-            time.sleep(0.02)
-        assert stats.labels_total.value == 16
+        wait_until(lambda: stats.labels_total.value >= 16, 30, "16 labels", poll_s=0.02)
+        assert stats.labels_total.value == 16  # a full, unread queue
         if how == "stop_event":
             stop_event.set()
         else:
@@ -457,7 +454,7 @@ def test_interface_exits_promptly_even_when_the_trainer_stopped_reading(tmp_path
                 print(*(line for line in status if line.startswith(("Sig", "ShdPnd"))),
                       sep="", file=sys.stderr)
             os.kill(proc.pid, signal.SIGUSR1)
-            time.sleep(1)
+            time.sleep(1)  # time for it to print them before the test fails
         assert proc.exitcode == 0
     finally:
         if proc.is_alive():

@@ -15,7 +15,8 @@ from benchmarks.stop_under_signals import one_try
 from launch.stopping import StopFlag, how_it_ended
 
 
-def _wait_on(flag) -> None:
+def _wait_on(flag, waiting) -> None:
+    waiting.set()
     flag.wait()
 
 
@@ -23,9 +24,11 @@ def test_a_process_killed_while_waiting_on_the_stop_flag_cannot_block_setting_it
     # multiprocessing.Event fails this: its set() waits for the killed waiter to wake.
     ctx = mp.get_context("spawn")
     flag = StopFlag(ctx)
-    waiter = ctx.Process(target=_wait_on, args=(flag,))
+    waiting = ctx.Event()
+    waiter = ctx.Process(target=_wait_on, args=(flag, waiting))
     waiter.start()
-    time.sleep(1.0)  # the child is inside wait()
+    assert waiting.wait(60)
+    time.sleep(0.2)  # set just before wait(), which itself cannot say so: time to get into it
     os.kill(waiter.pid, signal.SIGKILL)
     waiter.join()
     setter = threading.Thread(target=flag.set, daemon=True)

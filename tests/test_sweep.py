@@ -5,13 +5,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from experiments.runlog import level_reached
 from experiments.sweep import SweepError, Trial, main, parse_grid, run_sweep, trials
+from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
@@ -126,16 +126,6 @@ def test_a_sweep_is_continued_with_resume_not_started_twice(tmp_path, capsys):
     assert "no sweep there" in capsys.readouterr().err
 
 
-def _wait_for(condition, timeout: float, what: str):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _run_py_pid(run_dir: Path) -> int | None:
     out = subprocess.run(["pgrep", "-f", f"run.py .*{run_dir}"], capture_output=True, text=True)
     pids = [int(p) for p in out.stdout.split()]
@@ -161,10 +151,10 @@ def test_a_trial_killed_mid_run_comes_back_from_its_own_checkpoints(tmp_path):
          "--million_timesteps", "0.004"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        _wait_for(lambda: list((run_dir / "policy").glob("policy-*.pt")), 240,
-                  "the trial's first policy checkpoint")
+        wait_until(lambda: list((run_dir / "policy").glob("policy-*.pt")), 240,
+                   "the trial's first policy checkpoint", poll_s=0.5)
         before = _labels(run_dir)
-        pid = _wait_for(lambda: _run_py_pid(run_dir), 10, "the trial's run.py")
+        pid = wait_until(lambda: _run_py_pid(run_dir), 10, "the trial's run.py", poll_s=0.5)
         os.killpg(pid, signal.SIGKILL)
         out, _ = driver.communicate(timeout=300)
     finally:
@@ -200,8 +190,8 @@ def test_a_trial_whose_node_is_lost_goes_on_on_another_node(tmp_path):
          "--million_timesteps", "0.03"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        _wait_for(lambda: list((run_dir / "policy").glob("policy-*.pt")), 240,
-                  "the trial's first policy checkpoint")
+        wait_until(lambda: list((run_dir / "policy").glob("policy-*.pt")), 240,
+                   "the trial's first policy checkpoint", poll_s=0.5)
         cluster.add_node(num_cpus=1)
         cluster.remove_node(first)
         out, _ = driver.communicate(timeout=300)
@@ -228,9 +218,9 @@ def test_a_stopped_sweep_goes_on_with_resume_and_keeps_its_finished_trials(tmp_p
          "--progress_s", "5", "--", *TINY, "--million_timesteps", "0.03"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        _wait_for(lambda: (runs / "seed0" / "policy" / "policy-000000030000.pt").exists()
-                  and list((runs / "seed1" / "policy").glob("policy-*.pt")), 300,
-                  "the first trial's end and the second's first checkpoint")
+        wait_until(lambda: (runs / "seed0" / "policy" / "policy-000000030000.pt").exists()
+                   and list((runs / "seed1" / "policy").glob("policy-*.pt")), 300,
+                   "the first trial's end and the second's first checkpoint", poll_s=0.5)
         driver.send_signal(signal.SIGINT)
         out, _ = driver.communicate(timeout=120)
     finally:
