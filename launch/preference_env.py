@@ -13,7 +13,7 @@ TensorBoard logs and settings. Settings are run.py's flags as keywords (`n_initi
 
 The wrapped env must give uint8 (N, 4, 84, 84) frame stacks, Discrete actions and same-step
 autoreset. The script that builds the wrapper needs an `if __name__ == "__main__":` guard: the
-processes are spawned, and import the script's module.
+processes start from a fresh interpreter or a fork server, and import the script's module.
 """
 from __future__ import annotations
 

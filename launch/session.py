@@ -70,10 +70,8 @@ class Session:
 
 def start_run(run: Run, page=None):
     """Make the run directory (UsageError if it cannot be made), open what the main process owns
-    and start the run's report: returns the processes' (spawn) context, the Session and the
-    RunReport."""
-    import multiprocessing as mp
-
+    and start the run's report: returns the processes' context (`run_context`), the Session and
+    the RunReport."""
     from launch.rundir import make_run_dir
     from launch.summary import RunReport
 
@@ -83,5 +81,7 @@ def start_run(run: Run, page=None):
         raise UsageError(f"cannot make the run directory {run.dir}: "
                          f"{e.strerror or type(e).__name__}") from None
     print(f"run directory: {run.dir}", file=sys.stderr)
-    ctx = mp.get_context("spawn")
+    from runtime.process_setup import run_context
+
+    ctx = run_context()
     return ctx, Session(run, ctx, page), RunReport(run.dir, run.settings.env_id)

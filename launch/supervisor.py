@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from launch.stopping import StopFlag, interrupted_status, signals_held, stop_child_on_signals
-from runtime.process_setup import child_environ, die_with_parent, name_process
+from runtime.process_setup import child_environ, die_with_parent, name_process, spawn_context
 
 KILL_JOIN_S = 5.0  # how long a killed child may take to be reaped
 
@@ -75,7 +75,10 @@ class Supervisor:
         what it needs when called, in the child: this process never imports torch. `environ`:
         more environment variables for the child (e.g. those its C library reads as it
         starts)."""
-        proc = self.ctx.Process(target=_child,
+        # A child with its own environment must start a fresh interpreter: a forked one has the
+        # server's, and its C library read the environment long before.
+        ctx = spawn_context() if environ else self.ctx
+        proc = ctx.Process(target=_child,
                                 args=(functools.partial(target, *args, **kwargs), self.errors,
                                       self.stop_event),
                                 name=name, daemon=False)

@@ -26,6 +26,10 @@ _NEVER_TRIM = 2**31 - 1  # an int: mallopt takes one
 # Read by glibc (2.35 and later) when a process starts: 2 MB pages for what malloc maps (with
 # transparent huge pages in "madvise" mode, the usual default), and a fixed 16 MB mmap threshold.
 TRAINER_MALLOC_TUNABLES = "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=16777216"
+# What a run's children import, imported once by the fork server they start from, so that each
+# starts at once instead of importing torch afresh, as a spawned child does (docs/results.md,
+# "Starting a run's processes").
+CHILD_PRELOAD = ["torch", "a2c.train", "pref_interface.process", "reward_predictor.process"]
 _PR_SET_PDEATHSIG = 1  # prctl options, from linux/prctl.h
 _PR_SET_NAME = 15
 _NAME_BYTES = 15  # the kernel keeps the first 15 bytes of a process name
@@ -47,6 +51,25 @@ def reuse_freed_memory() -> bool:
     if mallopt is None:
         return False
     return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _NEVER_TRIM))
+
+
+def run_context():
+    """The multiprocessing context of a run's processes: forked from a server that has the
+    children's modules imported (started with the first child, ending with this process). A child
+    that needs its own environment from its first instruction (the trainer's malloc tunables) is
+    spawned instead (`spawn_context`)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(CHILD_PRELOAD)
+    return ctx
+
+
+def spawn_context():
+    """A fresh interpreter per child: what a child started with its own environment needs."""
+    import multiprocessing as mp
+
+    return mp.get_context("spawn")
 
 
 def trainer_malloc_environ() -> dict[str, str]:
