@@ -133,6 +133,16 @@ def run_predictor_trainer(config: Any, **channels: Any) -> None:
     predictor_loop(PredictorTraining(config, **channels), channels["stop_event"])
 
 
+def start_agent(sup: Supervisor, ch: "Channels", config: Any, *, log_dir: str, stats: Any,
+                make_observers: Any, make_reward_fn: Any = None, make_pace: Any = None) -> None:
+    """Start the agent's process ("a2c", `run_agent`) under `sup`, stopped by `ch.stop`, and the
+    episode viewer beside it when the run shows episodes. Gathering, training and A2C alone all
+    start it here."""
+    sup.start("a2c", run_agent, config, log_dir=log_dir, stats=stats, make_reward_fn=make_reward_fn,
+              make_observers=make_observers, stop_event=ch.stop, make_pace=make_pace)
+    ch.start_episode_viewer(sup)
+
+
 class Channels:
     """Everything the processes share, named in one place.
 
@@ -190,11 +200,12 @@ class PreferenceLoop:
     """The loop's roles beside the agent, started: the predictor trainer's and the labelling
     processes, and the agent's three roles as factories called in the agent's own process:
     `reward_fn()` (the reward for the agent, r̂), `observers(n_envs)` (the clip source) and
-    `pace()`. The agent is run.py's A2C process (`run_agent`) or, through
-    launch/preference_env.py, any library's training loop."""
+    `pace()`. With `agent` (an A2C run config) the loop starts run.py's A2C process with them
+    (`start_agent`); without, the caller's process is the agent (launch/preference_env.py: any
+    library's training loop), and starts the episode viewer itself."""
 
     def __init__(self, run: Run, ctx, session: Session, prefs_path: str,
-                 predictor_path: str | None) -> None:
+                 predictor_path: str | None, agent: Any = None) -> None:
         from pref_interface.labelling import InterfaceStats
         from pref_interface.store import stored_labels
         from reward_predictor.config import TrainerStats
@@ -225,6 +236,10 @@ class PreferenceLoop:
         self.pace = partial(PredictorPace, ch.reward_weights,
                             labels_per_member(s.min_predictor_labels_per_step,
                                               s.predictor_pace_unit, s.ensemble_size))
+        if agent is not None:
+            start_agent(sup, ch, agent, log_dir=str(run.dir / "tb"), stats=self.agent_stats,
+                        make_reward_fn=self.reward_fn, make_observers=self.observers,
+                        make_pace=self.pace)
 
     def status(self, steps: bool = True) -> str:
         """The status line; "" while a person labels (the counters are in the prompt)."""

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from launch.configs import (MILLION, a2c_config, agent_stats, interface_config, trainer_config,
                             trainer_environ)
-from launch.loop import Channels, PreferenceLoop, run_agent, run_labelling
+from launch.loop import Channels, PreferenceLoop, run_labelling, start_agent
 from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run
 from launch.session import Session
 from launch.summary import RunReport
@@ -38,9 +38,8 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
               clip_queue=ch.clips, pref_queue=None, stop_event=ch.stop, stats=istats,
               store_path=store_path, log_dir=str(run.dir / "tb" / "labels"),
               answers=ch.answers)
-    sup.start("a2c", run_agent, config, log_dir=str(run.dir / "tb" / "gather"), stats=a2c_stats,
-              make_observers=ch.a2c_observers(istats, every_env), stop_event=ch.stop)
-    ch.start_episode_viewer(sup)
+    start_agent(sup, ch, config, log_dir=str(run.dir / "tb" / "gather"), stats=a2c_stats,
+                make_observers=ch.a2c_observers(istats, every_env))
     print(f"gathering {n_labels} labels from the untrained policy", file=sys.stderr)
     if ch.answers is not None and run.player_kind == "web" and not sys.stdin.isatty():
         print("answer on the page; Ctrl-C stops the run", file=sys.stderr)
@@ -115,12 +114,8 @@ def train_policy_with_preferences(run: Run, ctx, session: Session, report: RunRe
     code, prefs_path, predictor_path = prepare_predictor(run, ctx, session, report)
     if code or prefs_path is None:
         return code
-    loop = PreferenceLoop(run, ctx, session, prefs_path, predictor_path)
+    loop = PreferenceLoop(run, ctx, session, prefs_path, predictor_path, agent=a2c_config(run))
     report.agent_stats = loop.agent_stats
-    loop.sup.start("a2c", run_agent, a2c_config(run), log_dir=str(run.dir / "tb"),
-                   stats=loop.agent_stats, make_reward_fn=loop.reward_fn,
-                   make_observers=loop.observers, stop_event=loop.ch.stop, make_pace=loop.pace)
-    loop.ch.start_episode_viewer(loop.sup)
     # While a person labels, the counters are in the prompt: no bar over the player.
     progress = None if loop.ch.answers is not None else training_progress(
         run, loop.agent_stats, lambda: loop.status(steps=False))
@@ -172,10 +167,8 @@ def a2c_alone(run: Run, ctx, session: Session, report: RunReport,
     sup = Supervisor(ctx)
     ch = Channels.for_run(ctx, session, sup.stop_event)
     stats = report.agent_stats = agent_stats(ctx, run)
-    sup.start("a2c", run_agent, a2c_config(run), log_dir=str(run.dir / "tb"), stats=stats,
-              make_reward_fn=make_reward_fn, make_observers=ch.a2c_observers(),
-              stop_event=sup.stop_event)
-    ch.start_episode_viewer(sup)
+    start_agent(sup, ch, a2c_config(run), log_dir=str(run.dir / "tb"), stats=stats,
+                make_reward_fn=make_reward_fn, make_observers=ch.a2c_observers())
     return sup.wait(progress=training_progress(run, stats, lambda: a2c_status(stats, False)),
                     until=lambda: not sup.procs["a2c"].is_alive())
 
