@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from launch.configs import agent_stats, interface_config, trainer_config, trainer_environ
 from launch.rundir import Run
@@ -46,12 +46,56 @@ IDLE_SLEEP_S = 0.02  # how long labelling sleeps when there is no pair to label 
 WAIT_FOR_LABELS_S = 0.05  # how long the trainer sleeps with no label, or ahead of the agent
 
 
-def agent_loop(agent: Any, stop_event: Any | None = None) -> int:
+class AgentSteps(Protocol):
+    """The agent's steps, as `agent_loop` calls them (`a2c.train.A2CAgent`)."""
+
+    finished: bool
+    timesteps: int
+
+    def wait_for_predictor(self, stop: Any = None) -> None: ...
+    def act(self) -> Any: ...
+    def learn(self, rollout: Any) -> None: ...
+    def record(self, rollout: Any) -> None: ...
+    def checkpoint_if_due(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class LabellingSteps(Protocol):
+    """The labelling side's steps, as `labelling_loop` calls them
+    (`pref_interface.process.Labelling`)."""
+
+    done: bool
+
+    def take_clips(self) -> None: ...
+    def record(self) -> None: ...
+    def draw_pairs(self) -> list: ...
+    def idle(self) -> None: ...
+    def label(self, pair: Any) -> Any: ...
+    def commit(self, pref: Any) -> None: ...
+    def close(self) -> None: ...
+
+
+class TrainerSteps(Protocol):
+    """The predictor trainer's steps, as `predictor_loop` calls them
+    (`reward_predictor.process.PredictorTraining`)."""
+
+    has_labels: bool
+    ahead_of_agent: bool
+
+    def take_labels(self) -> None: ...
+    def train_step(self) -> None: ...
+    def publish_if_due(self) -> None: ...
+    def validate_if_due(self) -> None: ...
+    def checkpoint_if_due(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def agent_loop(agent: AgentSteps, stop: Any | None = None) -> int:
     """Fig. 1, left: the policy acts, learns from r̂ and is checkpointed, until it has taken its
     steps or is stopped; the last checkpoint is written on the way out. Returns the steps."""
     try:
-        while not agent.finished and not (stop_event is not None and stop_event.is_set()):
-            agent.wait_for_predictor(stop_event)
+        while not agent.finished and not (stop is not None and stop.is_set()):
+            agent.wait_for_predictor(stop)
             rollout = agent.act()  # the clip source sees it
             agent.learn(rollout)
             agent.record(rollout)
@@ -63,13 +107,13 @@ def agent_loop(agent: Any, stop_event: Any | None = None) -> int:
     return agent.timesteps
 
 
-def labelling_loop(labelling: Any, stop_event: Any) -> None:
+def labelling_loop(labelling: LabellingSteps, stop: Any) -> None:
     """Fig. 1, middle: pairs of clips are drawn, answered and committed, until stopped, until
     the run's label target is stored, or until the person stops labelling."""
     from pref_interface.labelling import LabellingStopped
 
     try:
-        while not stop_event.is_set():
+        while not stop.is_set():
             labelling.take_clips()
             labelling.record()
             if labelling.done:
@@ -90,11 +134,11 @@ def labelling_loop(labelling: Any, stop_event: Any) -> None:
         labelling.close()
 
 
-def predictor_loop(training: Any, stop_event: Any) -> None:
+def predictor_loop(training: TrainerSteps, stop: Any) -> None:
     """Fig. 1, right: the predictor keeps fitting the labels it holds, publishing its weights to
     the agent's r̂, until stopped; the last weights are published and saved on the way out."""
     try:
-        while not stop_event.is_set():
+        while not stop.is_set():
             training.take_labels()
             if not training.has_labels or training.ahead_of_agent:
                 time.sleep(WAIT_FOR_LABELS_S)
@@ -110,27 +154,29 @@ def predictor_loop(training: Any, stop_event: Any) -> None:
 
 
 # The process bodies: each builds its part's steps in the child (torch is imported there) and
-# runs its loop. The channels are passed by name.
+# runs its loop. The channels are passed whole, under their names.
 
-def run_agent(config: Any, *, stop_event: Any = None, **channels: Any) -> int:
-    """The agent's process (`a2c.train.A2CAgent`); returns the agent steps reached."""
+def run_agent(config: Any, channels: "Channels | None" = None, **parts: Any) -> int:
+    """The agent's process (`a2c.train.A2CAgent`, its reward, clip source and pace made by the
+    factories in `parts`); returns the agent steps reached. Without `channels` it runs alone
+    until its steps are done (benchmarks, tests)."""
     from a2c.train import A2CAgent
 
-    return agent_loop(A2CAgent(config, **channels), stop_event)
+    return agent_loop(A2CAgent(config, **parts), channels.stop if channels else None)
 
 
-def run_labelling(config: Any, *, labeller: Any = None, **channels: Any) -> None:
+def run_labelling(config: Any, channels: "Channels", **parts: Any) -> None:
     """The labelling process (`pref_interface.process.Labelling`)."""
     from pref_interface.process import Labelling
 
-    labelling_loop(Labelling(config, labeller=labeller, **channels), channels["stop_event"])
+    labelling_loop(Labelling(config, channels, **parts), channels.stop)
 
 
-def run_predictor_trainer(config: Any, **channels: Any) -> None:
+def run_predictor_trainer(config: Any, channels: "Channels", **parts: Any) -> None:
     """The predictor trainer's process (`reward_predictor.process.PredictorTraining`)."""
     from reward_predictor.process import PredictorTraining
 
-    predictor_loop(PredictorTraining(config, **channels), channels["stop_event"])
+    predictor_loop(PredictorTraining(config, channels, **parts), channels.stop)
 
 
 def start_agent(sup: Supervisor, ch: "Channels", config: Any, *, log_dir: str, stats: Any,
@@ -138,8 +184,8 @@ def start_agent(sup: Supervisor, ch: "Channels", config: Any, *, log_dir: str, s
     """Start the agent's process ("a2c", `run_agent`) under `sup`, stopped by `ch.stop`, and the
     episode viewer beside it when the run shows episodes. Gathering, training and A2C alone all
     start it here."""
-    sup.start("a2c", run_agent, config, log_dir=log_dir, stats=stats, make_reward_fn=make_reward_fn,
-              make_observers=make_observers, stop_event=ch.stop, make_pace=make_pace)
+    sup.start("a2c", run_agent, config, ch, log_dir=log_dir, stats=stats,
+              make_reward_fn=make_reward_fn, make_observers=make_observers, make_pace=make_pace)
     ch.start_episode_viewer(sup)
 
 
@@ -159,21 +205,23 @@ class Channels:
     stop: set once to end every process cleanly (launch/stopping.py).
     """
 
-    def __init__(self, ctx, stop, reward_weights=None, answers=None, episodes: bool = False):
+    def __init__(self, stop: Any, clips: Any = None, preferences: Any = None,
+                 reward_weights: Any = None, answers: Any = None, episodes: Any = None) -> None:
+        self.stop, self.clips, self.preferences = stop, clips, preferences
+        self.reward_weights, self.answers, self.episodes = reward_weights, answers, episodes
+
+    @classmethod
+    def for_run(cls, ctx, session, stop, reward_weights=None, trainer: bool = True
+                ) -> "Channels":
+        """The channels of one phase, made with `ctx`; `trainer`: a predictor trainer takes the
+        labels (gathering has none: `preferences` is None). The person's (answers, episodes)
+        follow `session`."""
         from pref_interface.episodes import EPISODE_QUEUE_MAXSIZE
         from pref_interface.process import CLIP_QUEUE_MAXSIZE
 
-        self.clips = ctx.Queue(maxsize=CLIP_QUEUE_MAXSIZE)
-        self.preferences = ctx.Queue()
-        self.reward_weights = reward_weights
-        self.answers = answers
-        self.episodes = ctx.Queue(maxsize=EPISODE_QUEUE_MAXSIZE) if episodes else None
-        self.stop = stop
-
-    @classmethod
-    def for_run(cls, ctx, session, stop, reward_weights=None) -> "Channels":
-        """The channels of one phase; the person's (answers, episodes) follow `session`."""
-        return cls(ctx, stop, reward_weights, session.answers, session.show_episodes)
+        return cls(stop, ctx.Queue(maxsize=CLIP_QUEUE_MAXSIZE), ctx.Queue() if trainer else None,
+                   reward_weights, session.answers,
+                   ctx.Queue(maxsize=EPISODE_QUEUE_MAXSIZE) if session.show_episodes else None)
 
     def a2c_observers(self, interface_stats=None, every_env: bool = False):
         """The agent's rollout observers (clip source, episode recorder) as one picklable
@@ -219,14 +267,12 @@ class PreferenceLoop:
         self.agent_stats, self.trainer_stats = agent_stats(ctx, run), TrainerStats.create(ctx)
         self.interface_stats = InterfaceStats.create(ctx, self.trainer_stats.labels_received,
                                                      stored_labels(prefs_path))
-        sup.start("reward_predictor", run_predictor_trainer, tconfig,
-                  environ=trainer_environ(tconfig), pref_queue=ch.preferences,
-                  shared_weights=ch.reward_weights, stop_event=ch.stop, stats=self.trainer_stats,
+        sup.start("reward_predictor", run_predictor_trainer, tconfig, ch,
+                  environ=trainer_environ(tconfig), stats=self.trainer_stats,
                   log_dir=str(run.dir / "tb" / "reward_predictor"))
-        sup.start("pref_interface", run_labelling, interface_config(run, session.page_updates),
-                  clip_queue=ch.clips, pref_queue=ch.preferences, stop_event=ch.stop,
+        sup.start("pref_interface", run_labelling, interface_config(run, session.page_updates), ch,
                   stats=self.interface_stats, store_path=prefs_path,
-                  log_dir=str(run.dir / "tb" / "labels"), answers=ch.answers,
+                  log_dir=str(run.dir / "tb" / "labels"),
                   val_accuracy=self.trainer_stats.val_accuracy,
                   make_predictor=partial(predictor.preference_predictor, ch.reward_weights,
                                          tconfig),

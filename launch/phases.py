@@ -24,7 +24,7 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
 
     n_labels = run.settings.n_initial_prefs
     sup = Supervisor(ctx)
-    ch = Channels.for_run(ctx, session, sup.stop_event)
+    ch = Channels.for_run(ctx, session, sup.stop_event, trainer=False)
     store_path = str(run.dir / PREFS_FILE)
     a2c_stats = agent_stats(ctx, run)
     istats = InterfaceStats.create(ctx, labels_stored=stored_labels(store_path))
@@ -34,10 +34,8 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
     config.learn, config.total_timesteps = False, 2 ** 62  # runs until the labels are in
     every_env = run.settings.gather_clips == "every_env"
     sup.start("pref_interface", run_labelling,
-              interface_config(run, session.page_updates, n_labels),
-              clip_queue=ch.clips, pref_queue=None, stop_event=ch.stop, stats=istats,
-              store_path=store_path, log_dir=str(run.dir / "tb" / "labels"),
-              answers=ch.answers)
+              interface_config(run, session.page_updates, n_labels), ch, stats=istats,
+              store_path=store_path, log_dir=str(run.dir / "tb" / "labels"))
     start_agent(sup, ch, config, log_dir=str(run.dir / "tb" / "gather"), stats=a2c_stats,
                 make_observers=ch.a2c_observers(istats, every_env))
     print(f"gathering {n_labels} labels from the untrained policy", file=sys.stderr)
@@ -73,7 +71,7 @@ def pretrain_phase(run: Run, ctx, session: Session, prefs_path: str) -> tuple[in
     config = trainer_config(run, load_from=run.reward_ckpt_path)
     config.initial_prefs_path, config.pretrain_epochs = prefs_path, epochs
     sup.start("reward_predictor", predictor.run_pretraining, config,
-              environ=trainer_environ(config), stop_event=sup.stop_event, stats=stats,
+              environ=trainer_environ(config), stop=sup.stop_event, stats=stats,
               log_dir=str(run.dir / "tb" / "pretrain"))
     code = sup.wait(progress=Progress(
         "pretraining", n_epochs, "epoch",
@@ -165,7 +163,7 @@ def a2c_alone(run: Run, ctx, session: Session, report: RunReport,
               make_reward_fn: Callable[[], Any] | None = None) -> int:
     """A2C with no labelling beside it, on the game's reward or `make_reward_fn`'s."""
     sup = Supervisor(ctx)
-    ch = Channels.for_run(ctx, session, sup.stop_event)
+    ch = Channels.for_run(ctx, session, sup.stop_event, trainer=False)
     stats = report.agent_stats = agent_stats(ctx, run)
     start_agent(sup, ch, a2c_config(run), log_dir=str(run.dir / "tb"), stats=stats,
                 make_reward_fn=make_reward_fn, make_observers=ch.a2c_observers())

@@ -38,9 +38,9 @@ class InterfaceConfig:
     (validation loss kept at 1.1-1.5x training loss); the split is stored with each label and
     survives restarts. A trainer that validates on bootstrap out-of-bag labels instead can set 0."""
     max_in_flight: int = 4
-    """Labels sent on pref_queue but not yet taken by the trainer; synthetic labelling pauses at
+    """Labels sent on `preferences` but not yet taken by the trainer; synthetic labelling pauses at
     this many so labels are made as fast as the trainer uses them and no faster. Without a
-    trainer (no pref_queue: gathering) labels are made as fast as clips allow."""
+    trainer (no `preferences`: gathering) labels are made as fast as clips allow."""
     stop_after_labels: int | None = None
     """Return once the store holds this many labels (gather_initial_prefs: App. A, 500)."""
     seed: int | None = None

@@ -15,9 +15,9 @@ class InterfaceStats:
 
     labels_total: Any  # labels made and stored by the interface in this run
     labels_stored: Any  # labels in the store now, earlier phases' and runs' too (as the summary)
-    labels_received: Any  # labels taken off pref_queue, incremented by the trainer
-    clips_received: Any  # clips the interface took off clip_queue
-    clips_dropped: Any  # clips A2C dropped because clip_queue was full
+    labels_received: Any  # labels taken off `preferences`, incremented by the trainer
+    clips_received: Any  # clips the interface took off `clips`
+    clips_dropped: Any  # clips A2C dropped because `clips` was full
 
     @classmethod
     def create(cls, ctx: Any, labels_received: Any | None = None,
@@ -51,9 +51,9 @@ class LabelEditor:
     (when one takes labels), which holds a copy; `after_edit` then gets the label as it was
     (sorting places its clip again)."""
 
-    def __init__(self, store: PreferenceStore, pref_queue: Any | None,
+    def __init__(self, store: PreferenceStore, preferences: Any | None,
                  after_edit: Callable[[Preference], None] | None = None) -> None:
-        self.store, self.pref_queue, self.after_edit = store, pref_queue, after_edit
+        self.store, self.preferences, self.after_edit = store, preferences, after_edit
 
     def recent(self, n: int) -> list[tuple[int, float]]:
         """(id, mu) of the newest `n` labels, newest first."""
@@ -75,8 +75,8 @@ class LabelEditor:
                 self.store.set_mu(edit.label_id, edit.mu)
         except KeyError:
             return False
-        if self.pref_queue is not None:
-            self.pref_queue.put(edit)
+        if self.preferences is not None:
+            self.preferences.put(edit)
         if before is not None:
             self.after_edit(before)
         return True

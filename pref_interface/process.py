@@ -1,7 +1,7 @@
 """The labelling steps of the loop: clips in, labels out (stored first, then sent on).
 
-    A2C --ClipObserver--> clip_queue --> Labelling --> PreferenceStore
-                                                  \\-> pref_queue --> reward-predictor trainer
+    A2C --ClipObserver--> clips --> Labelling --> PreferenceStore
+                                             \\-> preferences --> reward-predictor trainer
 
 `launch/loop.py:labelling_loop` runs the steps in order; this module holds what each one does.
 """
@@ -34,12 +34,12 @@ GATHER_BATCH = 16  # pairs drawn at a time while no trainer paces the labelling
 FIRST_PAIR_HOLD_S = 3.0
 
 
-def make_labeller(config: InterfaceConfig, answers: Any | None = None, stop_event: Any | None = None,
+def make_labeller(config: InterfaceConfig, answers: Any | None = None, stop: Any | None = None,
                   stats: InterfaceStats | None = None, val_accuracy: Any | None = None,
                   n_stored: int = 0, labels: LabelEditor | None = None,
                   has_trainer: bool = True, reinsert: Any | None = None) -> Labeller:
     """The labeller the config asks for. A person (`synthetic=False`) needs `answers`, the queue
-    of key tokens from the process that owns the terminal; `stop_event`, `stats`, `val_accuracy`
+    of key tokens from the process that owns the terminal; `stop`, `stats`, `val_accuracy`
     (the trainer's, or None), `n_stored` (labels already in the store) and `has_trainer` (a
     trainer takes the labels) feed the prompt; `labels` lets the person change stored labels
     and `reinsert` place a sorted clip again (the labelling page)."""
@@ -57,7 +57,7 @@ def make_labeller(config: InterfaceConfig, answers: Any | None = None, stop_even
         from pref_interface.web.player import WebPlayer
 
         player = WebPlayer(config.page_updates)
-    return HumanLabeller(answers, player, stop_event, stats, val_accuracy, target,
+    return HumanLabeller(answers, player, stop, stats, val_accuracy, target,
                          has_trainer=has_trainer,
                          keep_typed_ahead=config.keep_typed_ahead, labels=labels,
                          reinsert=reinsert)
@@ -71,26 +71,26 @@ class Labelling:
     a person gets one pair at a time, with the next one drawn ahead.
 
     Args:
-        clip_queue: clips from the agent's clip source.
-        pref_queue: labels to the trainer (never dropped); None while gathering (store only).
+        channels: launch.loop.Channels: `clips` from the agent's clip source; `preferences`, the
+            labels to the trainer (never dropped; None while gathering: store only); `stop`;
+            `answers`, a person's keys (see `make_labeller`).
         store_path: the label store (SQLite); every label is committed there before it is sent.
         labeller: overrides the one the config chooses (scripted teachers, tests).
         log_dir: where to write TensorBoard scalars (labels so far, labels/s, clips dropped).
-        answers, val_accuracy: for a human labeller (see `make_labeller`).
+        val_accuracy: the trainer's, for a human labeller's prompt (see `make_labeller`).
         make_predictor: builds, in this process, the ensemble's P[left > right] per member
             (for disagreement selection), e.g. a partial of reward_predictor's
             `PreferencePredictor`.
         agent_steps: A2C's shared step counter (for a label schedule and the TensorBoard x-axis).
     """
 
-    def __init__(self, config: InterfaceConfig, *, clip_queue: Any, pref_queue: Any | None,
-                 stop_event: Any, stats: InterfaceStats, store_path: str,
-                 labeller: Labeller | None = None, log_dir: str | None = None,
-                 answers: Any | None = None, val_accuracy: Any | None = None,
-                 make_predictor: Any | None = None, agent_steps: Any | None = None) -> None:
+    def __init__(self, config: InterfaceConfig, channels: Any, *, stats: InterfaceStats,
+                 store_path: str, labeller: Labeller | None = None, log_dir: str | None = None,
+                 val_accuracy: Any | None = None, make_predictor: Any | None = None,
+                 agent_steps: Any | None = None) -> None:
         self.config, self.stats, self.agent_steps = config, stats, agent_steps
-        self.clip_queue, self.pref_queue = clip_queue, pref_queue
-        self.has_trainer = pref_queue is not None
+        self.clips, self.preferences = channels.clips, channels.preferences
+        self.has_trainer = self.preferences is not None
         pair_seq, val_seq = np.random.SeedSequence(config.seed).spawn(2)
         self.pair_rng = np.random.default_rng(pair_seq)
         self.buffer = ClipBuffer(config.max_segs, config.val_fraction, seed=val_seq,
@@ -107,10 +107,10 @@ class Labelling:
         self.n_stored = stats.labels_stored.value = len(self.store)
         # A person's changes to stored labels; with sorting, a changed comparison's clip is
         # placed again, so that the order agrees with the labels (and with their replay).
-        self.editor = LabelEditor(self.store, pref_queue, after_edit=self._label_edited
+        self.editor = LabelEditor(self.store, self.preferences, after_edit=self._label_edited
                                   if self.sorters is not None else None)
         self.labeller = labeller if labeller is not None else make_labeller(
-            config, answers, stop_event, stats, val_accuracy, self.n_stored, self.editor,
+            config, channels.answers, channels.stop, stats, val_accuracy, self.n_stored, self.editor,
             has_trainer=self.has_trainer,
             reinsert=self.reinsert if self.sorters is not None else None)
         self.person = self.labeller.source == "human"
@@ -125,12 +125,12 @@ class Labelling:
             anneal_every=config.anneal_every_frames)
         self.pending: list = []  # pairs drawn and not yet labelled (a person's next one)
         self.n_asked, self.first_drawn = 0, 0.0  # a person's pairs asked; when the first came
-        # Reached stop_after_labels or the person stopped: the trainer drains pref_queue.
+        # Reached stop_after_labels or the person stopped: the trainer drains `preferences`.
         self.done = False
 
     def take_clips(self) -> None:
         """Every clip the agent has sent into the pool pairs are drawn from."""
-        for clip_id, clip in _drain_clips(self.clip_queue, self.buffer, self.stats):
+        for clip_id, clip in _drain_clips(self.clips, self.buffer, self.stats):
             if self.sorters is not None:
                 self.sorters[self.buffer.is_validation(clip_id)].offer(clip_id, clip)
         target = self.config.stop_after_labels
@@ -242,7 +242,7 @@ class Labelling:
     def _send_order(self) -> None:
         if self.has_trainer:
             sorter = self.sorters[False]
-            self.pref_queue.put(ClipOrder([[sorter.clip(i).key for i in cls]
+            self.preferences.put(ClipOrder([[sorter.clip(i).key for i in cls]
                                            for cls in sorter.classes()]))
 
     def commit(self, pref: Preference) -> None:
@@ -251,7 +251,7 @@ class Labelling:
         label_id = self.store.add(pref)
         self.n_stored = self.stats.labels_stored.value = self.n_stored + 1
         if self.has_trainer:
-            self.pref_queue.put(replace(pref, label_id=label_id))
+            self.preferences.put(replace(pref, label_id=label_id))
         if self.sorters is not None:  # the sorted order moves only once the label is stored
             self._answer_sorter(pref.is_validation, pref.mu)
         increment(self.stats.labels_total)
@@ -268,10 +268,10 @@ class Labelling:
         self.store.close()
         self.telemetry.close()
         self.labeller.close()
-        if not self.done and self.has_trainer and hasattr(self.pref_queue, "cancel_join_thread"):
+        if not self.done and self.has_trainer and hasattr(self.preferences, "cancel_join_thread"):
             # Shutting down: the trainer may have stopped reading, and a label still buffered in
             # the queue would hold up this process's exit. Every label is in the store anyway.
-            self.pref_queue.cancel_join_thread()
+            self.preferences.cancel_join_thread()
 
 
 def _labels_wanted(config: InterfaceConfig, stats: InterfaceStats, schedule: LabelSchedule | None,
@@ -288,13 +288,13 @@ def _labels_wanted(config: InterfaceConfig, stats: InterfaceStats, schedule: Lab
     return max(0, min(wanted, 2 if human else wanted))
 
 
-def _drain_clips(clip_queue: Any, buffer: ClipBuffer, stats: InterfaceStats
+def _drain_clips(clips: Any, buffer: ClipBuffer, stats: InterfaceStats
                  ) -> list[tuple[int, Clip]]:
     """Every clip waiting on the queue, into the buffer; returns them with their ids."""
     added = []
     while True:
         try:
-            clip = clip_queue.get_nowait()
+            clip = clips.get_nowait()
         except queue.Empty:
             return added
         added.append((buffer.add(clip), clip))
@@ -305,12 +305,12 @@ class ClipObserver:
     """A2C rollout observer: cuts clips from every rollout and sends them without blocking;
     `every_env`: a clip from each env at once (`EveryEnvCutter`), else one env at a time."""
 
-    def __init__(self, n_envs: int, clip_queue: Any, dropped_counter: Any | None = None,
+    def __init__(self, n_envs: int, clips: Any, dropped_counter: Any | None = None,
                  every_env: bool = False) -> None:
         from pref_interface.cutter import ClipCutter, EveryEnvCutter
 
         self.cutter = (EveryEnvCutter if every_env else ClipCutter)(n_envs)
-        self.sender = QueueSender(clip_queue, dropped_counter)
+        self.sender = QueueSender(clips, dropped_counter)
 
     def __call__(self, rollout: Any) -> None:
         for clip in self.cutter.observe(rollout.obs, rollout.actions, rollout.true_rewards,
@@ -322,7 +322,7 @@ class ClipObserver:
         self.sender.close()
 
 
-def make_clip_observers(clip_queue: Any, dropped_counter: Any, n_envs: int,
+def make_clip_observers(clips: Any, dropped_counter: Any, n_envs: int,
                         every_env: bool = False) -> list[ClipObserver]:
     """The observers the A2C process attaches (use functools.partial for the first two args)."""
-    return [ClipObserver(n_envs, clip_queue, dropped_counter, every_env)]
+    return [ClipObserver(n_envs, clips, dropped_counter, every_env)]

@@ -48,15 +48,17 @@ class PredictorTraining:
     it keeps training on the buffer), the weights published to the agent's r̂ (`publish_if_due`),
     a validation pass that also adapts L2 (`validate_if_due`), a checkpoint (`checkpoint_if_due`).
 
-    Every label on `pref_queue` is kept (the queue is drained, never dropped from).
+    `channels` (launch.loop.Channels): labels come on `preferences` (every one kept: the queue
+    is drained, never dropped from), the weights go to `reward_weights`, `stop` ends it.
     """
 
-    def __init__(self, config: TrainerConfig, *, pref_queue: Any, shared_weights: SharedWeights,
-                 stop_event: Any, stats: Any, log_dir: str) -> None:
-        self.config, self.pref_queue, self.stats = config, pref_queue, stats
-        self.shared_weights, self.stop_event = shared_weights, stop_event
+    def __init__(self, config: TrainerConfig, channels: Any, *, stats: Any, log_dir: str) -> None:
+        self.config, self.stats = config, stats
+        self.preferences: Any = channels.preferences
+        self.reward_weights: SharedWeights = channels.reward_weights
+        self.stop: Any = channels.stop
         self.trainer = _set_up(config, config.torch_threads, config.initial_prefs_path)
-        shared_weights.publish(self.trainer.ensemble)
+        self.reward_weights.publish(self.trainer.ensemble)
         # From a checkpoint: resumed, and its step starts a new session in TensorBoard.
         self.telemetry = Telemetry(log_dir, purge_step=self.trainer.steps or None)
         self.start_step = self.last_publish_step = self.last_ckpt_step = self.trainer.steps
@@ -69,7 +71,7 @@ class PredictorTraining:
     @property
     def ahead_of_agent(self) -> bool:
         """Trained on as many labels per agent step as the ceiling allows (never without one)."""
-        return ahead_of_agent(self.shared_weights, self.config.max_labels_per_step)
+        return ahead_of_agent(self.reward_weights, self.config.max_labels_per_step)
 
     @property
     def has_labels(self) -> bool:
@@ -78,7 +80,7 @@ class PredictorTraining:
 
     def take_labels(self) -> None:
         """Every label (and every change a person made to one) the labelling side has sent."""
-        for item in _drain(self.pref_queue):
+        for item in _drain(self.preferences):
             if isinstance(item, LabelEdit):
                 self.trainer.edit(item)
                 continue
@@ -94,15 +96,15 @@ class PredictorTraining:
         its threads too, as long as that makes steps faster (`ThreadChoice`). Then a rest, so
         the agent keeps its share of the cores (`duty`)."""
         config = self.config
-        wanted = self.thread_choice.take(self.shared_weights.consumer_waiting)
+        wanted = self.thread_choice.take(self.reward_weights.consumer_waiting)
         t_step = time.monotonic()
         metrics = self.trainer.train_steps(1)
-        self.shared_weights.labels_trained = (self.trainer.steps - self.start_step) * \
+        self.reward_weights.labels_trained = (self.trainer.steps - self.start_step) * \
             config.batch_size
         self.step_seconds = time.monotonic() - t_step
         # A step on borrowed threads counts only if A2C waited throughout: one that A2C's own
         # work overlapped (it resumes within a poll of the step before) says nothing of others.
-        if wanted == config.torch_threads or self.shared_weights.consumer_waiting:
+        if wanted == config.torch_threads or self.reward_weights.consumer_waiting:
             self.thread_choice.record(wanted, self.step_seconds)
         self.telemetry.record("reward_predictor/train_loss", metrics["loss"])
         if not np.isnan(metrics["accuracy"]):
@@ -110,14 +112,14 @@ class PredictorTraining:
         if "rank_loss" in metrics:
             self.telemetry.record("reward_predictor/rank_loss", metrics["rank_loss"])
         if config.duty < 1.0:
-            _rest(self.step_seconds * (1.0 - config.duty) / config.duty, self.stop_event,
-                  self.shared_weights)
+            _rest(self.step_seconds * (1.0 - config.duty) / config.duty, self.stop,
+                  self.reward_weights)
 
     def publish_if_due(self) -> None:
         now = time.monotonic()
         if (self.trainer.steps - self.last_publish_step >= self.config.publish_every_steps
                 or now - self.last_publish_t >= self.config.publish_every_s):
-            self.shared_weights.publish(self.trainer.ensemble)
+            self.reward_weights.publish(self.trainer.ensemble)
             self.last_publish_step, self.last_publish_t = self.trainer.steps, now
 
     def validate_if_due(self) -> None:
@@ -144,12 +146,12 @@ class PredictorTraining:
     def close(self) -> None:
         """The last weights published and saved."""
         try:
-            self.shared_weights.publish(self.trainer.ensemble)
+            self.reward_weights.publish(self.trainer.ensemble)
             if self.config.ckpt_path and self.trainer.steps > 0:
                 self.trainer.save(self.config.ckpt_path)
         finally:
             self.telemetry.close(self.trainer.steps)
-            self.shared_weights.release()
+            self.reward_weights.release()
 
 
 def _set_up(config: TrainerConfig, threads: int, prefs_path: str | None) -> RewardPredictorTrainer:
@@ -182,7 +184,7 @@ def load_prefs(path: str | None, max_prefs: int) -> Iterator[Preference]:
         yield from store.iter_latest(max_prefs)
 
 
-def run_pretraining(config: TrainerConfig, *, stop_event: Any, stats: TrainerStats,
+def run_pretraining(config: TrainerConfig, *, stop: Any, stats: TrainerStats,
                     log_dir: str) -> None:
     """Body of the pretraining process: fit the ensemble to the labels of
     `config.initial_prefs_path` for `config.pretrain_epochs` (App. A: 200 epochs on the first 500
@@ -206,7 +208,7 @@ def run_pretraining(config: TrainerConfig, *, stop_event: Any, stats: TrainerSta
             telemetry.dump(trainer.steps)
 
     try:
-        trainer.pretrain(config.pretrain_epochs, progress, should_stop=stop_event.is_set,
+        trainer.pretrain(config.pretrain_epochs, progress, should_stop=stop.is_set,
                          threads=threads)
     finally:
         if config.ckpt_path:
@@ -214,20 +216,20 @@ def run_pretraining(config: TrainerConfig, *, stop_event: Any, stats: TrainerSta
         telemetry.close()
 
 
-def _rest(seconds: float, stop_event: Any, shared_weights: SharedWeights) -> None:
+def _rest(seconds: float, stop: Any, reward_weights: SharedWeights) -> None:
     """Sleep up to `seconds`; wake early on stop or when A2C starts waiting for the predictor."""
     end = time.monotonic() + seconds
-    while not shared_weights.consumer_waiting:
+    while not reward_weights.consumer_waiting:
         left = end - time.monotonic()
-        if left <= 0 or stop_event.wait(min(left, REST_POLL_S)):
+        if left <= 0 or stop.wait(min(left, REST_POLL_S)):
             return
 
 
-def _drain(pref_queue: Any) -> list[Preference | LabelEdit]:
+def _drain(preferences: Any) -> list[Preference | LabelEdit]:
     prefs = []
     while True:
         try:
-            prefs.append(pref_queue.get_nowait())
+            prefs.append(preferences.get_nowait())
         except queue.Empty:
             return prefs
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from launch.loop import run_predictor_trainer
+from launch.loop import Channels, run_predictor_trainer
 from pref_interface.store import PreferenceStore
 from reward_predictor import (
     AtariRewardNet,
@@ -226,8 +226,9 @@ def test_no_preference_is_dropped_and_the_trainer_checkpoints_on_interrupt(tmp_p
     prefs: queue.Queue = queue.Queue()
     for i in range(40):
         prefs.put(moving_dot_pref(rng, is_validation=(i % 4 == 0)))
-    run_predictor_trainer(config, pref_queue=prefs, shared_weights=shared,
-                stop_event=_InterruptAfter(stats, 40), stats=stats, log_dir=str(tmp_path / "tb"))
+    run_predictor_trainer(config, Channels(_InterruptAfter(stats, 40), preferences=prefs,
+                                           reward_weights=shared),
+                          stats=stats, log_dir=str(tmp_path / "tb"))
     assert stats.labels_received.value == 40 and prefs.empty()
     assert 0.0 <= stats.val_accuracy.value <= 1.0
     assert shared.version >= 2  # at start, and during training
@@ -242,9 +243,9 @@ def test_trainer_process_stops_on_its_event(tmp_path):
     shared = SharedWeights(ctx)
     stats = TrainerStats.create(ctx)
     stop = threading.Event()
-    worker = threading.Thread(target=run_predictor_trainer, args=(config,), kwargs=dict(
-        pref_queue=queue.Queue(), shared_weights=shared, stop_event=stop, stats=stats,
-        log_dir=str(tmp_path)))
+    worker = threading.Thread(target=run_predictor_trainer, args=(
+        config, Channels(stop, preferences=queue.Queue(), reward_weights=shared)),
+        kwargs=dict(stats=stats, log_dir=str(tmp_path)))
     worker.start()
     stop.set()
     worker.join(timeout=30)
@@ -273,7 +274,7 @@ def test_pretraining_may_take_the_threads_a2c_is_not_using_yet(tmp_path, monkeyp
     monkeypatch.setattr(RewardPredictorTrainer, "pretrain", pretrain)
     stats = TrainerStats.create(mp.get_context("spawn"))
     try:
-        run_pretraining(config, stop_event=threading.Event(), stats=stats,
+        run_pretraining(config, stop=threading.Event(), stats=stats,
                         log_dir=str(tmp_path / "tb"))
     finally:
         torch.set_num_threads(1)  # the suite's setting (conftest)
@@ -292,9 +293,9 @@ def trainer_on_a_thread(tmp_path, **config) -> tuple[SharedWeights, threading.Ev
     for _ in range(20):
         prefs.put(moving_dot_pref(rng, is_validation=False))
     worker = threading.Thread(target=run_predictor_trainer, args=(TrainerConfig(
-        env_kind="moving_dot", ensemble_size=1, batch_size=16, validate_every_steps=1000, **config),),
-        kwargs=dict(pref_queue=prefs, shared_weights=shared, stop_event=stop, stats=stats,
-                    log_dir=str(tmp_path)))
+        env_kind="moving_dot", ensemble_size=1, batch_size=16, validate_every_steps=1000, **config),
+        Channels(stop, preferences=prefs, reward_weights=shared)),
+        kwargs=dict(stats=stats, log_dir=str(tmp_path)))
     worker.start()
     return shared, stop, worker
 

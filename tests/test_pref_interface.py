@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from launch.loop import run_labelling
+from launch.loop import Channels, run_labelling
 from pref_interface.clip import Clip, Preference
 from pref_interface.config import InterfaceConfig
 from pref_interface.cutter import ClipCutter, EveryEnvCutter
@@ -310,9 +310,8 @@ def test_no_preference_is_dropped_when_the_trainer_is_slow(tmp_path):
     config = InterfaceConfig(max_segs=8, max_in_flight=3, stop_after_labels=25, seed=0,
                              synthetic=True, max_pairs_per_clip=None)
     store_path = str(tmp_path / "prefs.sqlite")
-    proc = ctx.Process(target=run_labelling, args=(config,), kwargs=dict(
-        clip_queue=clip_queue, pref_queue=pref_queue, stop_event=stop_event, stats=stats,
-        store_path=store_path))
+    proc = ctx.Process(target=run_labelling, args=(config, Channels(stop_event, clip_queue, pref_queue)),
+                       kwargs=dict(stats=stats, store_path=store_path))
     proc.start()
     try:
         feeder = threading.Thread(target=lambda: [clip_queue.put(tiny_clip(v, reward=v % 3), timeout=30)
@@ -345,14 +344,13 @@ def test_gathering_initial_labels_stops_at_the_requested_number(tmp_path):
     config = InterfaceConfig(max_segs=20, stop_after_labels=12, seed=0,
                              synthetic=True, max_pairs_per_clip=None)
     path = str(tmp_path / "prefs.sqlite")
-    channels = dict(clip_queue=clip_queue, pref_queue=None, stop_event=stop_event, stats=stats,
-                    store_path=path)
-    run_labelling(config, **channels)  # no trainer reads labels
+    channels = Channels(stop_event, clip_queue)  # no trainer reads labels
+    run_labelling(config, channels, stats=stats, store_path=path)
     with PreferenceStore(path) as store:
         assert len(store) == 12 and stats.labels_total.value == 12
         validation = [p.is_validation for p in store.latest(12)]
         assert 0 < sum(validation) < 12
-    run_labelling(config, **channels)  # resuming: already done
+    run_labelling(config, channels, stats=stats, store_path=path)  # resuming: already done
     assert stats.labels_total.value == 12 and not stop_event.is_set()
 
 
@@ -373,9 +371,9 @@ def test_incomparable_pairs_are_not_stored_and_stop_event_ends_the_loop(tmp_path
         clip_queue.put(tiny_clip(v))
     labeller, path = Undecided(), str(tmp_path / "prefs.sqlite")
     worker = threading.Thread(target=run_labelling, args=(
-        InterfaceConfig(seed=0, val_fraction=0.0, synthetic=True, max_pairs_per_clip=None),),
-        kwargs=dict(clip_queue=clip_queue, pref_queue=None, stop_event=stop_event, stats=stats,
-                    store_path=path, labeller=labeller))
+        InterfaceConfig(seed=0, val_fraction=0.0, synthetic=True, max_pairs_per_clip=None),
+        Channels(stop_event, clip_queue)),
+        kwargs=dict(stats=stats, store_path=path, labeller=labeller))
     worker.start()
     wait_until(lambda: labeller.asked >= 6 and stats.labels_total.value >= 3, 60,
                "6 pairs asked and 3 labels stored", poll_s=0.01)
@@ -397,11 +395,11 @@ def test_the_interface_process_labels_and_logs_without_importing_torch(tmp_path)
 import multiprocessing as mp, queue, sys, threading
 from pref_interface.labelling import InterfaceStats
 from pref_interface.config import InterfaceConfig
-from launch.loop import run_labelling
-run_labelling(InterfaceConfig(synthetic=True, stop_after_labels=0), clip_queue=queue.Queue(),
-                   pref_queue=queue.Queue(), stop_event=threading.Event(),
-                   stats=InterfaceStats.create(mp.get_context("spawn")),
-                   store_path={str(tmp_path / "p.sqlite")!r}, log_dir={str(tmp_path / "tb")!r})
+from launch.loop import Channels, run_labelling
+run_labelling(InterfaceConfig(synthetic=True, stop_after_labels=0),
+              Channels(threading.Event(), queue.Queue(), queue.Queue()),
+              stats=InterfaceStats.create(mp.get_context("spawn")),
+              store_path={str(tmp_path / "p.sqlite")!r}, log_dir={str(tmp_path / "tb")!r})
 print("torch" in sys.modules)
 """
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
@@ -412,20 +410,19 @@ print("torch" in sys.modules)
 
 def test_human_labelling_is_refused_without_a_terminal_to_read_answers_from(tmp_path):
     with pytest.raises(ValueError, match="answers queue"):
-        run_labelling(InterfaceConfig(synthetic=False), clip_queue=queue.Queue(),
-                           pref_queue=None, stop_event=threading.Event(),
-                           stats=InterfaceStats.create(mp.get_context("spawn")),
-                           store_path=str(tmp_path / "p.sqlite"))
+        run_labelling(InterfaceConfig(synthetic=False), Channels(threading.Event(), queue.Queue()),
+                      stats=InterfaceStats.create(mp.get_context("spawn")),
+                      store_path=str(tmp_path / "p.sqlite"))
 
 
-def _interface_that_shows_its_stacks(config: InterfaceConfig, **channels) -> None:
+def _interface_that_shows_its_stacks(config: InterfaceConfig, channels: Channels, **parts) -> None:
     """The interface process, printing every thread's stack to stderr on SIGUSR1 (so that a
     test that finds it stuck can show where). Ctrl-C raises KeyboardInterrupt in it even when
     pytest was started with SIGINT ignored (as `cmd &` in a script does): a spawned child
     inherits that."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    run_labelling(config, **channels)
+    run_labelling(config, channels, **parts)
 
 
 @pytest.mark.parametrize("how", ["stop_event", "ctrl_c"])
@@ -435,9 +432,9 @@ def test_interface_exits_promptly_even_when_the_trainer_stopped_reading(tmp_path
     stop_event, stats = ctx.Event(), InterfaceStats.create(ctx)
     store_path = str(tmp_path / "prefs.sqlite")
     proc = ctx.Process(target=_interface_that_shows_its_stacks, args=(
-        InterfaceConfig(max_in_flight=16, seed=0, synthetic=True, max_pairs_per_clip=None),),
-        kwargs=dict(clip_queue=clip_queue, pref_queue=pref_queue, stop_event=stop_event,
-                    stats=stats, store_path=store_path))
+        InterfaceConfig(max_in_flight=16, seed=0, synthetic=True, max_pairs_per_clip=None),
+        Channels(stop_event, clip_queue, pref_queue)),
+        kwargs=dict(stats=stats, store_path=store_path))
     proc.start()
     try:
         for v in range(8):

@@ -341,13 +341,13 @@ def _labelling(store_path, **config):
 
     from pref_interface.config import InterfaceConfig
     from pref_interface.labelling import InterfaceStats
+    from launch.loop import Channels
     from pref_interface.process import Labelling
 
     stats = InterfaceStats.create(mp.get_context("spawn"))
     clips: queue.Queue = queue.Queue()
     labelling = Labelling(InterfaceConfig(synthetic=True, queries="sort", seed=0, **config),
-                          clip_queue=clips, pref_queue=None, stop_event=None, stats=stats,
-                          store_path=str(store_path))
+                          Channels(None, clips), stats=stats, store_path=str(store_path))
     return labelling, clips
 
 
@@ -491,12 +491,13 @@ def test_labelling_sends_the_training_order_after_each_insertion(tmp_path):
     from pref_interface.clip import ClipOrder
     from pref_interface.config import InterfaceConfig
     from pref_interface.labelling import InterfaceStats
+    from launch.loop import Channels
     from pref_interface.process import Labelling
 
     clips, prefs = queue.Queue(), queue.Queue()
     labelling = Labelling(InterfaceConfig(synthetic=True, queries="sort", val_fraction=0.0,
-                                          max_in_flight=1000), clip_queue=clips, pref_queue=prefs,
-                          stop_event=None, stats=InterfaceStats.create(mp.get_context("spawn")),
+                                          max_in_flight=1000), Channels(None, clips, prefs),
+                          stats=InterfaceStats.create(mp.get_context("spawn")),
                           store_path=str(tmp_path / "prefs.sqlite"))
     for i, r in enumerate([3.0, 1.0, 2.0, 0.0]):
         clips.put(make_clip(i, r))
