@@ -74,6 +74,7 @@ class KCenterScore:
         self.n_shown = 0
         self._shown: np.ndarray | None = None  # (memory, feature) ring of the pairs shown
         self._norms = np.zeros(memory, np.float32)  # their squared lengths
+        self._scored: dict[tuple[int, int], np.ndarray] = {}  # the last candidates' features
 
     @staticmethod
     def feature(candidate: Candidate) -> np.ndarray:
@@ -86,6 +87,7 @@ class KCenterScore:
         if not candidates:
             return np.zeros(0)
         f = np.stack([self.feature(c) for c in candidates])
+        self._scored = {(c[0], c[2]): f[i] for i, c in enumerate(candidates)}
         # squared distance of each candidate to its nearest shown pair (inf when none was shown)
         nearest = np.full(len(f), np.inf)
         n = min(self.n_shown, self.memory)
@@ -103,7 +105,9 @@ class KCenterScore:
     def record(self, shown: Sequence[Candidate]) -> None:
         """Remember the pairs that were shown, so later candidates are scored against them."""
         for c in shown:
-            f = self.feature(c)
+            f = self._scored.get((c[0], c[2]))  # scored just before: not unpacked again
+            if f is None:
+                f = self.feature(c)
             if self._shown is None or self._shown.shape[1] != len(f):
                 self._shown, self.n_shown = np.empty((self.memory, len(f)), np.float32), 0
             i = self.n_shown % self.memory
