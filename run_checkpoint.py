@@ -42,7 +42,7 @@ def play(env_id: str, weights: dict, episodes: int, seed: int = 1, greedy: bool 
     true returns, if asked the first episode's frames (uint8 (84, 84) each, or with a `predictor`,
     a RewardPredictorEnsemble, the game beside the plot of r̂, (252, 588, 3)), and with a
     predictor each episode's RewardTrace (r̂ of every step). A `watcher`
-    (pref_interface.watch.Watcher) shows every step as it is played."""
+    (pref_interface.labellers.watch.Watcher) shows every step as it is played."""
     import torch
 
     from a2c.policies import make_policy
@@ -123,8 +123,7 @@ def load_predictor(path: str, env_id: str):
 def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
-    from a2c.checkpoint import (CheckpointError, check_fits, load_policy_weights,
-                                save_policy_weights)
+    from a2c.checkpoint import CheckpointError, check_fits, load_policy_weights, save_policy_weights
     from envs import UnknownEnvError, env_kind
     from runtime.outputs import prepare_output
     try:
@@ -151,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.save_weights} (weights alone)")
     watcher = None
     if args.watch:
-        from pref_interface.player import resolve_player
-        from pref_interface.watch import Watcher
+        from pref_interface.labellers.player import resolve_player
+        from pref_interface.labellers.watch import Watcher
 
         watcher = Watcher(resolve_player("auto"))
     try:

@@ -17,8 +17,8 @@ import queue
 import sys
 from pathlib import Path
 
-from pref_interface.keys import ANSWER_KEYS, ENTER, EOF, KeyReader
-from pref_interface.player import Playback, clip_frames, make_player, resolve_player
+from pref_interface.labellers.keys import ANSWER_KEYS, ENTER, EOF, KeyReader
+from pref_interface.labellers.player import Playback, clip_frames, make_player, resolve_player
 from pref_interface.store import PreferenceStore, StoreError
 from runtime.outputs import prepare_output
 

@@ -23,10 +23,10 @@ import time
 import numpy as np
 import torch
 
-from runtime.process_setup import reuse_freed_memory, trainer_malloc_environ
-from pref_interface.clip import Preference, Clip
+from clips.clip import Clip, Preference
 from reward_predictor.ensemble import NORMALISER_CLIPS, RewardPredictorEnsemble
 from reward_predictor.nets import FRAME, AtariRewardNet
+from runtime.process_setup import reuse_freed_memory, trainer_malloc_environ
 
 
 def make_batch(rng: np.random.Generator, pairs: int, t: int) -> list[Preference]:

@@ -1,7 +1,7 @@
 """The labelling page's speed: time from a person's answer to the next pair on screen.
 
 Starts `run.py gather_initial_prefs ENV --clip_player web` for each environment, opens the page in
-headless Chromium (pref_interface/web/headless.py), and answers --pairs pairs, one every
+headless Chromium (pref_interface/labellers/web/headless.py), and answers --pairs pairs, one every
 --think_s seconds (a person watches a clip for 1.7 s, App. A.2). For each answer it reads the
 page's own measure: from the key press to the frame in which the next pair is first painted. Also
 prints how long the answer's POST took. Target: under 100 ms locally. With `--queries
@@ -23,11 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-
 from benchmarks.bench_a2c import machine_header
-from pref_interface.web.headless import (browser_missing, headless_page,
-                                         labelling_run)
-
+from pref_interface.labellers.web.headless import browser_missing, headless_page, labelling_run
 
 KEYS = "LRE"
 RECORD_POSTS = """() => {

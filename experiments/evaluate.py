@@ -23,7 +23,7 @@ beside an earlier one), to the run's TensorBoard (`RUN_DIR/tb/eval`, at the
 policy's agent steps) and, with `--videos K`, the first K episodes of each cell to GIFs in a
 folder named after the figures' file (eval_videos/ beside eval.json, eval-1_videos/ ...). On
 Enduro each cell also gives the share of its steps in which the player's car is level with
-another car (the paper's "keep alongside other cars", `pref_interface.alongside`). Each cell names
+another car (the paper's "keep alongside other cars", `pref_interface.labellers.alongside`). Each cell names
 its policy's rarest action and how often it took it: a policy that has all but stopped using an
 action cannot learn it back (MovingDot seeds that never move left, docs/experiments.md).
 """
@@ -147,7 +147,7 @@ def play(env_id: str, weights: dict, episodes: int, greedy: bool, noop_max: int,
     from a2c.policies import make_policy
     from a2c.rollout import sample_actions
     from envs import action_names, env_kind, make_vec_env
-    from pref_interface.alongside import is_alongside
+    from pref_interface.labellers.alongside import is_alongside
 
     env = make_vec_env(env_id, episodes, seed=seed, num_threads=1, noop_max=noop_max)
     policy = make_policy(env_kind(env_id), env.num_actions)
@@ -257,8 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     from a2c.checkpoint import CheckpointError, check_fits, load_policy_weights
-    from runtime.outputs import prepare_output, unused_name
     from envs import UnknownEnvError, env_kind
+    from runtime.outputs import prepare_output, unused_name
 
     try:
         grid = parse_grid(a.grid)

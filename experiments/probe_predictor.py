@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-
 if TYPE_CHECKING:
     from launch.rundir import Run
 
@@ -98,7 +97,7 @@ def collect(env, reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
     """Play `steps` steps of a vector env, scoring each observation before it is acted on, as
     A2C's rollout does. `alongside`: compare r̂ with the alongside teacher's count (each
     observation's newest frame judged, as `clip_alongside` judges a clip) instead of the reward."""
-    from pref_interface.alongside import alongside_steps
+    from pref_interface.labellers.alongside import alongside_steps
 
     obs = env.reset()
     predicted, true = [], []
@@ -119,10 +118,10 @@ def load_run(run: Run, policy: str, n_envs: int, seed: int):
     """The run's env, its predictor as A2C uses it, and an action function."""
     import torch
 
-    from launch.configs import trainer_config
-    from launch.rundir import PREDICTOR_FILE
     from a2c.rollout import sample_actions
     from envs import make_vec_env
+    from launch.configs import trainer_config
+    from launch.rundir import PREDICTOR_FILE
     from reward_predictor.reward_fn import load_ensemble
 
     kind = run.env_kind

@@ -4,7 +4,7 @@
     python -m experiments.validation_leak RUN_DIR
 
 A validation label whose clips the predictor also trains on measures memory, not generalisation.
-Labels made since clips are split on arrival (pref_interface.pairs.ClipBuffer) share none;
+Labels made since clips are split on arrival (pref_interface.queries.pairs.ClipBuffer) share none;
 stores made before that split labels at random and leak.
 """
 from __future__ import annotations
@@ -14,9 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-
-from pref_interface.clip import Preference, Clip
-
+from clips.clip import Clip, Preference
 
 
 def _key(clip: Clip) -> str:

@@ -16,8 +16,8 @@ from launch.env_settings import describe as env_settings_help
 from launch.env_settings import env_settings
 from launch.preflight import first_error
 from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run
-from launch.settings import (MODES, TRAINING_MODES, Settings, build_parser as settings_parser,
-                             invalid_setting, unused_settings)
+from launch.settings import MODES, TRAINING_MODES, Settings, invalid_setting, unused_settings
+from launch.settings import build_parser as settings_parser
 from reward_predictor.entry_points import check_predictor
 
 EXIT_USAGE = 2
@@ -175,7 +175,7 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
                   policy_ckpt_dir=s.load_policy_ckpt_dir, prefs_path=label_store(s),
                   reward_ckpt_path=predictor_file(s))))
     if run.labels_by_person:
-        from pref_interface.player import resolve_player
+        from pref_interface.labellers.player import resolve_player
         try:
             run.player_kind = resolve_player(s.clip_player)
         except ValueError as e:

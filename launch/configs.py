@@ -79,8 +79,8 @@ def interface_config(run: Run, page_updates: Any = None, gather_labels: int | No
     """The preference interface's configuration; `gather_labels`: gathering the initial labels
     (App. A: pairs drawn at random, nobody takes them off the queue, stop at this many)."""
     from pref_interface.config import InterfaceConfig
-    from pref_interface.schedule import FRAMESKIP
-    from pref_interface.teachers import default_episode_end_penalty
+    from pref_interface.labellers.teachers import default_episode_end_penalty
+    from pref_interface.queries.schedule import FRAMESKIP
 
     s = run.settings
     penalty = (s.episode_end_penalty if s.episode_end_penalty is not None else

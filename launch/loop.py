@@ -7,12 +7,12 @@
 Three processes run at once, each one of the loops below, and are joined by named channels
 (`Channels`). The roles, and where each one lives:
 
-- clip source: `pref_interface.process.ClipObserver`, in the agent's process; it cuts 25-step
+- clip source: `clips.observer.ClipObserver`, in the agent's process; it cuts 25-step
   clips from every rollout and sends them on `clips` (dropped rather than waited for).
-- pair selection: `pref_interface.pairs.ClipBuffer` with `pref_interface.selection` (random or
+- pair selection: `pref_interface.queries.pairs.ClipBuffer` with `pref_interface.queries.selection` (random or
   by the ensemble's disagreement, §2.2.4), or with `--queries sort` each new clip placed among
-  the sorted ones by comparisons (`pref_interface.sorting`), run by `Labelling.draw_pairs`.
-- labeller: a person or a scripted teacher (`pref_interface.teachers`), `Labelling.label`.
+  the sorted ones by comparisons (`pref_interface.queries.sorting`), run by `Labelling.draw_pairs`.
+- labeller: a person or a scripted teacher (`pref_interface.labellers.teachers`), `Labelling.label`.
 - label store: `pref_interface.store.PreferenceStore` (SQLite); `Labelling.commit` stores every
   label before it goes on `preferences` to the trainer (never dropped).
 - predictor trainer: `reward_predictor.process.PredictorTraining`, an ensemble trained
@@ -196,7 +196,7 @@ class Channels:
     preferences: labelling -> predictor trainer; unbounded, never dropped.
     reward_weights: predictor trainer -> the agent's r̂ and pace; shared-memory weights with a
         version number.
-    answers: main process's terminal key reader -> human labeller (pref_interface.keys); one
+    answers: main process's terminal key reader -> human labeller (pref_interface.labellers.keys); one
         queue for the whole run (None when nobody labels by hand).
     page_updates (the session's, passed in the interface's config): the human labeller's
         WebPlayer -> the labelling page's server in the main process (--clip_player web); one
@@ -216,7 +216,7 @@ class Channels:
         """The channels of one phase, made with `ctx`; `trainer`: a predictor trainer takes the
         labels (gathering has none: `preferences` is None). The person's (answers, episodes)
         follow `session`."""
-        from pref_interface.episodes import EPISODE_QUEUE_MAXSIZE
+        from pref_interface.labellers.episodes import EPISODE_QUEUE_MAXSIZE
         from pref_interface.process import CLIP_QUEUE_MAXSIZE
 
         return cls(stop, ctx.Queue(maxsize=CLIP_QUEUE_MAXSIZE), ctx.Queue() if trainer else None,
@@ -226,8 +226,8 @@ class Channels:
     def a2c_observers(self, interface_stats=None, every_env: bool = False):
         """The agent's rollout observers (clip source, episode recorder) as one picklable
         factory; `every_env`: clips cut from every env at once (gathering the first labels)."""
-        from pref_interface.episodes import chain_observers, make_episode_observers
-        from pref_interface.process import make_clip_observers
+        from clips.observer import make_clip_observers
+        from pref_interface.labellers.episodes import chain_observers, make_episode_observers
 
         factories = []
         if interface_stats is not None:
@@ -239,7 +239,7 @@ class Channels:
 
     def start_episode_viewer(self, sup) -> None:
         if self.episodes is not None:
-            from pref_interface.episodes import run_episode_viewer
+            from pref_interface.labellers.episodes import run_episode_viewer
 
             sup.start("episode_viewer", run_episode_viewer, self.episodes, self.stop)
 

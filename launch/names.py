@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("a2c", "envs", "launch", "pref_interface", "reward_predictor", "runtime")
+PACKAGES = ("a2c", "clips", "envs", "launch", "pref_interface", "reward_predictor", "runtime")
 
 
 def shadowed_packages() -> list[str]:

@@ -16,7 +16,7 @@ def open_labelling_page(run: Run):
     a usage error) but not yet serving: `start(answers, page_updates)` it once the channels exist."""
     if run.player_kind != "web":
         return None
-    from pref_interface.web.server import LabellingPage
+    from pref_interface.labellers.web.server import LabellingPage
 
     host, port = run.settings.web_host, run.settings.web_port
     try:
@@ -28,7 +28,7 @@ def open_labelling_page(run: Run):
 
 def episode_window() -> bool:
     """--render_episodes: True when a window can open; otherwise say so and go on without."""
-    from pref_interface.player import display_available
+    from pref_interface.labellers.player import display_available
 
     if display_available():
         return True
@@ -47,7 +47,7 @@ class Session:
         self.answers = self.page_updates = self.reader = None
         self.page = page
         if run.labels_by_person:
-            from pref_interface.keys import KeyReader
+            from pref_interface.labellers.keys import KeyReader
 
             self.answers = ctx.Queue()
             self.answers.cancel_join_thread()  # keys nobody read must not hold up the exit

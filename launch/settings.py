@@ -13,8 +13,9 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable
 
 from a2c.config import A2CConfig, A2CRunConfig
-from pref_interface.player import PLAYER_KINDS
-from pref_interface.config import SELECTIONS, InterfaceConfig
+from pref_interface.config import InterfaceConfig
+from pref_interface.labellers.player import PLAYER_KINDS
+from pref_interface.queries.selection import SELECTIONS
 from reward_predictor.config import TrainerConfig
 
 MODES = ("gather_initial_prefs", "pretrain_reward_predictor", "train_policy_with_preferences",
@@ -63,7 +64,7 @@ def not_empty(v: str) -> str | None:
 
 
 def teacher_spec(v: str) -> str | None:
-    from pref_interface.teachers import make_teacher
+    from pref_interface.labellers.teachers import make_teacher
 
     try:
         make_teacher(v)

@@ -6,10 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from pref_interface.pairs import OVERSAMPLE
-
-# query selection (pref_interface/selection.py)
-SELECTIONS = ("random", "disagreement", "entropy", "k_center")
+from pref_interface.queries.pairs import OVERSAMPLE
 
 
 @dataclass
@@ -22,10 +19,11 @@ class InterfaceConfig:
     """Each clip is offered in at most this many pairs (ClipBuffer); labelling waits for new
     clips when every clip has had its share. None: no limit."""
     synthetic: bool = False
-    """Label with the true-reward oracle (§3.1); False means a person labels (pref_interface.human)."""
+    """Label with the true-reward oracle (§3.1); False means a person labels
+    (pref_interface.labellers.human)."""
     clip_player: str = "terminal"
-    """Human labelling: where the clips play, "window", "terminal" (pref_interface.player) or
-    "web" (the labelling page, pref_interface.web)."""
+    """Human labelling: where the clips play, "window", "terminal" (pref_interface.labellers.player) or
+    "web" (the labelling page, pref_interface.labellers.web)."""
     page_updates: Any = None
     """With "web": the queue to the labelling page in the main process."""
     keep_typed_ahead: bool = False
@@ -52,7 +50,7 @@ class InterfaceConfig:
     oracle penalises episode ends, except in Pong)."""
     queries: str = "pairs"
     """"pairs": each query a fresh pair of clips; "sort": each new clip is placed among the
-    clips already sorted by a binary search of comparisons (pref_interface/sorting.py)."""
+    clips already sorted by a binary search of comparisons (pref_interface/queries/sorting.py)."""
     query_selection: str = "random"
     """Query selection: "random", "disagreement" (App. A: highest ensemble variance), "entropy"
     (B-Pref: most uncertain mean preference) or "k_center" (B-Pref: least like those shown)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pref_interface.clip import LabelEdit, Preference
+from clips.clip import LabelEdit, Preference
 from pref_interface.store import PreferenceStore
 
 

@@ -14,16 +14,15 @@ from typing import Any
 
 import numpy as np
 
+from clips.clip import Clip, ClipOrder, Preference
 from pref_interface.config import InterfaceConfig
+from pref_interface.labellers.teachers import Labeller, make_teacher
 from pref_interface.labelling import InterfaceStats, LabelEditor, increment
-from pref_interface.pairs import ClipBuffer
-from pref_interface.clip import Clip, ClipOrder, Preference
-from pref_interface.sender import QueueSender
+from pref_interface.queries.pairs import ClipBuffer
+from pref_interface.queries.schedule import FRAMESKIP, LabelSchedule
+from pref_interface.queries.selection import PREDICTOR_SELECTIONS, make_pair_scorer
+from pref_interface.queries.sorting import rebuild_sorters
 from pref_interface.store import PreferenceStore
-from pref_interface.schedule import FRAMESKIP, LabelSchedule
-from pref_interface.selection import PREDICTOR_SELECTIONS, make_pair_scorer
-from pref_interface.sorting import rebuild_sorters
-from pref_interface.teachers import Labeller, make_teacher
 from runtime.scalars import Telemetry
 
 CLIP_QUEUE_MAXSIZE = 4  # A2C drops clips rather than wait for the interface
@@ -49,12 +48,12 @@ def make_labeller(config: InterfaceConfig, answers: Any | None = None, stop: Any
             episode_end_penalty=config.episode_end_penalty)
     if answers is None:
         raise ValueError("human labelling needs the answers queue of a terminal key reader")
-    from pref_interface.human import HumanLabeller
+    from pref_interface.labellers.human import HumanLabeller
 
     target = config.stop_after_labels - n_stored if config.stop_after_labels is not None else None
     player = config.clip_player
     if player == "web":
-        from pref_interface.web.player import WebPlayer
+        from pref_interface.labellers.web.player import WebPlayer
 
         player = WebPlayer(config.page_updates)
     return HumanLabeller(answers, player, stop, stats, val_accuracy, target,
@@ -299,30 +298,3 @@ def _drain_clips(clips: Any, buffer: ClipBuffer, stats: InterfaceStats
             return added
         added.append((buffer.add(clip), clip))
         increment(stats.clips_received)
-
-
-class ClipObserver:
-    """A2C rollout observer: cuts clips from every rollout and sends them without blocking;
-    `every_env`: a clip from each env at once (`EveryEnvCutter`), else one env at a time."""
-
-    def __init__(self, n_envs: int, clips: Any, dropped_counter: Any | None = None,
-                 every_env: bool = False) -> None:
-        from pref_interface.cutter import ClipCutter, EveryEnvCutter
-
-        self.cutter = (EveryEnvCutter if every_env else ClipCutter)(n_envs)
-        self.sender = QueueSender(clips, dropped_counter)
-
-    def __call__(self, rollout: Any) -> None:
-        for clip in self.cutter.observe(rollout.obs, rollout.actions, rollout.true_rewards,
-                                       rollout.dones):
-            self.sender.send(clip)
-
-    def close(self) -> None:
-        """A2C is exiting: let a clip the interface has started reading arrive whole."""
-        self.sender.close()
-
-
-def make_clip_observers(clips: Any, dropped_counter: Any, n_envs: int,
-                        every_env: bool = False) -> list[ClipObserver]:
-    """The observers the A2C process attaches (use functools.partial for the first two args)."""
-    return [ClipObserver(n_envs, clips, dropped_counter, every_env)]

@@ -20,7 +20,7 @@ from typing import Callable, Iterator, TypeVar
 
 import numpy as np
 
-from pref_interface.clip import FRAME_SHAPE, STACK, Preference, Clip
+from clips.clip import FRAME_SHAPE, STACK, Clip, Preference
 
 SCHEMA_VERSION = 1  # PRAGMA user_version of stores written by this code
 EXPORT_FORMAT_VERSION = 1

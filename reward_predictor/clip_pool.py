@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pref_interface.clip import Clip
+from clips.clip import Clip
 
 
 class ClipPool:

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pref_interface.clip import STACK, Clip, Preference
+from clips.clip import STACK, Clip, Preference
 from reward_predictor.config import LABEL_NOISE, LEARNING_RATE, MAX_PREFS, REWARD_STD
 from reward_predictor.loss import preference_log_probs, preference_loss, rank_loss
 from reward_predictor.nets import AtariRewardNet

@@ -13,10 +13,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from runtime.precision import use_bf16
-from runtime.process_setup import reuse_freed_memory
-from runtime.scalars import Telemetry
-from pref_interface.clip import ClipOrder, LabelEdit, Preference
+from clips.clip import ClipOrder, LabelEdit, Preference
 from reward_predictor.config import TrainerConfig, TrainerStats
 from reward_predictor.ensemble import RewardPredictorEnsemble
 from reward_predictor.nets import make_reward_net
@@ -24,6 +21,9 @@ from reward_predictor.pace import ahead_of_agent
 from reward_predictor.shared import SharedWeights
 from reward_predictor.threads import ThreadChoice
 from reward_predictor.trainer import RewardPredictorTrainer
+from runtime.precision import use_bf16
+from runtime.process_setup import reuse_freed_memory
+from runtime.scalars import Telemetry
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from pref_interface.clip import Clip, ClipOrder, LabelEdit, Preference
+from clips.clip import Clip, ClipOrder, LabelEdit, Preference
 from reward_predictor.clip_pool import ClipPool
 from reward_predictor.config import BATCH_SIZE, MAX_PREFS, VAL_MAX_PAIRS
 from reward_predictor.ensemble import RewardPredictorEnsemble, bootstrap_counts

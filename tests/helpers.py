@@ -5,8 +5,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from pref_interface.clip import STACK, Clip, Preference
-
+from clips.clip import STACK, Clip, Preference
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from pref_interface.clip import Clip, Preference
+from clips.clip import Clip, Preference
 from reward_predictor import (
     MovingDotRewardNet,
     RewardPredictorEnsemble,

@@ -110,7 +110,7 @@ def test_best_and_final_are_the_newest_checkpoint_and_the_one_behind_the_best_ep
 def test_on_enduro_each_cell_measures_the_share_of_steps_level_with_a_car(tmp_path):
     from a2c.policies import make_policy
     from experiments.evaluate import Cell, play
-    from pref_interface.alongside import alongside_share
+    from pref_interface.labellers.alongside import alongside_share
 
     torch.manual_seed(0)
     weights = make_policy("atari", 9).state_dict()
@@ -243,7 +243,7 @@ def test_run_checkpoint_writes_the_side_by_side_video_and_refuses_another_envs_p
 def test_watching_in_the_terminal_draws_the_game_and_rhat_as_bars_under_it():
     import io
 
-    from pref_interface.watch import BARS, Watcher, sparkline
+    from pref_interface.labellers.watch import BARS, Watcher, sparkline
     from runtime.reward_view import RewardTrace
 
     assert sparkline(np.array([-1.0, 0.0, 1.0]), 1.0) == BARS[0] + BARS[4] + BARS[-1]

@@ -11,16 +11,24 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tests.helpers import NonBlockingOnly, dot_clip, wait_until
-from pref_interface.episodes import EpisodeObserver, chain_observers, make_episode_observers
-from pref_interface.human import HumanLabeller
-from pref_interface.keys import ENTER, EOF, KeyReader, answer_of, line_token, split_keys
-from pref_interface.player import (TerminalBlock, TerminalPlayer, grey_to_256, half_block_rows,
-                                   render_pair, shrink, terminal_clip_size, visible_width)
-from pref_interface.labelling import LabellingStopped
+from clips.clip import Clip
 from pref_interface.config import InterfaceConfig
+from pref_interface.labellers.episodes import EpisodeObserver, chain_observers, make_episode_observers
+from pref_interface.labellers.human import HumanLabeller
+from pref_interface.labellers.keys import ENTER, EOF, KeyReader, answer_of, line_token, split_keys
+from pref_interface.labellers.player import (
+    TerminalBlock,
+    TerminalPlayer,
+    grey_to_256,
+    half_block_rows,
+    render_pair,
+    shrink,
+    terminal_clip_size,
+    visible_width,
+)
+from pref_interface.labelling import LabellingStopped
 from pref_interface.process import make_labeller
-from pref_interface.clip import Clip
+from tests.helpers import NonBlockingOnly, dot_clip, wait_until
 
 
 def clip(value: int, steps: int = 25) -> Clip:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pref_interface.clip import Preference, Clip
+from clips.clip import Clip, Preference
 from pref_interface.store import PreferenceStore
 from tests.helpers import dot_clip, wait_until
 

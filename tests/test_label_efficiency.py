@@ -1,9 +1,9 @@
 """experiments.label_efficiency's bookkeeping: the first N labels, scores kept and reused."""
 import json
 
+from clips.clip import Preference
 from experiments import label_efficiency
 from launch.rundir import PREDICTOR_FILE, PREFS_FILE
-from pref_interface.clip import Preference
 from pref_interface.store import PreferenceStore
 from tests.test_sorting import make_clip
 

@@ -124,7 +124,7 @@ def test_missing_or_corrupt_store_and_checkpoint_are_one_line_errors(tmp_path):
 def test_show_prefs_exports_and_imports_a_label_set_as_plain_npz(tmp_path):
     import numpy as np
 
-    from pref_interface.clip import Preference, Clip
+    from clips.clip import Clip, Preference
 
     def clip(v):
         return Clip.pack(np.full((28, 84, 84), v, np.uint8), np.zeros(25, np.int64),

@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OWN = {"a2c", "envs", "launch", "pref_interface", "reward_predictor", "runtime", "experiments",
+OWN = {"a2c", "clips", "envs", "launch", "pref_interface", "reward_predictor", "runtime", "experiments",
        "benchmarks", "examples", "tests", "run", "run_checkpoint", "show_prefs", "conftest"}
 DISTRIBUTION = {"PIL": "pillow", "ale_py": "ale-py", "stable_baselines3": "stable-baselines3"}
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from pref_interface.clip import Clip, Preference
+from clips.clip import Clip, Preference
 from reward_predictor import (
     AtariRewardNet,
     MovingDotRewardNet,

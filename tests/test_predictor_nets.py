@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pref_interface.clip import Clip
+from clips.clip import Clip
 from reward_predictor import (
     AtariRewardNet,
     MovingDotRewardNet,

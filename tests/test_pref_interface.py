@@ -15,18 +15,18 @@ import numpy as np
 import pytest
 import torch
 
+from clips.clip import Clip, Preference
+from clips.cutter import ClipCutter, EveryEnvCutter
+from clips.sender import QueueSender
 from launch.loop import Channels, run_labelling
-from pref_interface.clip import Clip, Preference
 from pref_interface.config import InterfaceConfig
-from pref_interface.cutter import ClipCutter, EveryEnvCutter
+from pref_interface.labellers.teachers import Labeller, OracleTeacher
 from pref_interface.labelling import InterfaceStats, increment
-from pref_interface.pairs import OVERSAMPLE, ClipBuffer, select_pairs
 from pref_interface.process import CLIP_QUEUE_MAXSIZE
-from pref_interface.schedule import LabelSchedule
-from pref_interface.selection import disagreement_score, make_pair_scorer
-from pref_interface.sender import QueueSender
+from pref_interface.queries.pairs import OVERSAMPLE, ClipBuffer, select_pairs
+from pref_interface.queries.schedule import LabelSchedule
+from pref_interface.queries.selection import disagreement_score, make_pair_scorer
 from pref_interface.store import PreferenceStore
-from pref_interface.teachers import Labeller, OracleTeacher
 from reward_predictor import MovingDotRewardNet, RewardPredictorEnsemble
 from tests.helpers import NonBlockingOnly, reward_clip, wait_until
 

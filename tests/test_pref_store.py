@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pref_interface.clip import Clip, Preference
+from clips.clip import Clip, Preference
 from pref_interface.store import (
     SCHEMA_VERSION,
     PreferenceStore,
@@ -84,7 +84,7 @@ def test_store_round_trip_keeps_every_label_exactly(tmp_path):
 _WRITER = """
 import sys
 import numpy as np
-from pref_interface.clip import Preference, Clip
+from clips.clip import Preference, Clip
 from pref_interface.store import PreferenceStore
 import io
 import math
@@ -93,14 +93,14 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
-from pref_interface.cutter import ClipCutter
-from pref_interface.pairs import OVERSAMPLE, ClipBuffer, select_pairs
-from pref_interface.schedule import LabelSchedule
-from pref_interface.clip import Preference, Clip
-from pref_interface.selection import disagreement_score, make_pair_scorer
+from clips.cutter import ClipCutter
+from pref_interface.queries.pairs import OVERSAMPLE, ClipBuffer, select_pairs
+from pref_interface.queries.schedule import LabelSchedule
+from clips.clip import Preference, Clip
+from pref_interface.queries.selection import disagreement_score, make_pair_scorer
 from pref_interface.store import PreferenceStore, decode_clip, encode_clip
 from tests.helpers import clip_from_stacks, reward_clip
-from pref_interface.teachers import (BoltzmannTeacher, EqualTeacher, Labeller, MistakeTeacher,
+from pref_interface.labellers.teachers import (BoltzmannTeacher, EqualTeacher, Labeller, MistakeTeacher,
                                      MyopicTeacher, OracleTeacher, SkipTeacher, make_teacher,
                                      teacher_return)
 from reward_predictor import MovingDotRewardNet, RewardPredictorEnsemble, RewardPredictorTrainer

@@ -68,8 +68,8 @@ def test_a_directory_without_a_predictor_is_a_usage_error(tmp_path, capsys):
 
 
 def test_validation_leak_counts_validation_labels_that_share_clips_with_training_labels():
+    from clips.clip import Clip, Preference
     from experiments.validation_leak import leak
-    from pref_interface.clip import Preference, Clip
 
     def clip(v: int) -> Clip:
         return Clip.pack(np.full((4, 84, 84), v, np.uint8), np.zeros(1, np.int64), np.zeros(1, np.float32))

@@ -7,8 +7,8 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from pref_interface.clip import Clip, Preference
-from pref_interface.sorting import ClipSorter, rebuild_sorters
+from clips.clip import Clip, Preference
+from pref_interface.queries.sorting import ClipSorter, rebuild_sorters
 from pref_interface.store import PreferenceStore
 
 SEEDS = range(5)
@@ -339,9 +339,9 @@ def _labelling(store_path, **config):
     import multiprocessing as mp
     import queue
 
+    from launch.loop import Channels
     from pref_interface.config import InterfaceConfig
     from pref_interface.labelling import InterfaceStats
-    from launch.loop import Channels
     from pref_interface.process import Labelling
 
     stats = InterfaceStats.create(mp.get_context("spawn"))
@@ -422,7 +422,7 @@ def test_sorting_keeps_the_splits_apart_and_near_the_validation_share(tmp_path):
 def test_a_changed_comparison_places_its_clip_again_and_the_replay_agrees(tmp_path, change):
     """A person changes or deletes one of the comparisons that placed a clip: the clip is placed
     again by fresh comparisons, so the live order and the one a resume rebuilds agree."""
-    from pref_interface.clip import LabelEdit
+    from clips.clip import LabelEdit
 
     store = tmp_path / "prefs.sqlite"
     labelling, clips = _labelling(store, val_fraction=0.0)
@@ -463,7 +463,7 @@ def _trainer(implied: bool, batch_size: int = 4):
 
 
 def test_the_trainer_adds_pairs_the_order_implies_better_clip_left_only_when_asked():
-    from pref_interface.clip import ClipOrder
+    from clips.clip import ClipOrder
 
     clips = [make_clip(i, float(i)) for i in range(6)]
     for implied in (False, True):
@@ -488,10 +488,10 @@ def test_labelling_sends_the_training_order_after_each_insertion(tmp_path):
     import multiprocessing as mp
     import queue
 
-    from pref_interface.clip import ClipOrder
+    from clips.clip import ClipOrder
+    from launch.loop import Channels
     from pref_interface.config import InterfaceConfig
     from pref_interface.labelling import InterfaceStats
-    from launch.loop import Channels
     from pref_interface.process import Labelling
 
     clips, prefs = queue.Queue(), queue.Queue()
@@ -525,7 +525,7 @@ def test_a_rank_loss_fits_the_sorted_order_and_replaces_or_joins_the_papers():
     the rank loss alone (its labels say nothing: all ties) learns to pay for the right."""
     import torch
 
-    from pref_interface.clip import ClipOrder
+    from clips.clip import ClipOrder
     from reward_predictor import MovingDotRewardNet, RewardPredictorEnsemble, RewardPredictorTrainer
     from tests.helpers import dot_clip
 

@@ -6,14 +6,14 @@ import math
 import numpy as np
 import pytest
 
-from pref_interface.alongside import (
+from clips.clip import STACK, Clip
+from pref_interface.labellers.alongside import (
     alongside_share,
     clip_alongside,
     find_player,
     is_alongside,
 )
-from pref_interface.clip import STACK, Clip
-from pref_interface.teachers import (
+from pref_interface.labellers.teachers import (
     AlongsideTeacher,
     BoltzmannTeacher,
     EqualTeacher,

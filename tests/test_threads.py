@@ -34,7 +34,7 @@ def test_borrowing_stops_while_a_neighbour_makes_it_slower_and_comes_back_after(
 def test_pretraining_runs_each_step_on_the_threads_chosen_and_records_its_time():
     import torch
 
-    from pref_interface.clip import Preference
+    from clips.clip import Preference
     from reward_predictor import MovingDotRewardNet, RewardPredictorEnsemble, RewardPredictorTrainer
     from tests.helpers import dot_clip
 

@@ -15,20 +15,19 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from pref_interface.human import HumanLabeller
-from pref_interface.keys import ENTER, PairAnswer, ReinsertClip, ReopenLabel
-from pref_interface.player import clip_frames
+from clips.clip import LabelEdit, Preference
+from pref_interface.labellers.human import HumanLabeller
+from pref_interface.labellers.keys import ENTER, PairAnswer, ReinsertClip, ReopenLabel
+from pref_interface.labellers.player import clip_frames
+from pref_interface.labellers.web.headless import browser_missing, headless_page, labelling_run
+from pref_interface.labellers.web.player import WebPlayer, clip_name, parse_clip_name
+from pref_interface.labellers.web.server import LabellingPage
+from pref_interface.labellers.web.sprites import sprite_png
 from pref_interface.labelling import LabelEditor
-from pref_interface.clip import LabelEdit, Preference
-from pref_interface.sorting import ClipSorter, rebuild_sorters
+from pref_interface.queries.sorting import ClipSorter, rebuild_sorters
 from pref_interface.store import PreferenceStore
-from pref_interface.web.headless import browser_missing, headless_page, labelling_run
-from pref_interface.web.player import WebPlayer, clip_name, parse_clip_name
-from pref_interface.web.server import LabellingPage
-from pref_interface.web.sprites import sprite_png
 from reward_predictor import MovingDotRewardNet, RewardPredictorEnsemble, RewardPredictorTrainer
 from tests.test_human_labeller import RecordingPlayer, clip
-
 
 # ---- sprites and the player -----------------------------------------------------------------
 
@@ -106,8 +105,8 @@ def test_every_request_without_the_token_is_refused_and_changes_nothing(page, pa
     assert drained(page.answers) == [] and not page.state()["answered"]
 
 
-@pytest.mark.parametrize("path", ["/page.html", "/../../etc/passwd", "/pref_interface/web/page.html",
-                                  "/clip?pair=p1&side=../../x"])
+@pytest.mark.parametrize("path", ["/page.html", "/../../etc/passwd",
+                                  "/pref_interface/labellers/web/page.html", "/clip?pair=p1&side=../../x"])
 def test_no_path_of_the_machine_is_served(page, path):
     assert request(page, path)[0] == 404
 
@@ -269,7 +268,7 @@ def test_a_reinsert_from_the_page_reaches_the_interface_and_leaves_the_pair_up()
 
 
 def test_between_pairs_the_pages_requests_are_taken_and_stray_keys_dropped():
-    from pref_interface.keys import EOF
+    from pref_interface.labellers.keys import EOF
     from pref_interface.labelling import LabellingStopped
 
     answers: queue.Queue = queue.Queue()

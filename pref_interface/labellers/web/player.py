@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from pref_interface.player import clip_frames
-from pref_interface.web.sprites import sprite_png
+from pref_interface.labellers.player import clip_frames
+from pref_interface.labellers.web.sprites import sprite_png
 
 
 class WebPlayer:

@@ -5,7 +5,7 @@ import warnings
 
 import numpy as np
 
-from pref_interface.clip import FRAME_SHAPE, CLIP_LENGTH, STACK, Clip
+from clips.clip import CLIP_LENGTH, FRAME_SHAPE, STACK, Clip
 
 
 class ClipCutter:

@@ -9,8 +9,14 @@ from typing import TextIO
 
 import numpy as np
 
-from pref_interface.player import (MAX_COLUMNS, TerminalBlock, fit, half_block_rows, shrink,
-                                   truecolor_supported)
+from pref_interface.labellers.player import (
+    MAX_COLUMNS,
+    TerminalBlock,
+    fit,
+    half_block_rows,
+    shrink,
+    truecolor_supported,
+)
 from runtime.reward_view import RewardTrace, side_by_side
 from runtime.video import FPS
 

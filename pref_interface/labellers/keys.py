@@ -12,7 +12,7 @@ is a terminal (read in cbreak mode: no echo, no line editing, but Ctrl-C still r
 one line without its newline when stdin is a pipe or file. `EOF` (Ctrl-D, or the end of the input)
 is the last token: after it the reader stops and the terminal is restored.
 
-The labelling page (`pref_interface.web`) puts tokens of its own on the same queue: `PairAnswer`
+The labelling page (`pref_interface.labellers.web`) puts tokens of its own on the same queue: `PairAnswer`
 (an answer tied to the pair it was shown with), `ReopenLabel`, `ReinsertClip` and
 `clip.LabelEdit`.
 """

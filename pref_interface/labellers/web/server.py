@@ -2,7 +2,7 @@
 
 Every request must carry the run's random token (`?token=`); the server answers only its own
 routes and serves no file of the machine. Answers and edits become tokens on the `answers`
-queue, as keys from the terminal do (pref_interface.keys). Each POST carries a fresh `nonce`, so a
+queue, as keys from the terminal do (pref_interface.labellers.keys). Each POST carries a fresh `nonce`, so a
 replayed request is refused (409) and changes nothing; an answer names the pair it was given for,
 and only the first answer to the pair shown now is taken, whichever tab or terminal gives it.
 
@@ -30,9 +30,9 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from pref_interface.keys import ANSWER_KEYS, ENTER, PairAnswer, ReinsertClip, ReopenLabel
-from pref_interface.clip import LabelEdit
-from pref_interface.web.player import parse_clip_name
+from clips.clip import LabelEdit
+from pref_interface.labellers.keys import ANSWER_KEYS, ENTER, PairAnswer, ReinsertClip, ReopenLabel
+from pref_interface.labellers.web.player import parse_clip_name
 
 LONG_POLL_S = 20.0
 MAX_BODY_BYTES = 4096
@@ -72,7 +72,7 @@ class LabellingPage:
         self._running = threading.Event()
         self._server = ThreadingHTTPServer((host, port), _make_handler(self))
         self._server.daemon_threads = True
-        self.page_html = resources.files("pref_interface.web").joinpath("page.html").read_bytes()
+        self.page_html = resources.files("pref_interface.labellers.web").joinpath("page.html").read_bytes()
 
     @property
     def url(self) -> str:

@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from pref_interface.clip import Clip
+from clips.clip import Clip
 
 OVERSAMPLE = 10  # App. A: disagreement draws 10x more candidate pairs than it shows
 

@@ -17,8 +17,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from pref_interface.player import FPS, clip_figure, window_open
-from pref_interface.sender import QueueSender
+from clips.sender import QueueSender
+from pref_interface.labellers.player import FPS, clip_figure, window_open
 
 EPISODE_QUEUE_MAXSIZE = 1
 MAX_EPISODE_FRAMES = 20_000  # longer episodes keep their last frames (about 140 MB at most)

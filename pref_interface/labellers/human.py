@@ -2,7 +2,7 @@
 
 It runs inside the preference-interface process and implements the same `Labeller` protocol as
 the synthetic oracle. The keys come as tokens on the `answers` queue, filled by the `KeyReader`
-thread of the process that owns the terminal (see `pref_interface.keys`):
+thread of the process that owns the terminal (see `pref_interface.labellers.keys`):
 
     L  left is better (mu 1.0)     R  right is better (mu 0.0)     E  equally good (mu 0.5)
     Enter  incomparable (None: not stored)     P  replay the pair     Ctrl-D  stop labelling
@@ -15,12 +15,20 @@ import math
 import queue
 from typing import Any, Callable
 
-from pref_interface.keys import (ANSWER_KEYS, ENTER, EOF, REPLAY_KEY, PairAnswer, ReinsertClip,
-                                 ReopenLabel, answer_of)
-from pref_interface.player import FPS, ClipPlayer, Playback, clip_frames, make_player
+from clips.clip import Clip, LabelEdit
+from pref_interface.labellers.keys import (
+    ANSWER_KEYS,
+    ENTER,
+    EOF,
+    REPLAY_KEY,
+    PairAnswer,
+    ReinsertClip,
+    ReopenLabel,
+    answer_of,
+)
+from pref_interface.labellers.player import FPS, ClipPlayer, Playback, clip_frames, make_player
+from pref_interface.labellers.teachers import Labeller
 from pref_interface.labelling import InterfaceStats, LabelEditor, LabellingStopped
-from pref_interface.clip import LabelEdit, Clip
-from pref_interface.teachers import Labeller
 
 KEYS_HELP = "L left better, R right better, E equal, Enter incomparable, P replay, ^D stop"
 ANSWER_NAMES = {"L": "left better", "R": "right better", "E": "equally good"}

@@ -16,8 +16,8 @@ from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 
-from pref_interface.alongside import clip_alongside
-from pref_interface.clip import Clip
+from clips.clip import Clip
+from pref_interface.labellers.alongside import clip_alongside
 
 
 @runtime_checkable
@@ -194,7 +194,7 @@ class MyopicTeacher(OracleTeacher):
 
 class AlongsideTeacher(OracleTeacher):
     """Synthetic labels for "keep alongside other cars" (§3.2, Enduro only): prefers the clip with
-    more steps level with another car (pref_interface/alongside.py), 0.5 on equal counts. The
+    more steps level with another car (pref_interface/labellers/alongside.py), 0.5 on equal counts. The
     true reward and episode ends are ignored: only what the frames show counts."""
 
     def returns(self, left: Clip, right: Clip) -> tuple[float, float]:

@@ -13,11 +13,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from pref_interface.config import SELECTIONS
-from pref_interface.pairs import Candidate, PairScorer
-from pref_interface.clip import Clip
+from clips.clip import Clip
+from pref_interface.queries.pairs import Candidate, PairScorer
 
-
+SELECTIONS = ("random", "disagreement", "entropy", "k_center")  # --query_selection
 PREDICTOR_SELECTIONS = ("disagreement", "entropy")  # the selections that ask the ensemble
 
 # P[left preferred] under each ensemble member: (left clips, right clips) -> (n_members, B),

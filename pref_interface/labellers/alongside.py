@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pref_interface.clip import STACK, Clip
+from clips.clip import STACK, Clip
 
 SEARCH_ROWS = slice(50, 62)  # the player's car, in any of its rows, and the ground around it
 PLAYER_GREY = 192  # the player's car body, in every phase

@@ -56,7 +56,7 @@ def start_labelling_run(args: list[str], log: IO[str], timeout_s: float = 120.0
     """Start `run.py` with `--clip_player web` (stdin closed: the page answers) and wait until
     it prints the page's address; returns the process and the address. Its output goes to
     `log`, a file opened for reading and writing."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     proc = subprocess.Popen([sys.executable, str(root / "run.py"), *args, "--clip_player", "web"],
                             cwd=root, stdin=subprocess.DEVNULL, stdout=log,
                             stderr=subprocess.STDOUT, text=True)

@@ -22,7 +22,7 @@ from typing import Iterable
 
 import numpy as np
 
-from pref_interface.clip import Clip, Preference
+from clips.clip import Clip, Preference
 
 # (new clip's id, new clip, sorted clip's id, sorted clip): is the new (left) clip better?
 Query = tuple[int, Clip, int, Clip]
