@@ -23,6 +23,7 @@ from pref_interface.config import InterfaceConfig
 from pref_interface.labellers.teachers import Labeller, OracleTeacher
 from pref_interface.labelling import InterfaceStats, increment
 from pref_interface.process import CLIP_QUEUE_MAXSIZE
+from pref_interface.queries.modes import QUERY_MODES, QueryMode, make_query_mode
 from pref_interface.queries.pairs import OVERSAMPLE, ClipBuffer, select_pairs
 from pref_interface.queries.schedule import LabelSchedule
 from pref_interface.queries.selection import disagreement_score, make_pair_scorer
@@ -661,3 +662,32 @@ def test_cutter_marks_a_clip_that_ends_with_its_episode():
                                                       np.zeros((6, 1), np.float32), dones)
     assert len(clips) == 2
     assert clips[0].dones.tolist() == [False, False, True] and clips[1].dones.tolist() == [False] * 3
+
+
+@pytest.mark.parametrize("name", QUERY_MODES)
+@pytest.mark.parametrize("person", [False, True])
+def test_every_query_mode_asks_through_the_same_steps(name, person):
+    """Each --queries mode answers every step Labelling calls, and a drawn query goes through
+    split, answered and scalars, its split the clip pool's."""
+    buffer = ClipBuffer(8, val_fraction=0.0, seed=0)
+    mode = make_query_mode(InterfaceConfig(queries=name, max_segs=8, val_fraction=0.0), buffer,
+                           [], np.random.default_rng(0), person, None, send=None)
+    steps = [n for n in vars(QueryMode) if not n.startswith("_")] + list(
+        QueryMode.__annotations__)
+    assert all(callable(getattr(mode, n)) or getattr(mode, n) is None for n in steps)
+    mode.show = lambda state: None
+    for i in range(4):
+        clip = reward_clip([float(i)] * 3, value=i)
+        mode.offer(buffer.add(clip), clip)
+    queries = []
+    for _ in range(20):  # a person's first pair is held back a moment for the next one
+        queries = mode.draw(2)
+        if queries:
+            break
+        time.sleep(0.2)
+    assert 1 <= len(queries) <= (1 if person else 2)
+    left_id = queries[0][0]
+    split = mode.split(left_id)
+    assert split is False and split == buffer.is_validation(left_id)
+    mode.answered(split, 1.0)
+    assert all(np.isfinite(v) for v in mode.scalars().values())

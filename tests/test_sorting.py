@@ -365,7 +365,7 @@ def _step(labelling) -> int:
 
 def _order(labelling) -> list[list[bytes]]:
     """The training split's classes, worst first, as clip keys."""
-    sorter = labelling.sorters[False]
+    sorter = labelling.mode.sorters[False]
     return [sorted(sorter.clip(i).key for i in cls) for cls in sorter.classes()]
 
 
@@ -375,7 +375,7 @@ def test_the_loop_sorts_clips_by_their_true_return_one_stored_label_per_comparis
     for i, r in enumerate(returns):
         clips.put(make_clip(i, r))
     n_labels = sum(_step(labelling) for _ in range(200))
-    sorter = labelling.sorters[False]
+    sorter = labelling.mode.sorters[False]
     assert len(sorter) == 12 and sorter.n_comparisons == n_labels == len(labelling.store)
     assert [sorter.clip(c[0]).true_return for c in sorter.classes()] == sorted(returns)
     for pref in labelling.store.latest(n_labels):  # the clip being sorted is every label's left
@@ -388,7 +388,7 @@ def test_a_run_stopped_mid_insertion_keeps_its_labels_and_resumes_the_same_order
     labelling, clips = _labelling(path, val_fraction=0.0)
     for i, r in enumerate(np.random.default_rng(1).permutation(20).astype(float)):
         clips.put(make_clip(i, r))
-    sorter = labelling.sorters[False]
+    sorter = labelling.mode.sorters[False]
     while sorter.n_inserted < 10 or sorter._insertion is None or sorter._insertion.depth == 0:
         _step(labelling)  # stops with an insertion under way, some of its comparisons stored
     stored, order = len(labelling.store), _order(labelling)
@@ -406,9 +406,9 @@ def test_sorting_keeps_the_splits_apart_and_near_the_validation_share(tmp_path):
     for _ in range(400):
         _step(labelling)
     labels = labelling.store.latest(len(labelling.store))
-    val_keys = {labelling.sorters[True].clip(i).key for c in labelling.sorters[True].classes()
+    val_keys = {labelling.mode.sorters[True].clip(i).key for c in labelling.mode.sorters[True].classes()
                 for i in c}
-    train_keys = {labelling.sorters[False].clip(i).key for c in labelling.sorters[False].classes()
+    train_keys = {labelling.mode.sorters[False].clip(i).key for c in labelling.mode.sorters[False].classes()
                   for i in c}
     assert val_keys and train_keys and not val_keys & train_keys
     for pref in labels:
@@ -429,13 +429,13 @@ def test_a_changed_comparison_places_its_clip_again_and_the_replay_agrees(tmp_pa
     returns = np.random.default_rng(3).permutation(10).astype(float)
     for i, r in enumerate(returns[:9]):
         clips.put(make_clip(i, r))
-    while len(labelling.sorters[False]) < 9:
+    while len(labelling.mode.sorters[False]) < 9:
         _step(labelling)
     last = labelling.store.latest(1)[0]  # the answer that placed the last clip
     path = [p for p in labelling.store.latest(len(labelling.store)) if p.left.key == last.left.key]
     assert len(path) >= 2
     label = path[0] if change.startswith("first") else last
-    sorter = labelling.sorters[False]
+    sorter = labelling.mode.sorters[False]
     clip_id = sorter.sorted_id(label.left.key)
     assert clip_id is not None and label.mu in (0.0, 1.0)
     assert labelling.editor.edit(LabelEdit(label.label_id, None if change.endswith("deleted")
@@ -506,8 +506,8 @@ def test_labelling_sends_the_training_order_after_each_insertion(tmp_path):
     sent = [prefs.get_nowait() for _ in range(prefs.qsize())]
     orders = [m for m in sent if isinstance(m, ClipOrder)]
     assert len(orders) == 1 + 3  # at the start, then after each of the three insertions
-    assert orders[-1].classes == [[labelling.sorters[False].clip(i).key for i in cls]
-                                  for cls in labelling.sorters[False].classes()]
+    assert orders[-1].classes == [[labelling.mode.sorters[False].clip(i).key for i in cls]
+                                  for cls in labelling.mode.sorters[False].classes()]
     assert len(orders[-1].classes) == 4
     labelling.close()
 
