@@ -127,8 +127,8 @@ class Labelling:
             return
         t.record("labels/total", self.n_stored)
         t.record("labels/per_sec", (self.n_stored - self.n_at_dump) / t.since_dump())
-        t.record("segments/received", self.stats.clips_received.value)
-        t.record("segments/dropped", self.stats.clips_dropped.value)
+        t.record("clips/received", self.stats.clips_received.value)
+        t.record("clips/dropped", self.stats.clips_dropped.value)
         for tag, value in self.mode.scalars().items():
             t.record(tag, value)
         t.dump(self.agent_steps.value if self.agent_steps is not None else self.n_stored)

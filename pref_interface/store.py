@@ -23,7 +23,7 @@ import numpy as np
 from clips.clip import FRAME_SHAPE, STACK, Clip, Preference
 
 SCHEMA_VERSION = 1  # PRAGMA user_version of stores written by this code
-EXPORT_FORMAT_VERSION = 1
+EXPORT_FORMAT_VERSION = 2  # 1: the same arrays, `clip_*` named `seg_*` (still imported)
 SOURCES = ("synthetic", "human")
 
 _SCHEMA = """
@@ -39,6 +39,8 @@ CREATE TABLE labels (
     right_seg     BLOB    NOT NULL
 );
 """
+# The clip columns keep the store's first names (`seg`, for segment, is a clip): stores of every
+# version of the code, and runs of older code still writing to theirs, read the same.
 _COLUMNS = "id, source, is_validation, mu, left_seg, right_seg"
 
 
@@ -238,9 +240,9 @@ class PreferenceStore:
         """Write every label to a plain `.npz` (no pickled objects); returns the number written.
 
         Arrays: `mu` (N,), `is_validation` (N,), `source` (N,) str, `created` (N,), `ids` (N,),
-        `seg_steps` (N, 2) int, and the clips left0, right0, left1, ... concatenated:
+        `clip_steps` (N, 2) int, and the clips left0, right0, left1, ... concatenated:
         `frames` uint8 (sum(T + 3), 84, 84), `actions` int64 (sum T), `true_rewards` float32 (sum T),
-        `dones` bool (sum T) with `seg_has_dones` (N, 2) bool saying which clips have them
+        `dones` bool (sum T) with `clip_has_dones` (N, 2) bool saying which clips have them
         (older exports lack both: their clips import with `dones=None`).
         Frames are streamed into the archive one clip at a time, so memory stays small.
         """
@@ -267,7 +269,7 @@ class PreferenceStore:
             "source": np.array([m[2] for m in meta], dtype="<U9"),
             "is_validation": np.array([m[3] for m in meta], dtype=bool),
             "mu": np.array([m[4] for m in meta], dtype=np.float64),
-            "seg_steps": steps,
+            "clip_steps": steps,
         }
         n_steps = int(steps.sum())
         actions = np.empty(n_steps, np.int64)
@@ -293,7 +295,7 @@ class PreferenceStore:
                             has_dones[k, side] = True
                         pos += len(clip)
             small["actions"], small["true_rewards"] = actions, rewards
-            small["dones"], small["seg_has_dones"] = dones, has_dones
+            small["dones"], small["clip_has_dones"] = dones, has_dones
             for name, arr in small.items():
                 with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
                     np.lib.format.write_array(f, arr, allow_pickle=False)
@@ -314,18 +316,20 @@ class PreferenceStore:
         try:
             with z:
                 version = int(z["format_version"])
-                if version != EXPORT_FORMAT_VERSION:
+                if version not in (1, EXPORT_FORMAT_VERSION):
                     raise StoreError(f"{path}: label export format {version}, "
-                                     f"expected {EXPORT_FORMAT_VERSION}")
-                small = {k: z[k] for k in ("created", "source", "is_validation", "mu", "seg_steps",
-                                           "actions", "true_rewards")}
+                                     f"expected at most {EXPORT_FORMAT_VERSION}")
+                clip = "seg" if version == 1 else "clip"  # format 1 named a clip a segment
+                small = {k: z[k] for k in ("created", "source", "is_validation", "mu", "actions",
+                                           "true_rewards")}
+                small["clip_steps"] = z[f"{clip}_steps"]
                 has_dones = "dones" in z.files
                 if has_dones:
-                    small["dones"], small["seg_has_dones"] = z["dones"], z["seg_has_dones"]
+                    small["dones"], small["clip_has_dones"] = z["dones"], z[f"{clip}_has_dones"]
             n = len(small["mu"])
-            if small["seg_steps"].dtype.kind not in "iu":
-                raise ValueError("seg_steps must be integers")
-            steps = small["seg_steps"].astype(np.int64).reshape(n, 2)
+            if small["clip_steps"].dtype.kind not in "iu":
+                raise ValueError("clip_steps must be integers")
+            steps = small["clip_steps"].astype(np.int64).reshape(n, 2)
             if any(len(small[k]) != n for k in ("created", "source", "is_validation")):
                 raise ValueError("per-label arrays differ in length")
             if (steps.size and steps.min() < 1) or len(small["actions"]) != steps.sum():
@@ -333,7 +337,7 @@ class PreferenceStore:
             if has_dones:
                 if small["dones"].dtype != bool or len(small["dones"]) != steps.sum():
                     raise ValueError("dones must be booleans, one per step")
-                seg_has_dones = small["seg_has_dones"].astype(bool).reshape(n, 2)
+                clip_has_dones = small["clip_has_dones"].astype(bool).reshape(n, 2)
             with zipfile.ZipFile(path) as zf, zf.open("frames.npy") as f, self._transaction(immediate=True):
                 shape = _read_npy_header(f)
                 if shape != (int(steps.sum()) + 2 * n * (STACK - 1), *FRAME_SHAPE):
@@ -346,7 +350,7 @@ class PreferenceStore:
                     clips = []
                     for side, t in enumerate(steps[k]):
                         frames = np.frombuffer(_read_exact(f, (t + STACK - 1) * frame_bytes), np.uint8)
-                        dones = small["dones"][pos:pos + t] if has_dones and seg_has_dones[k, side] else None
+                        dones = small["dones"][pos:pos + t] if has_dones and clip_has_dones[k, side] else None
                         clips.append(Clip.pack(frames.reshape(-1, *FRAME_SHAPE),
                                                small["actions"][pos:pos + t],
                                             small["true_rewards"][pos:pos + t], dones))

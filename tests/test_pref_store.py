@@ -259,8 +259,30 @@ def test_store_keeps_episode_ends_and_reads_older_clips(tmp_path):
     with zipfile.ZipFile(tmp_path / "labels.npz") as src, \
             zipfile.ZipFile(tmp_path / "old.npz", "w") as dst:
         for name in src.namelist():
-            if name not in ("dones.npy", "seg_has_dones.npy"):
+            if name not in ("dones.npy", "clip_has_dones.npy"):
                 dst.writestr(name, src.read(name))
     with PreferenceStore(tmp_path / "c.db") as store:
         assert store.import_npz(tmp_path / "old.npz") == 2
         assert all(s.dones is None for p in store.latest(2) for s in (p.left, p.right))
+
+
+def test_an_export_of_the_first_format_imports_unchanged(tmp_path):
+    """tests/fixtures/labels_export_v1.npz: three labels exported by code of the first export
+    format, which named a clip a segment (`seg_steps`, `seg_has_dones`); today's store imports
+    them, and exports them again as they were."""
+    fixture = Path(__file__).resolve().parent / "fixtures" / "labels_export_v1.npz"
+    with PreferenceStore(tmp_path / "a.db") as store:
+        assert store.import_npz(fixture) == 3 and store.import_npz(fixture) == 0
+        store.export_npz(tmp_path / "again.npz")
+        labels = store.latest(3)
+    assert [(p.mu, p.source, p.is_validation) for p in labels] == [
+        (1.0, "human", False), (0.5, "synthetic", True), (0.0, "human", False)]
+    assert labels[0].left.dones.tolist() == [False, False, True] and labels[0].right.dones is None
+    assert labels[2].right.true_rewards.tolist() == [0.0, 0.0, 0.0, 1.0]
+    old, new = np.load(fixture), np.load(tmp_path / "again.npz")
+    assert int(new["format_version"]) == 2 and "seg_steps" not in new.files
+    for name in ("created", "source", "is_validation", "mu", "actions", "true_rewards", "dones",
+                 "frames"):
+        assert np.array_equal(old[name], new[name]), name
+    assert np.array_equal(old["seg_steps"], new["clip_steps"])
+    assert np.array_equal(old["seg_has_dones"], new["clip_has_dones"])
