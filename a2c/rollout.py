@@ -20,11 +20,12 @@ RewardFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 class RolloutObserver(Protocol):
-    """Sees every rollout (e.g. to cut clips for labelling); must return quickly, never block."""
+    """Sees every rollout (e.g. to cut clips for labelling); must return quickly, never block.
+    The rollout's arrays are reused by the next one: it copies what it keeps."""
 
     def __call__(self, rollout: "Rollout") -> None: ...
 
-    # An observer may also have `close()`, called once when A2C stops (e.g. to finish sending).
+    # An observer may also have `close()`, called once when the agent stops (a2c/loop_side.py).
 
 
 @dataclass
@@ -44,26 +45,25 @@ class RolloutCollector:
     """Steps a VecEnv with a policy; rewards come from the env (sign-clipped) or from `reward_fn`."""
 
     def __init__(self, env: VecEnv, policy: torch.nn.Module, n_steps: int,
-                 reward_fn: RewardFn | None = None, observers: list[RolloutObserver] = (),
-                 seed: int = 0, bf16: bool = False):
+                 reward_fn: RewardFn | None = None, seed: int = 0, bf16: bool = False):
         """The policy may live on a GPU: observations go to its device, actions come back."""
         self.env = env
         self.policy = policy
         self.n_steps = n_steps
         self.reward_fn = reward_fn
-        self.observers = list(observers)
         n = env.num_envs
         self.obs = np.empty((n_steps + 1, n, 4, 84, 84), dtype=np.uint8)
         self.obs[0] = env.reset(seed=seed)
+        self.collected = False  # once true, obs[T] (the last rollout's next one) starts the next
         self.device = next(policy.parameters()).device
         self.generator = torch.Generator(self.device).manual_seed(seed)
         self.bf16 = bf16
-        # Per-env sum of the reward A2C trains on, for the "predicted return" of each episode.
-        self.train_return = np.zeros(n, dtype=np.float64)
+        self.train_returns = TrainReturns(n)
 
     def collect(self, keep_graph: bool = True) -> Rollout:
         """One rollout; with `keep_graph=False` (acting without learning) no autograd graph is
-        built and the logits and values come back detached."""
+        built and the logits and values come back detached. Its `obs` stays as collected until
+        the next call."""
         with torch.set_grad_enabled(keep_graph):
             return self._collect()
 
@@ -73,6 +73,9 @@ class RolloutCollector:
 
     def _collect(self) -> Rollout:
         T, n = self.n_steps, self.env.num_envs
+        if self.collected:
+            self.obs[0] = self.obs[T]
+        self.collected = True
         actions = np.empty((T, n), dtype=np.int64)
         true_rewards = np.empty((T, n), dtype=np.float32)
         dones = np.empty((T, n), dtype=bool)
@@ -100,36 +103,29 @@ class RolloutCollector:
                                      actions.reshape(T * n)).reshape(T, n).astype(np.float32)
         rollout = Rollout(self.obs, actions, true_rewards, rewards, dones, finished,
                           torch.stack(logits), torch.stack(values), last_value)
-        self._track_train_return(rollout)
-        for observer in self.observers:
-            observer(rollout)
-        self.obs[0] = self.obs[T]
+        self.train_returns(rollout)
         return rollout
-
-    def close(self) -> None:
-        """A2C is stopping: the observers finish sending."""
-        close_observers(self.observers)
 
     def _to_device(self, obs: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(obs).to(self.device, non_blocking=True)
 
-    def _track_train_return(self, rollout: Rollout) -> None:
-        """Attach the summed training reward to each finished episode record (the records come
-        in step order and, within a step, in env order)."""
+
+class TrainReturns:
+    """Each env's running sum of the reward the agent trains on, attached to the records of
+    the episodes that end as their `train_return` (the "predicted return" when it is r̂)."""
+
+    def __init__(self, n_envs: int) -> None:
+        self.sums = np.zeros(n_envs, dtype=np.float64)
+
+    def __call__(self, rollout: Rollout) -> None:
+        """Account the rollout's rewards; its records come in step order and, within a step, in
+        env order."""
         records = iter(rollout.finished)
         for t in range(rollout.rewards.shape[0]):
-            self.train_return += rollout.rewards[t]
+            self.sums += rollout.rewards[t]
             for i in np.flatnonzero(rollout.dones[t]):
-                next(records).train_return = float(self.train_return[i])
-                self.train_return[i] = 0.0
-
-
-def close_observers(observers: list[RolloutObserver]) -> None:
-    """The agent is stopping: close the observers that have a `close` (they finish sending)."""
-    for observer in observers:
-        close = getattr(observer, "close", None)
-        if close is not None:
-            close()
+                next(records).train_return = float(self.sums[i])
+                self.sums[i] = 0.0
 
 
 def sample_actions(policy: torch.nn.Module, obs: np.ndarray, greedy: bool = False) -> np.ndarray:

@@ -4,8 +4,7 @@
 """
 from __future__ import annotations
 
-import collections
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -13,25 +12,17 @@ import torch
 from a2c.a2c import A2C
 from a2c.config import ALIVE_TAG, GRAD_NORM_MAX_TAG, A2CRunConfig, A2CStats
 from a2c.checkpoint import load_policy, load_weights_into, read_checkpoint, save_policy
+from a2c.loop_side import LoopSide, Pace
 from a2c.optim import load_state_keeping_settings
 from a2c.policies import alive_units, is_dead, make_policy
 from a2c.rollout import RewardFn, Rollout, RolloutCollector, RolloutObserver
 from runtime.precision import use_bf16
-from runtime.scalars import Telemetry
-
-
-class Pace(Protocol):
-    """A hook that may hold A2C back before each rollout (the reward predictor's pace)."""
-
-    def wait(self, agent_steps: int, stop_event: Any = None) -> float:
-        """Block while A2C is ahead; the seconds waited."""
-
-    def labels_per_step(self, agent_steps: int) -> float:
-        """What is logged as charts/predictor_labels_per_step."""
 
 
 class A2CAgent:
-    """The policy, its env and its update, as the loop's steps.
+    """The policy, its env and its update, as the loop's steps; the pace, the clip source and
+    what is recorded of the steps are the loop's side (a2c/loop_side.py), shared with other
+    learners.
 
     Args:
         make_reward_fn: builds, in this process, the reward that replaces the env's (r̂).
@@ -63,17 +54,16 @@ class A2CAgent:
                 load_state_keeping_settings(self.algo.optimizer, state["optimizer"])
             self.timesteps, self.updates = state["timesteps"], state["updates"]
         self.reward_fn = make_reward_fn() if make_reward_fn else None
-        self.pace = make_pace() if make_pace else None
-        self.start_timesteps, self.steps_at_dump = self.timesteps, self.timesteps
-        self.start_updates = self.updates
+        self.start_timesteps, self.start_updates = self.timesteps, self.updates
         self.collector = RolloutCollector(
-            self.env, self.policy, c.n_steps, self.reward_fn,
-            make_observers(c.n_envs) if make_observers else [], seed=config.seed,
+            self.env, self.policy, c.n_steps, self.reward_fn, seed=config.seed,
             bf16=use_bf16(config.precision, config.device))
-        self.telemetry = Telemetry(log_dir, self.timesteps if config.load_ckpt_dir else None)
-        self.recent_returns: collections.deque = collections.deque(maxlen=100)
-        self.waited = 0.0  # seconds held back by the pace since the last dump
-        self.rewards_since_dump: list[np.ndarray] = []  # r̂ given to the policy (for its spread)
+        self.side = LoopSide(
+            log_dir, purge_step=self.timesteps if config.load_ckpt_dir else None,
+            timesteps=self.timesteps, stats=stats,
+            observers=make_observers(c.n_envs) if make_observers else [],
+            pace=make_pace() if make_pace else None, predicted=self.reward_fn is not None)
+        self.telemetry = self.side.telemetry  # the learner's scalars are written with the side's
         self.reviver = None  # a2c.revive.Reviver, made at the first death (--revive_dead_policy)
 
     @property
@@ -82,13 +72,13 @@ class A2CAgent:
 
     def wait_for_predictor(self, stop_event: Any = None) -> None:
         """App. A.2's pace: hold the next rollout while the predictor has trained too little."""
-        if self.pace is not None:
-            self.waited += self.pace.wait(self.timesteps - self.start_timesteps, stop_event)
+        self.side.wait(self.timesteps, stop_event)
 
     def act(self) -> Rollout:
         """T steps in each of the N envs; r̂ replaces the game's reward; the observers (the clip
         source) see the rollout."""
         rollout = self.collector.collect(keep_graph=self.config.learn)
+        self.side.observe(rollout)
         self.timesteps += rollout.actions.size
         return rollout
 
@@ -111,38 +101,7 @@ class A2CAgent:
     def record(self, rollout: Rollout) -> None:
         """Episodes ended, the reward's spread, speed and the pace, to TensorBoard and the
         status line; written once a second."""
-        t = self.telemetry
-        for ep in rollout.finished:
-            self.recent_returns.append(ep.true_return)
-            t.record_each("charts/episodic_return", ep.true_return)
-            t.record_each("charts/episodic_length", ep.length)
-            if self.reward_fn is not None:
-                t.record_each("charts/predicted_return", ep.train_return)
-        if self.stats is not None:
-            self.stats.timesteps.value = self.timesteps
-            if rollout.finished:
-                self.stats.episodes.value += len(rollout.finished)
-                self.stats.recent_return.value = float(np.mean(self.recent_returns))
-        if self.reward_fn is not None:
-            self.rewards_since_dump.append(rollout.rewards)
-        if not t.due():
-            return
-        if self.rewards_since_dump:  # r̂'s spread on the policy's own frames
-            t.record("charts/reward_std", float(np.std(self.rewards_since_dump)))
-            self.rewards_since_dump.clear()
-        elapsed = t.since_dump()
-        sps = (self.timesteps - self.steps_at_dump) / elapsed
-        t.record("charts/SPS", sps)
-        if self.pace is not None:
-            # The share of wall-clock time A2C spent waiting for the predictor.
-            t.record("charts/waiting_for_predictor", self.waited / elapsed)
-            t.record("charts/predictor_labels_per_step",
-                     self.pace.labels_per_step(self.timesteps - self.start_timesteps))
-            self.waited = 0.0
-        if self.stats is not None:
-            self.stats.steps_per_sec.value = sps
-        t.dump(self.timesteps)
-        self.steps_at_dump = self.timesteps
+        self.side.record(rollout, self.timesteps)
 
     def checkpoint_if_due(self) -> None:
         if not self.config.learn:
@@ -216,6 +175,7 @@ class A2CAgent:
             if self.config.learn:
                 self.checkpoint(final=True)
         finally:
-            self.collector.close()
-            self.telemetry.close(self.timesteps)
-            self.env.close()
+            try:
+                self.side.close(self.timesteps)  # the clip source, then the scalars
+            finally:
+                self.env.close()

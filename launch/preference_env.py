@@ -18,7 +18,6 @@ processes start from a fresh interpreter or a fork server, and import the script
 from __future__ import annotations
 
 import atexit
-import collections
 import sys
 import time
 from typing import Any
@@ -28,19 +27,21 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from a2c.config import A2CConfig
-from a2c.rollout import Rollout, close_observers
-from envs.vec_env import EpisodeTracker
-from launch.cli import UsageError, build_parser, parse_args
+from a2c.loop_side import LoopSide
+from a2c.rollout import Rollout, TrainReturns
+from envs.vec_env import EpisodeRecord, EpisodeTracker
+from launch.cli import UsageError, parse_args
 from launch.loop import PreferenceLoop
 from launch.phases import prepare_predictor
 from launch.rundir import PREFS_FILE
 from launch.session import open_labelling_page, start_run
+from launch.settings import keyword_flags
 from launch.stopping import (EXIT_INTERRUPTED, exit_on_stop_signals, interrupted_status,
                              signal_received, stop_main_process_on_signals)
-from runtime.scalars import ScalarWriter
 
 STATUS_EVERY_S = 30.0  # a status line on stderr this often (the caller's own logs go on)
-# Steps/s over this long: a library may pause stepping for seconds to learn (PPO's epochs).
+# The scalars, and steps/s, over at least this long: a library may pause stepping for seconds to
+# learn (PPO's epochs), and a window that spans its pauses gives its real rate.
 RATE_EVERY_S = 10.0
 
 
@@ -96,28 +97,32 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         exit_on_stop_signals()
         n = env.num_envs
         self._reward = self._loop.reward_fn()
-        self._observers = self._loop.observers(n) if self._loop.observers else []
-        self._pace = self._loop.pace()
-        self._episodes = EpisodeTracker(n)
-        # One block of agent steps is handed to the clip cutter at a time, as one of A2C's rollouts.
+        # The agent's side of the loop, as A2C's process has it: pace, clip source, records.
+        self._side = LoopSide(str(self.run_dir / "tb"), every_s=RATE_EVERY_S,
+                              stats=self._loop.agent_stats,
+                              observers=self._loop.observers(n) if self._loop.observers else [],
+                              pace=self._loop.pace(), predicted=True)
+        self._episodes, self._train_returns = EpisodeTracker(n), TrainReturns(n)
+        # One block of agent steps is handed over at a time, as one of A2C's rollouts.
         T = A2CConfig().n_steps
         self._obs = np.zeros((T + 1, n, 4, 84, 84), dtype=np.uint8)
         self._actions = np.zeros((T, n), dtype=np.int64)
         self._true_rewards = np.zeros((T, n), dtype=np.float32)
         self._rewards = np.zeros((T, n), dtype=np.float32)
         self._dones = np.zeros((T, n), dtype=bool)
+        self._finished: list[EpisodeRecord] = []
         self._t = 0
         self._steps = 0
-        self._recent: collections.deque[float] = collections.deque(maxlen=100)
-        self._last_status = self._last_rate = time.monotonic()
-        self._steps_at_last_rate = 0
-
-        self._writer = ScalarWriter(str(self.run_dir / "tb"))
+        self._last_status = time.monotonic()
 
     def reset(self, *, seed: int | list[int] | None = None,
               options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
-        self._obs[0], self._t = obs, 0
+        self._record_partial_block()  # its steps count; its clips would run across the reset
+        self._obs[0] = obs
+        # Every env starts a new episode: the running ones end unrecorded.
+        self._episodes, self._train_returns = EpisodeTracker(self.num_envs), TrainReturns(
+            self.num_envs)
         return obs, info
 
     def step(self, actions: np.ndarray):
@@ -131,15 +136,8 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         dones = np.logical_or(terminated, truncated)
         self._obs[t + 1], self._actions[t], self._rewards[t] = obs, actions, rewards
         self._true_rewards[t], self._dones[t] = true_rewards, dones
+        self._finished += self._episodes(true_rewards, dones)
         self._steps += self.num_envs
-        stats = self._loop.agent_stats
-        stats.timesteps.value = self._steps
-        for ep in self._episodes(true_rewards, dones):
-            stats.episodes.value += 1
-            self._recent.append(ep.true_return)
-            stats.recent_return.value = float(np.mean(self._recent))
-            self._writer.add_scalar("charts/episodic_return", ep.true_return, self._steps)
-            self._writer.add_scalar("charts/episodic_length", ep.length, self._steps)
         self._t += 1
         if self._t == len(self._actions):
             self._hand_over_block()
@@ -157,29 +155,38 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
     def set_attr(self, name: str, values: Any) -> None:
         self.env.set_attr(name, values)
 
+    def _block(self, steps: int) -> Rollout:
+        """The block's first `steps` steps as a rollout, its ended episodes with their r̂ sums."""
+        rollout = Rollout(self._obs[:steps + 1], self._actions[:steps],
+                          self._true_rewards[:steps], self._rewards[:steps], self._dones[:steps],
+                          self._finished)
+        self._train_returns(rollout)
+        self._finished, self._t = [], 0
+        return rollout
+
     def _hand_over_block(self) -> None:
-        """The finished block of steps goes to the clip cutter, as A2C's rollouts do."""
-        rollout = Rollout(self._obs, self._actions, self._true_rewards, self._rewards, self._dones)
-        for observer in self._observers:
-            observer(rollout)
-        self._obs[0], self._t = self._obs[-1], 0
+        """The finished block of steps goes to the clip cutter and the records, as A2C's
+        rollouts do."""
+        rollout = self._block(len(self._actions))
+        self._side.observe(rollout)
+        self._side.record(rollout, self._steps)
+        self._obs[0] = self._obs[-1]
+
+    def _record_partial_block(self) -> None:
+        """A block cut short (a reset, the end) is recorded, not cut into clips."""
+        if self._t:
+            self._side.record(self._block(self._t), self._steps)
 
     def _between_blocks(self) -> None:
         """Before each block: a child that failed ends the run; the predictor's pace may hold
-        the agent back; the rate and the status line are updated."""
+        the agent back; the status line is updated."""
         if self._loop.sup.check() is not None:
             self._exit_status = 1
             self.close()
             raise RuntimeError("PreferenceVecEnv: a process of the preference loop failed "
                                "(its error is above)")
-        self._pace.wait(self._steps, self._loop.sup.stop_event)
-        stats = self._loop.agent_stats
+        self._side.wait(self._steps, self._loop.sup.stop_event)
         now = time.monotonic()
-        if now - self._last_rate >= RATE_EVERY_S:
-            stats.steps_per_sec.value = (self._steps - self._steps_at_last_rate) / (
-                now - self._last_rate)
-            self._writer.add_scalar("charts/SPS", stats.steps_per_sec.value, self._steps)
-            self._last_rate, self._steps_at_last_rate = now, self._steps
         if now - self._last_status >= STATUS_EVERY_S:
             self._last_status = now
             line = self._loop.status()
@@ -193,11 +200,13 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
             return
         self._closed = True
         exit_on_stop_signals(False)
-        close_observers(self._observers)
+        try:
+            self._record_partial_block()
+        finally:
+            self._side.close(self._steps)  # the clip source, then the scalars
         self._loop.sup.stop()
         self._loop.ch.reward_weights.remove_left_block()
         self._session.close()
-        self._writer.close()
         # what ends the caller's loop: closed from its `finally`, or at exit after it was unhandled
         ending = sys.exc_info()[1] or getattr(sys, "last_value", None)
         if not self._exit_status and signal_received():
@@ -217,29 +226,16 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
 
 
 def settings_argv(env_id: str, num_envs: int, settings: dict[str, Any]) -> list[str]:
-    """run.py's command line for these keyword settings (ValueError for an unknown one)."""
-    actions: dict[str, list] = {}
-    for action in build_parser()._actions:
-        if action.option_strings and action.dest != "help":
-            actions.setdefault(action.dest, []).append(action)
+    """run.py's command line for these keyword settings (ValueError for an unknown one, a
+    boolean that cannot be set so, or n_envs that is not the env's)."""
     settings = {"n_envs": num_envs, **settings}
     if settings["n_envs"] != num_envs:
         raise ValueError(f"PreferenceVecEnv: n_envs={settings['n_envs']} but the env has "
                          f"{num_envs}")
-    argv = ["train_policy_with_preferences", env_id]
-    for name, value in settings.items():
-        if name not in actions:
-            raise ValueError(f"PreferenceVecEnv: unknown setting {name!r} (run.py's flags, "
-                             "without the dashes, are the settings)")
-        if isinstance(value, bool):
-            flags = [a.option_strings[0] for a in actions[name] if a.const is value]
-            if flags:
-                argv.append(flags[0])
-            elif value != actions[name][0].default:
-                raise ValueError(f"PreferenceVecEnv: {name} cannot be {value}")
-        elif value is not None:
-            argv += [actions[name][0].option_strings[0], str(value)]
-    return argv
+    try:
+        return ["train_policy_with_preferences", env_id, *keyword_flags(settings)]
+    except ValueError as e:
+        raise ValueError(f"PreferenceVecEnv: {e}") from None
 
 
 def _check_env(env: gymnasium.vector.VectorEnv) -> None:

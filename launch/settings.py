@@ -15,6 +15,7 @@ from typing import Any, Callable
 from a2c.config import A2CConfig, A2CRunConfig
 from pref_interface.config import InterfaceConfig
 from pref_interface.labellers.player import PLAYER_KINDS
+from pref_interface.queries.modes import QUERY_MODES
 from pref_interface.queries.selection import SELECTIONS
 from reward_predictor.config import TrainerConfig
 
@@ -178,7 +179,7 @@ class Settings:
         InterfaceConfig.queries, "prefs", "pairs: each query a fresh pair of clips; sort: each new "
         "clip placed among the sorted ones by binary search (rl-teacher-atari's sorting tree), "
         "each comparison stored as a label",
-        choices=("pairs", "sort"))
+        choices=QUERY_MODES)
     query_selection: str = setting(
         InterfaceConfig.query_selection, "prefs",
         "pairs to label: random, those the ensemble disagrees on most (App. A), those whose "
@@ -347,6 +348,34 @@ def build_parser(parser_class: type = argparse.ArgumentParser, *, with_defaults:
         g.add_argument(flag, type=kind, default=default(f.default), choices=m["choices"],
                        metavar=m["metavar"], help=help_text)
     return p
+
+
+def keyword_flags(keywords: dict[str, Any]) -> list[str]:
+    """The command-line flags that give these settings, named without the dashes
+    (`{"batchnorm": False, "seed": 3}` -> `["--no_batchnorm", "--seed", "3"]`), for
+    `build_parser` to parse: a boolean is its flag or its off switch, an unset (None) value no
+    flag. ValueError, in one line, for an unknown setting or a boolean that has no flag for the
+    value."""
+    declared = {f.name: f for f in flag_fields()}
+    argv: list[str] = []
+    for name, value in keywords.items():
+        f = declared.get(name)
+        if f is None:
+            raise ValueError(f"unknown setting {name!r} (run.py's flags, without the dashes, are "
+                             "the settings)")
+        if f.type == "bool":
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} is True or False, got {value!r}")
+            off = f.metadata["negation"]
+            if value:
+                argv.append(f"--{name}")
+            elif off is not None:
+                argv.append(off[0])
+            elif f.default:
+                raise ValueError(f"{name} cannot be False")
+        elif value is not None:
+            argv += [f"--{name}", str(value)]
+    return argv
 
 
 ENV_KIND_NAMES = {"atari": "Atari games", "moving_dot": "MovingDot"}  # envs.env_kind's kinds

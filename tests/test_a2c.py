@@ -78,6 +78,78 @@ def test_the_telemetry_keeps_the_largest_value_since_its_last_dump(tmp_path):
     assert points[:2].tolist() == [9.0, 1.0] and np.isnan(points[2])
 
 
+def test_the_loop_side_records_the_blocks_and_measures_speed_over_pauses(tmp_path, monkeypatch):
+    """A learner that stops stepping for seconds to learn (PPO's epochs) gets its real rate: the
+    steps over the whole window the scalars are written over, its pause included, not the rate
+    while it steps. The pace's wait, the episodes, r̂'s spread and the counters go along."""
+    import multiprocessing as mp
+    from types import SimpleNamespace
+
+    import runtime.scalars
+    from a2c.config import A2CStats
+    from a2c.loop_side import LoopSide
+    from a2c.rollout import Rollout
+    from envs.vec_env import EpisodeRecord
+    from experiments.runlog import scalars
+
+    now = [0.0]
+    monkeypatch.setattr(runtime.scalars, "time", SimpleNamespace(monotonic=lambda: now[0],
+                                                                 time=time.time))
+
+    class Pace:
+        def wait(self, agent_steps: int, stop_event=None) -> float:
+            now[0] += 0.01
+            return 0.01
+
+        def labels_per_step(self, agent_steps: int) -> float:
+            return 0.25
+
+    class Observer(list):
+        closed = False
+
+        def __call__(self, rollout):
+            self.append(rollout.actions.size)
+
+        def close(self):
+            self.closed = True
+
+    stats, seen = A2CStats(mp.get_context("spawn")), Observer()
+    side = LoopSide(tmp_path / "tb", every_s=10.0, stats=stats, observers=[seen], pace=Pace(),
+                    predicted=True)
+    T, n = 5, 4
+    rewards = np.tile(np.array([0.0, 1.0], np.float32), (T, n // 2))  # spread 0.5
+
+    def block(steps: int, finished=()) -> int:
+        side.wait(steps)
+        now[0] += 0.02  # stepping: 1,000 agent steps a second
+        rollout = Rollout(np.zeros((T + 1, n, 4, 84, 84), np.uint8), np.zeros((T, n), np.int64),
+                          np.zeros((T, n), np.float32), rewards, np.zeros((T, n), bool),
+                          list(finished))
+        side.observe(rollout)
+        side.record(rollout, steps + T * n)
+        return steps + T * n
+
+    steps = block(0, [EpisodeRecord(0, 21.0, 250, train_return=0.7)])
+    for _ in range(99):
+        steps = block(steps)
+    assert stats.steps_per_sec.value == 0.0  # 3 s: nothing written yet
+    now[0] += 7.0  # the learner's own update
+    steps = block(steps)
+    side.close(steps)
+    assert steps == 2020 and seen == [20] * 101 and seen.closed
+    sps = scalars(tmp_path / "tb", "charts/SPS")
+    assert sps[:, 1:].tolist() == [[2020, pytest.approx(2020 / 10.03)]]  # not 1,000 a second
+    assert stats.steps_per_sec.value == pytest.approx(2020 / 10.03)
+    assert stats.timesteps.value == 2020 and stats.episodes.value == 1
+    assert stats.recent_return.value == 21.0
+    waiting = scalars(tmp_path / "tb", "charts/waiting_for_predictor")[:, 2]
+    assert waiting.tolist() == [pytest.approx(1.01 / 10.03)]
+    for tag, value in [("charts/predictor_labels_per_step", 0.25), ("charts/reward_std", 0.5),
+                       ("charts/episodic_return", 21.0), ("charts/episodic_length", 250),
+                       ("charts/predicted_return", 0.7)]:
+        assert scalars(tmp_path / "tb", tag)[:, 2].tolist() == [pytest.approx(value)], tag
+
+
 def test_learning_rate_decays_linearly_to_zero():
     algo = A2C(make_policy("moving_dot", 5), A2CConfig(lr=1e-3, lr_zero_timesteps=1000))
     assert algo.learning_rate(0) == pytest.approx(1e-3)

@@ -1,4 +1,5 @@
 """PreferenceVecEnv: the preference loop around another library's agent (gymnasium 1.x)."""
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 from envs.gym_vector import GymVectorEnv
+from experiments.runlog import scalars
 from launch.preference_env import PreferenceVecEnv, settings_argv
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,6 +30,8 @@ def test_settings_are_run_py_flags_as_keywords():
         settings_argv("PongNoFrameskip-v4", 8, dict(learning_rate=1e-3))
     with pytest.raises(ValueError, match="n_envs=4 but the env has 8"):
         settings_argv("PongNoFrameskip-v4", 8, dict(n_envs=4))
+    with pytest.raises(ValueError, match="batchnorm is True or False, got 'no'"):
+        settings_argv("PongNoFrameskip-v4", 8, dict(batchnorm="no"))
 
 
 class _NextStepEnv(gymnasium.vector.VectorEnv):
@@ -140,6 +144,11 @@ def test_the_wrapper_runs_the_loop_around_an_agent_and_saves_like_run_py(tmp_pat
         assert len(store) > SMALL["n_initial_prefs"]  # labelled while the caller stepped
     assert (d / "reward_predictor" / "reward_predictor.pt").is_file()
     assert (d / "settings.json").is_file() and list((d / "tb").glob("events.out.tfevents.*"))
+    # A2C's records of its steps: 4 envs' 250-step episodes, each with its true and r̂ sum
+    episodes = scalars(d / "tb", "charts/episodic_return")
+    assert len(episodes) == 16 and len(scalars(d / "tb", "charts/predicted_return")) == 16
+    np.testing.assert_allclose(np.sort(episodes[:, 2]),
+                               np.sort(true.reshape(4, 250, 4).sum(axis=1).ravel()))
     err = capsys.readouterr().err
     assert "run finished" in err and "agent steps    4,000" in err, err
     assert "resume:" not in err  # nothing to resume
@@ -152,13 +161,14 @@ def test_a_failure_in_the_callers_loop_is_summarised_as_one(tmp_path, capsys):
     env.reset(seed=0)
     with pytest.raises(ZeroDivisionError):
         try:
-            for _ in range(100):
+            for _ in range(102):  # 20 blocks and 2 steps of the next
                 env.step(np.zeros(2, np.int64))
             1 / 0  # the caller's own bug
         finally:
             env.close()
     err = capsys.readouterr().err
     assert "run stopped: the caller's loop raised ZeroDivisionError" in err, err
+    assert re.search(r"agent steps +204\n", err), err  # the steps of the block cut short count
     assert "resume:            PreferenceVecEnv(env, resume=" in err
 
 
