@@ -35,10 +35,10 @@ PHASES = ("gather", "pretrain", "train")
 PHASE_MARKS = {"gathering": "gather", "pretraining the reward predictor": "pretrain",
                "steps ": "train"}
 SMALL_FLAGS = ["--synthetic_prefs", "--n_initial_prefs", "40", "--million_timesteps", "1",
-               "--n_envs", "4", "--max_segs", "100"]
+               "--n_envs", "4", "--max_clips", "100"]
 # Pretraining epochs: enough for a moment to stop it in, or few on the way to training.
 EPOCHS = {"pretrain": 40, "gather": 3, "train": 3}
-CHILD_NAMES = {"a2c": "a2c", "pref_interface": "pref_interface",
+CHILD_NAMES = {"a2c": "a2c", "labelling": "labelling",
                "reward_predictor": "reward_predicto"}  # as /proc/PID/comm shows them (15 bytes)
 
 WRAPPER_SCRIPT = textwrap.dedent("""
@@ -50,7 +50,7 @@ WRAPPER_SCRIPT = textwrap.dedent("""
     if __name__ == "__main__":
         env = PreferenceVecEnv(GymVectorEnv("MovingDotNoFrameskip-v0", 4), log_dir={log_dir!r},
                                synthetic_prefs=True, n_initial_prefs=40, n_initial_epochs={epochs},
-                               max_segs=100)
+                               max_clips=100)
         env.reset(seed=0)
         print("steps from here on: the caller's loop", file=sys.stderr, flush=True)
         rng = np.random.default_rng(0)

@@ -23,7 +23,7 @@ class ClipObserver:
             self.sender.send(clip)
 
     def close(self) -> None:
-        """A2C is exiting: let a clip the interface has started reading arrive whole."""
+        """A2C is exiting: let a clip labelling has started reading arrive whole."""
         self.sender.close()
 
 

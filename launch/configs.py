@@ -75,17 +75,17 @@ def trainer_environ(config) -> dict[str, str]:
     return {} if config.keep_freed_memory else trainer_malloc_environ()
 
 
-def interface_config(run: Run, page_updates: Any = None, gather_labels: int | None = None):
-    """The preference interface's configuration; `gather_labels`: gathering the initial labels
+def labelling_config(run: Run, page_updates: Any = None, gather_labels: int | None = None):
+    """Labelling's configuration; `gather_labels`: gathering the initial labels
     (App. A: pairs drawn at random, nobody takes them off the queue, stop at this many)."""
-    from pref_interface.config import InterfaceConfig
+    from pref_interface.config import LabellingConfig
     from pref_interface.labellers.teachers import default_episode_end_penalty
     from pref_interface.queries.schedule import FRAMESKIP
 
     s = run.settings
     penalty = (s.episode_end_penalty if s.episode_end_penalty is not None else
                default_episode_end_penalty(s.env_id))
-    return InterfaceConfig(max_segs=s.max_segs, synthetic=s.synthetic_prefs,
+    return LabellingConfig(max_clips=s.max_clips, synthetic=s.synthetic_prefs,
                            max_pairs_per_clip=s.max_pairs_per_clip or None,
                            clip_player=run.player_kind or "terminal", page_updates=page_updates,
                            keep_typed_ahead=not sys.stdin.isatty(),

@@ -35,7 +35,7 @@ import time
 from functools import partial
 from typing import Any, Protocol
 
-from launch.configs import agent_stats, interface_config, trainer_config, trainer_environ
+from launch.configs import agent_stats, labelling_config, trainer_config, trainer_environ
 from launch.rundir import Run
 from launch.session import Session
 from launch.supervisor import Supervisor, preference_status
@@ -198,7 +198,7 @@ class Channels:
         version number.
     answers: main process's terminal key reader -> human labeller (pref_interface.labellers.keys); one
         queue for the whole run (None when nobody labels by hand).
-    page_updates (the session's, passed in the interface's config): the human labeller's
+    page_updates (the session's, passed in labelling's config): the human labeller's
         WebPlayer -> the labelling page's server in the main process (--clip_player web); one
         queue for the whole run.
     episodes: the agent -> episode viewer (--render_episodes); maxsize 1, dropped when full.
@@ -223,16 +223,16 @@ class Channels:
                    reward_weights, session.answers,
                    ctx.Queue(maxsize=EPISODE_QUEUE_MAXSIZE) if session.show_episodes else None)
 
-    def a2c_observers(self, interface_stats=None, every_env: bool = False):
+    def a2c_observers(self, labelling_stats=None, every_env: bool = False):
         """The agent's rollout observers (clip source, episode recorder) as one picklable
         factory; `every_env`: clips cut from every env at once (gathering the first labels)."""
         from clips.observer import make_clip_observers
         from pref_interface.labellers.episodes import chain_observers, make_episode_observers
 
         factories = []
-        if interface_stats is not None:
+        if labelling_stats is not None:
             factories.append(partial(make_clip_observers, self.clips,
-                                     interface_stats.clips_dropped, every_env=every_env))
+                                     labelling_stats.clips_dropped, every_env=every_env))
         if self.episodes is not None:
             factories.append(partial(make_episode_observers, self.episodes))
         return partial(chain_observers, factories) if factories else None
@@ -254,7 +254,7 @@ class PreferenceLoop:
 
     def __init__(self, run: Run, ctx, session: Session, prefs_path: str,
                  predictor_path: str | None, agent: Any = None) -> None:
-        from pref_interface.labelling import InterfaceStats
+        from pref_interface.labelling import LabellingStats
         from pref_interface.store import stored_labels
         from reward_predictor.config import TrainerStats
         from reward_predictor.shared import SharedWeights
@@ -265,20 +265,20 @@ class PreferenceLoop:
         self.sup = sup = Supervisor(ctx)
         self.ch = ch = Channels.for_run(ctx, session, sup.stop_event, SharedWeights(ctx))
         self.agent_stats, self.trainer_stats = agent_stats(ctx, run), TrainerStats.create(ctx)
-        self.interface_stats = InterfaceStats.create(ctx, self.trainer_stats.labels_received,
+        self.labelling_stats = LabellingStats.create(ctx, self.trainer_stats.labels_received,
                                                      stored_labels(prefs_path))
         sup.start("reward_predictor", run_predictor_trainer, tconfig, ch,
                   environ=trainer_environ(tconfig), stats=self.trainer_stats,
                   log_dir=str(run.dir / "tb" / "reward_predictor"))
-        sup.start("pref_interface", run_labelling, interface_config(run, session.page_updates), ch,
-                  stats=self.interface_stats, store_path=prefs_path,
+        sup.start("labelling", run_labelling, labelling_config(run, session.page_updates), ch,
+                  stats=self.labelling_stats, store_path=prefs_path,
                   log_dir=str(run.dir / "tb" / "labels"),
                   val_accuracy=self.trainer_stats.val_accuracy,
                   make_predictor=partial(predictor.preference_predictor, ch.reward_weights,
                                          tconfig),
                   agent_steps=self.agent_stats.timesteps)
         self.reward_fn = partial(predictor.predicted_reward, ch.reward_weights, tconfig)
-        self.observers = ch.a2c_observers(self.interface_stats)
+        self.observers = ch.a2c_observers(self.labelling_stats)
         self.pace = partial(PredictorPace, ch.reward_weights,
                             labels_per_member(s.min_predictor_labels_per_step,
                                               s.predictor_pace_unit, s.ensemble_size))
@@ -289,7 +289,7 @@ class PreferenceLoop:
 
     def status(self, steps: bool = True) -> str:
         """The status line; "" while a person labels (the counters are in the prompt)."""
-        if self.ch.answers is not None and self.sup.procs["pref_interface"].is_alive():
+        if self.ch.answers is not None and self.sup.procs["labelling"].is_alive():
             return ""
-        return preference_status(self.agent_stats, self.interface_stats, self.trainer_stats,
+        return preference_status(self.agent_stats, self.labelling_stats, self.trainer_stats,
                                  steps)

@@ -7,7 +7,7 @@ import sys
 from functools import partial
 from typing import Any, Callable
 
-from launch.configs import (MILLION, a2c_config, agent_stats, interface_config, trainer_config,
+from launch.configs import (MILLION, a2c_config, agent_stats, labelling_config, trainer_config,
                             trainer_environ)
 from launch.loop import Channels, PreferenceLoop, run_labelling, start_agent
 from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run
@@ -20,24 +20,24 @@ from reward_predictor import entry_points as predictor
 
 def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = None) -> int:
     """The untrained policy acts (no updates) while clips are labelled into the store."""
-    from pref_interface.labelling import InterfaceStats
+    from pref_interface.labelling import LabellingStats
 
     n_labels = run.settings.n_initial_prefs
     sup = Supervisor(ctx)
     ch = Channels.for_run(ctx, session, sup.stop_event, trainer=False)
     store_path = str(run.dir / PREFS_FILE)
     a2c_stats = agent_stats(ctx, run)
-    istats = InterfaceStats.create(ctx, labels_stored=stored_labels(store_path))
+    labelling_stats = LabellingStats.create(ctx, labels_stored=stored_labels(store_path))
     if report is not None:
         report.agent_stats = a2c_stats
     config = a2c_config(run)
     config.learn, config.total_timesteps = False, 2 ** 62  # runs until the labels are in
     every_env = run.settings.gather_clips == "every_env"
-    sup.start("pref_interface", run_labelling,
-              interface_config(run, session.page_updates, n_labels), ch, stats=istats,
+    sup.start("labelling", run_labelling,
+              labelling_config(run, session.page_updates, n_labels), ch, stats=labelling_stats,
               store_path=store_path, log_dir=str(run.dir / "tb" / "labels"))
     start_agent(sup, ch, config, log_dir=str(run.dir / "tb" / "gather"), stats=a2c_stats,
-                make_observers=ch.a2c_observers(istats, every_env))
+                make_observers=ch.a2c_observers(labelling_stats, every_env))
     print(f"gathering {n_labels} labels from the untrained policy", file=sys.stderr)
     if ch.answers is not None and run.player_kind == "web" and not sys.stdin.isatty():
         print("answer on the page; Ctrl-C stops the run", file=sys.stderr)
@@ -46,8 +46,8 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
               "here: Ctrl-D stops labelling (labels kept), Ctrl-C stops the run", file=sys.stderr)
     # A person labelling sees the counters in the prompt: no status line over the player.
     progress = None if ch.answers is not None else Progress(
-        "labels", n_labels, "label", lambda: (istats.labels_stored.value, a2c_status(a2c_stats)))
-    return sup.wait(progress=progress, until=lambda: not sup.procs["pref_interface"].is_alive())
+        "labels", n_labels, "label", lambda: (labelling_stats.labels_stored.value, a2c_status(a2c_stats)))
+    return sup.wait(progress=progress, until=lambda: not sup.procs["labelling"].is_alive())
 
 
 def pretrain_phase(run: Run, ctx, session: Session, prefs_path: str) -> tuple[int, str | None]:

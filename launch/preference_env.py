@@ -6,7 +6,7 @@
 
 It runs what `run.py train_policy_with_preferences` runs, with the caller's training loop in the
 place of our A2C process: the same gathering and pretraining phases first (our untrained policy
-acts, as in run.py), then the predictor's trainer and the preference interface as processes
+acts, as in run.py), then the predictor's trainer and labelling as processes
 (launch/loop.py's PreferenceLoop), the same run directory, label store, checkpoints,
 TensorBoard logs and settings. Settings are run.py's flags as keywords (`n_initial_prefs=200`,
 `batchnorm=False`, `resume="runs/x"`); an environment's own settings apply as in run.py.
@@ -194,7 +194,7 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
                 print(line, file=sys.stderr, flush=True)
 
     def close(self, **kwargs: Any) -> None:
-        """Stop the trainer and the interface (the labels and the predictor are saved), print
+        """Stop the trainer and labelling (the labels and the predictor are saved), print
         the run's summary, close the env."""
         if getattr(self, "_closed", True):
             return

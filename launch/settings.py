@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable
 
 from a2c.config import A2CConfig, A2CRunConfig
-from pref_interface.config import InterfaceConfig
+from pref_interface.config import LabellingConfig
 from pref_interface.labellers.player import PLAYER_KINDS
 from pref_interface.queries.modes import QUERY_MODES
 from pref_interface.queries.selection import SELECTIONS
@@ -76,11 +76,13 @@ def teacher_spec(v: str) -> str | None:
 
 def setting(default: Any, group: str, help: str, *, choices: tuple | None = None,
             metavar: str | None = None, negation: tuple[str, str] | None = None,
-            check: Check | None = None) -> Any:
+            check: Check | None = None, old_name: str | None = None) -> Any:
     """A field of Settings: `negation` is the (flag, help) of a boolean's off switch; `check`,
-    the rule its value keeps (unset values are not checked)."""
+    the rule its value keeps (unset values are not checked); `old_name`, the name it had before,
+    still taken as a flag (not shown in --help) and read from older runs' settings.json."""
     return field(default=default, metadata=dict(group=group, help=help, choices=choices,
-                                                metavar=metavar, negation=negation, check=check))
+                                                metavar=metavar, negation=negation, check=check,
+                                                old_name=old_name))
 
 
 @dataclass
@@ -141,7 +143,7 @@ class Settings:
         "display is available")
     # preferences
     synthetic_prefs: bool = setting(
-        InterfaceConfig.synthetic, "prefs",
+        LabellingConfig.synthetic, "prefs",
         "label clip pairs by their true reward instead of asking a person")
     clip_player: str = setting(
         "auto", "prefs", "where a person watches the clip pairs: a window, the terminal in "
@@ -157,11 +159,11 @@ class Settings:
     max_prefs: int = setting(
         TrainerConfig.max_prefs, "prefs",
         "the predictor trains on the latest this many labels (App. A)", check=positive)
-    max_segs: int = setting(
-        InterfaceConfig.max_segs, "prefs",
-        "recent clips kept by the preference interface to draw pairs from", check=positive)
+    max_clips: int = setting(
+        LabellingConfig.max_clips, "prefs",
+        "recent clips kept by labelling to draw pairs from", check=positive, old_name="max_segs")
     max_pairs_per_clip: int = setting(
-        InterfaceConfig.max_pairs_per_clip, "prefs", "offer each clip in at most this many "
+        LabellingConfig.max_pairs_per_clip, "prefs", "offer each clip in at most this many "
         "pairs, so that synthetic labels made faster than clips arrive wait for new clips (0: no "
         "limit)", check=non_negative)
     gather_clips: str = setting(
@@ -169,37 +171,37 @@ class Settings:
         "the envs in turn (as in training), or every_env, one per 25 steps from each env (N times "
         "faster, from fewer episodes)", choices=("rotate", "every_env"))
     teacher: str = setting(
-        InterfaceConfig.teacher, "prefs", "synthetic labeller: oracle, alongside, "
+        LabellingConfig.teacher, "prefs", "synthetic labeller: oracle, alongside, "
         "boltzmann:beta=B, mistake:eps=E, skip:threshold=X, equal:threshold=X or myopic:gamma=G "
         "(B-Pref teachers)", check=teacher_spec)
     episode_end_penalty: float | None = setting(
         None, "prefs", "subtracted from a clip's true return for each episode end in it when "
         "labels are synthetic (App. A; unset: 1 for Atari games except Pong, else 0)")
     queries: str = setting(
-        InterfaceConfig.queries, "prefs", "pairs: each query a fresh pair of clips; sort: each new "
+        LabellingConfig.queries, "prefs", "pairs: each query a fresh pair of clips; sort: each new "
         "clip placed among the sorted ones by binary search (rl-teacher-atari's sorting tree), "
         "each comparison stored as a label",
         choices=QUERY_MODES)
     query_selection: str = setting(
-        InterfaceConfig.query_selection, "prefs",
+        LabellingConfig.query_selection, "prefs",
         "pairs to label: random, those the ensemble disagrees on most (App. A), those whose "
         "mean predicted preference is most uncertain (B-Pref's entropy), or those least like any "
         "pair shown before (B-Pref's k-center)",
         choices=SELECTIONS)
     oversampling: int = setting(
-        InterfaceConfig.oversampling, "prefs",
+        LabellingConfig.oversampling, "prefs",
         "disagreement, entropy and k-center draw this many times more candidate pairs than they "
         "show (App. A: 10)", check=at_least_one)
     label_schedule: str = setting(
-        InterfaceConfig.label_schedule, "prefs", "how labels are spread over the run: none "
+        LabellingConfig.label_schedule, "prefs", "how labels are spread over the run: none "
         "labels as fast as the predictor trains, constant and annealed (App. A: rate ~ "
         "5e6/(T+5e6), T frames) spend --max_labels by its end",
         choices=("none", "constant", "annealed"))
     max_labels: int = setting(
-        InterfaceConfig.max_labels, "prefs",
+        LabellingConfig.max_labels, "prefs",
         "labels a --label_schedule spends over the run, the initial ones included", check=at_least_one)
     anneal_every_frames: float = setting(
-        float(InterfaceConfig.anneal_every_frames), "prefs",
+        float(LabellingConfig.anneal_every_frames), "prefs",
         "emulator frames between the annealed schedule's rate decreases (App. A: 5e6)", check=positive)
     load_prefs_dir: str | None = setting(
         None, "prefs", "a run directory whose prefs.sqlite is copied into this run and used")
@@ -277,6 +279,8 @@ class Settings:
         """A saved run's settings; a setting newer than the run takes its default, and one the
         project no longer has is dropped."""
         names = {f.name for f in fields(cls)}
+        renamed = {f.metadata["old_name"]: f.name for f in flag_fields() if f.metadata["old_name"]}
+        saved = {renamed.get(k, k): v for k, v in saved.items()}
         return cls(**{k: v for k, v in saved.items() if k in names})
 
 
@@ -347,6 +351,9 @@ def build_parser(parser_class: type = argparse.ArgumentParser, *, with_defaults:
         kind = {"int": int, "float": finite_float, "float | None": finite_float}.get(f.type)
         g.add_argument(flag, type=kind, default=default(f.default), choices=m["choices"],
                        metavar=m["metavar"], help=help_text)
+        if m["old_name"]:  # the flag's earlier name, for older commands and scripts
+            g.add_argument(f"--{m['old_name']}", dest=f.name, type=kind, default=default(f.default),
+                           choices=m["choices"], help=argparse.SUPPRESS)
     return p
 
 

@@ -211,13 +211,13 @@ def a2c_status(stats, steps: bool = True) -> str:
             + line)
 
 
-def preference_status(a2c_stats, interface_stats=None, trainer_stats=None,
+def preference_status(a2c_stats, labelling_stats=None, trainer_stats=None,
                       steps: bool = True) -> str:
     line = a2c_status(a2c_stats, steps)
-    if interface_stats is not None:
-        line += f" | labels {interface_stats.labels_stored.value}"
-        if interface_stats.clips_dropped.value:
-            line += f" ({interface_stats.clips_dropped.value} clips dropped)"
+    if labelling_stats is not None:
+        line += f" | labels {labelling_stats.labels_stored.value}"
+        if labelling_stats.clips_dropped.value:
+            line += f" ({labelling_stats.clips_dropped.value} clips dropped)"
     if trainer_stats is not None:
         line += f" | val acc {percent(trainer_stats.val_accuracy.value)}"
     return line

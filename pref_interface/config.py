@@ -1,4 +1,4 @@
-"""Settings of the preference-interface process (torch-free, like a2c/config.py and
+"""Settings of the labelling process (torch-free, like a2c/config.py and
 reward_predictor/config.py)."""
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pref_interface.queries.pairs import OVERSAMPLE
 
 
 @dataclass
-class InterfaceConfig:
-    """Settings of the preference-interface process."""
+class LabellingConfig:
+    """Settings of the labelling process."""
 
-    max_segs: int = 1000
+    max_clips: int = 1000
     """Most recent clips kept to draw pairs from."""
     max_pairs_per_clip: int | None = 2
     """Each clip is offered in at most this many pairs (ClipBuffer); labelling waits for new

@@ -1,4 +1,4 @@
-"""What the labellers share with the preference interface's process: its counters, the signal
+"""What the labellers share with the labelling process: its counters, the signal
 that labelling stopped, and a person's edits of stored labels."""
 from __future__ import annotations
 
@@ -10,21 +10,21 @@ from pref_interface.store import PreferenceStore
 
 
 @dataclass
-class InterfaceStats:
+class LabellingStats:
     """Counters shared between processes (each a `multiprocessing.Value('i')`)."""
 
-    labels_total: Any  # labels made and stored by the interface in this run
+    labels_total: Any  # labels made and stored by labelling in this run
     labels_stored: Any  # labels in the store now, earlier phases' and runs' too (as the summary)
     labels_received: Any  # labels taken off `preferences`, incremented by the trainer
-    clips_received: Any  # clips the interface took off `clips`
+    clips_received: Any  # clips labelling took off `clips`
     clips_dropped: Any  # clips A2C dropped because `clips` was full
 
     @classmethod
     def create(cls, ctx: Any, labels_received: Any | None = None,
-               labels_stored: int = 0) -> "InterfaceStats":
+               labels_stored: int = 0) -> "LabellingStats":
         """Make the counters with a multiprocessing context (e.g. `get_context("spawn")`);
         pass the trainer's own `labels_received` Value to share it rather than make a new one,
-        and the labels the store holds already (the status line's count until the interface
+        and the labels the store holds already (the status line's count until labelling
         has opened it)."""
         return cls(ctx.Value("i", 0), ctx.Value("i", labels_stored),
                    labels_received if labels_received is not None else ctx.Value("i", 0),

@@ -14,22 +14,22 @@ from typing import Any
 import numpy as np
 
 from clips.clip import Clip, Preference
-from pref_interface.config import InterfaceConfig
+from pref_interface.config import LabellingConfig
 from pref_interface.labellers.teachers import Labeller, make_teacher
-from pref_interface.labelling import InterfaceStats, LabelEditor, increment
+from pref_interface.labelling import LabellingStats, LabelEditor, increment
 from pref_interface.queries.pairs import ClipBuffer
 from pref_interface.queries.schedule import FRAMESKIP, LabelSchedule
 from pref_interface.queries.modes import make_query_mode
 from pref_interface.store import PreferenceStore
 from runtime.scalars import Telemetry
 
-CLIP_QUEUE_MAXSIZE = 4  # A2C drops clips rather than wait for the interface
+CLIP_QUEUE_MAXSIZE = 4  # A2C drops clips rather than wait for labelling
 LOG_EVERY_S = 5.0  # how often labelling writes its TensorBoard scalars
 GATHER_BATCH = 16  # pairs drawn at a time while no trainer paces the labelling
 
 
-def make_labeller(config: InterfaceConfig, answers: Any | None = None, stop: Any | None = None,
-                  stats: InterfaceStats | None = None, val_accuracy: Any | None = None,
+def make_labeller(config: LabellingConfig, answers: Any | None = None, stop: Any | None = None,
+                  stats: LabellingStats | None = None, val_accuracy: Any | None = None,
                   n_stored: int = 0, labels: LabelEditor | None = None,
                   has_trainer: bool = True, reinsert: Any | None = None) -> Labeller:
     """The labeller the config asks for. A person (`synthetic=False`) needs `answers`, the queue
@@ -78,7 +78,7 @@ class Labelling:
         agent_steps: A2C's shared step counter (for a label schedule and the TensorBoard x-axis).
     """
 
-    def __init__(self, config: InterfaceConfig, channels: Any, *, stats: InterfaceStats,
+    def __init__(self, config: LabellingConfig, channels: Any, *, stats: LabellingStats,
                  store_path: str, labeller: Labeller | None = None, log_dir: str | None = None,
                  val_accuracy: Any | None = None, make_predictor: Any | None = None,
                  agent_steps: Any | None = None) -> None:
@@ -87,7 +87,7 @@ class Labelling:
         self.has_trainer = self.preferences is not None
         pair_seq, val_seq = np.random.SeedSequence(config.seed).spawn(2)
         self.pair_rng = np.random.default_rng(pair_seq)
-        self.buffer = ClipBuffer(config.max_segs, config.val_fraction, seed=val_seq,
+        self.buffer = ClipBuffer(config.max_clips, config.val_fraction, seed=val_seq,
                                  max_pairs_per_clip=config.max_pairs_per_clip)
         self.store = PreferenceStore(store_path)
         self.n_stored = stats.labels_stored.value = len(self.store)
@@ -188,7 +188,7 @@ class Labelling:
             self.preferences.cancel_join_thread()
 
 
-def _labels_wanted(config: InterfaceConfig, stats: InterfaceStats, schedule: LabelSchedule | None,
+def _labels_wanted(config: LabellingConfig, stats: LabellingStats, schedule: LabelSchedule | None,
                    n_stored: int, agent_steps: Any | None, human: bool, has_trainer: bool) -> int:
     """How many pairs to have in hand now: for a person, the pair shown and the next one (the
     labelling page loads it ahead); synthetic labels fill the free in-flight slots (so the
@@ -202,7 +202,7 @@ def _labels_wanted(config: InterfaceConfig, stats: InterfaceStats, schedule: Lab
     return max(0, min(wanted, 2 if human else wanted))
 
 
-def _drain_clips(clips: Any, buffer: ClipBuffer, stats: InterfaceStats
+def _drain_clips(clips: Any, buffer: ClipBuffer, stats: LabellingStats
                  ) -> list[tuple[int, Clip]]:
     """Every clip waiting on the queue, into the buffer; returns them with their ids."""
     added = []

@@ -1,5 +1,5 @@
 """Reward-predictor weights shared between the trainer process and its consumers (A2C's reward,
-the interface's query selection), in place of the earlier reproduction's parameter server."""
+labelling's query selection), in place of the earlier reproduction's parameter server."""
 from __future__ import annotations
 
 import math

@@ -1,7 +1,7 @@
 """TensorBoard scalars without torch: the processes' one writer.
 
 torch's SummaryWriter writes through the same tensorboard EventFileWriter, but importing it loads
-torch and its memory, which the preference interface and a wrapper's caller need for nothing
+torch and its memory, which labelling and a wrapper's caller need for nothing
 else.
 """
 from __future__ import annotations

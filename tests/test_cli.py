@@ -268,14 +268,14 @@ run = cli.parse_args(["train_policy_with_preferences", "PongNoFrameskip-v4",
     "--synthetic_prefs", "--dropout", "0.5", "--batchnorm", "--log_dir", {str(tmp_path / 'r')!r}])
 ctx = mp.get_context("spawn")
 from a2c.config import A2CStats
-from pref_interface.labelling import InterfaceStats
+from pref_interface.labelling import LabellingStats
 from reward_predictor.config import TrainerStats
 from reward_predictor.pace import labels_per_member
 from reward_predictor.shared import SharedWeights
 sup = Supervisor(ctx)
 ch = Channels.for_run(ctx, Session(run, ctx), sup.stop_event, SharedWeights(ctx))
-configs.a2c_config(run), configs.trainer_config(run, None), configs.interface_config(run)
-A2CStats(ctx), TrainerStats.create(ctx), InterfaceStats.create(ctx), ch.a2c_observers()
+configs.a2c_config(run), configs.trainer_config(run, None), configs.labelling_config(run)
+A2CStats(ctx), TrainerStats.create(ctx), LabellingStats.create(ctx), ch.a2c_observers()
 labels_per_member(0.1, "ensemble", 3)
 print("torch" in sys.modules)
 """
@@ -374,3 +374,21 @@ def test_each_setting_keeps_its_own_check_and_the_defaults_pass_them():
     assert invalid_setting(replace(DEFAULTS, lr_zero_million_timesteps=0.0)).startswith(
         "--lr_zero_million_timesteps must be positive")
     assert "--teacher is not a teacher" in invalid_setting(replace(DEFAULTS, teacher="sage"))
+
+
+def test_a_renamed_setting_keeps_its_old_flag_and_older_runs_settings(tmp_path):
+    """--max_clips was --max_segs: the old flag still parses (hidden from --help), and a run
+    saved under the old name resumes with its value."""
+    import json
+
+    from launch.cli import load_settings, parse_args
+    from launch.settings import DEFAULTS, build_parser
+
+    run = parse_args(["train_policy_with_preferences", "MovingDot-v0", "--max_segs", "77"])
+    assert run.settings.max_clips == 77
+    assert "--max_segs" not in build_parser().format_help()
+    saved = {**DEFAULTS.to_json(), "mode": "train_policy_with_preferences",
+             "env_id": "MovingDot-v0", "max_segs": 123}
+    del saved["max_clips"]
+    (tmp_path / "settings.json").write_text(json.dumps(saved))
+    assert load_settings(tmp_path).max_clips == 123

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from clips.clip import Clip
-from pref_interface.config import InterfaceConfig
+from pref_interface.config import LabellingConfig
 from pref_interface.labellers.episodes import EpisodeObserver, chain_observers, make_episode_observers
 from pref_interface.labellers.human import HumanLabeller
 from pref_interface.labellers.keys import ENTER, EOF, KeyReader, answer_of, line_token, split_keys
@@ -173,11 +173,11 @@ def test_prompt_shows_labels_so_far_the_trainers_backlog_and_val_accuracy():
 
 
 def test_make_labeller_gives_a_person_only_with_an_answers_queue():
-    config = InterfaceConfig(synthetic=False)
+    config = LabellingConfig(synthetic=False)
     with pytest.raises(ValueError):
         make_labeller(config)
     assert isinstance(make_labeller(config, queue.Queue()), HumanLabeller)
-    assert make_labeller(InterfaceConfig(synthetic=True)).source == "synthetic"
+    assert make_labeller(LabellingConfig(synthetic=True)).source == "synthetic"
 
 
 # ---- the terminal player -----------------------------------------------------------------------

@@ -1,12 +1,13 @@
-"""The code's layers, read from its imports: the paper's parts (a2c, reward_predictor,
+"""The code's layers, read from its imports: the paper's parts (a2c, clips, reward_predictor,
 pref_interface, envs) and the shared runtime below them never import the launcher above them,
 the runtime imports none of the parts, and no module imports itself round a circle."""
 import ast
 from pathlib import Path
 
+from launch.names import PACKAGES
+
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("a2c", "envs", "launch", "pref_interface", "reward_predictor", "runtime")
-LOWER = {"a2c", "envs", "pref_interface", "reward_predictor", "runtime"}  # below launch
+LOWER = set(PACKAGES) - {"launch"}  # below launch
 
 
 def _module_name(path: Path) -> str:

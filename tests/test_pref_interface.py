@@ -19,9 +19,9 @@ from clips.clip import Clip, Preference
 from clips.cutter import ClipCutter, EveryEnvCutter
 from clips.sender import QueueSender
 from launch.loop import Channels, run_labelling
-from pref_interface.config import InterfaceConfig
+from pref_interface.config import LabellingConfig
 from pref_interface.labellers.teachers import Labeller, OracleTeacher
-from pref_interface.labelling import InterfaceStats, increment
+from pref_interface.labelling import LabellingStats, increment
 from pref_interface.process import CLIP_QUEUE_MAXSIZE
 from pref_interface.queries.modes import QUERY_MODES, QueryMode, make_query_mode
 from pref_interface.queries.pairs import OVERSAMPLE, ClipBuffer, select_pairs
@@ -168,7 +168,7 @@ def test_cutter_discards_a_clip_whose_stacks_stop_overlapping():
 
 def test_pairs_are_never_offered_twice():
     rng = np.random.default_rng(0)
-    buf = ClipBuffer(max_segs=6)
+    buf = ClipBuffer(max_clips=6)
     for v in range(6):
         buf.add(tiny_clip(v))
     offered, lefts = [], set()
@@ -187,7 +187,7 @@ def test_pairs_are_never_offered_twice():
 
 def test_pairs_stay_new_in_a_full_buffer():
     rng = np.random.default_rng(1)
-    clip, buf = tiny_clip(0), ClipBuffer(max_segs=1000)
+    clip, buf = tiny_clip(0), ClipBuffer(max_clips=1000)
     for _ in range(1000):
         buf.add(clip)
     seen = set()
@@ -203,7 +203,7 @@ def test_a_clip_is_offered_in_at_most_max_pairs_per_clip_pairs(val_fraction):
     """Labels made faster than clips arrive wait for new clips instead of reusing the few there
     are."""
     rng = np.random.default_rng(3)
-    buf = ClipBuffer(max_segs=1000, val_fraction=val_fraction, seed=4, max_pairs_per_clip=2)
+    buf = ClipBuffer(max_clips=1000, val_fraction=val_fraction, seed=4, max_pairs_per_clip=2)
     clip = tiny_clip(0)
     uses: dict[int, int] = {}
     n_offered = 0
@@ -217,7 +217,7 @@ def test_a_clip_is_offered_in_at_most_max_pairs_per_clip_pairs(val_fraction):
         assert max(uses.values(), default=0) <= 2 and n_offered <= n_clips
     assert n_offered >= 280  # the cap binds (about one pair per clip), it does not stall
     # Without a cap the same buffer gives 16 pairs at once from a handful of clips.
-    free = ClipBuffer(max_segs=1000)
+    free = ClipBuffer(max_clips=1000)
     for _ in range(8):
         free.add(clip)
     assert len(free.sample_new_pairs(16, rng)) == 16
@@ -232,7 +232,7 @@ def test_select_pairs_queries_where_the_score_is_highest():
     assert [a for a, *_ in chosen] == [6, 13, 20]
     assert len(select_pairs(candidates, 50, rng)) == 30 and select_pairs([], 3, rng) == []
 
-    buf = ClipBuffer(max_segs=50)
+    buf = ClipBuffer(max_clips=50)
     for v in range(50):
         buf.add(clip)
     seen_sizes = []
@@ -274,7 +274,7 @@ def send_and_exit(q, sent) -> None:
 
 
 def test_closing_the_sender_lets_a_late_reader_get_the_whole_item():
-    """The interface drains clip_queue between labels, so it may start on a clip only after A2C
+    """Labelling drains clip_queue between labels, so it may start on a clip only after A2C
     has begun to exit. Without `close` the sender dies half-way through the write and the reader
     waits forever for the rest (checked by making `close` return at once: the reader hangs)."""
     ctx = mp.get_context("spawn")
@@ -293,7 +293,7 @@ def test_closing_the_sender_lets_a_late_reader_get_the_whole_item():
     assert sender.exitcode == 0
 
 
-def slow_consumer(pref_queue, stats: InterfaceStats, n: int, max_in_flight: int) -> list[Preference]:
+def slow_consumer(pref_queue, stats: LabellingStats, n: int, max_in_flight: int) -> list[Preference]:
     """A trainer that takes a label every 20 ms."""
     received = []
     for _ in range(n):
@@ -307,8 +307,8 @@ def slow_consumer(pref_queue, stats: InterfaceStats, n: int, max_in_flight: int)
 def test_no_preference_is_dropped_when_the_trainer_is_slow(tmp_path):
     ctx = mp.get_context("spawn")
     clip_queue, pref_queue = ctx.Queue(CLIP_QUEUE_MAXSIZE), ctx.Queue()
-    stop_event, stats = ctx.Event(), InterfaceStats.create(ctx)
-    config = InterfaceConfig(max_segs=8, max_in_flight=3, stop_after_labels=25, seed=0,
+    stop_event, stats = ctx.Event(), LabellingStats.create(ctx)
+    config = LabellingConfig(max_clips=8, max_in_flight=3, stop_after_labels=25, seed=0,
                              synthetic=True, max_pairs_per_clip=None)
     store_path = str(tmp_path / "prefs.sqlite")
     proc = ctx.Process(target=run_labelling, args=(config, Channels(stop_event, clip_queue, pref_queue)),
@@ -339,10 +339,10 @@ def test_no_preference_is_dropped_when_the_trainer_is_slow(tmp_path):
 
 def test_gathering_initial_labels_stops_at_the_requested_number(tmp_path):
     ctx = mp.get_context("spawn")
-    clip_queue, stop_event, stats = queue.Queue(), threading.Event(), InterfaceStats.create(ctx)
+    clip_queue, stop_event, stats = queue.Queue(), threading.Event(), LabellingStats.create(ctx)
     for v in range(20):  # about 1/e of the clips (and so of the labels) are validation
         clip_queue.put(tiny_clip(v, reward=v % 2))
-    config = InterfaceConfig(max_segs=20, stop_after_labels=12, seed=0,
+    config = LabellingConfig(max_clips=20, stop_after_labels=12, seed=0,
                              synthetic=True, max_pairs_per_clip=None)
     path = str(tmp_path / "prefs.sqlite")
     channels = Channels(stop_event, clip_queue)  # no trainer reads labels
@@ -367,12 +367,12 @@ def test_incomparable_pairs_are_not_stored_and_stop_event_ends_the_loop(tmp_path
             return None if self.asked % 2 else 0.5
 
     clip_queue, stop_event = queue.Queue(), threading.Event()
-    stats = InterfaceStats.create(mp.get_context("spawn"))
+    stats = LabellingStats.create(mp.get_context("spawn"))
     for v in range(4):
         clip_queue.put(tiny_clip(v))
     labeller, path = Undecided(), str(tmp_path / "prefs.sqlite")
     worker = threading.Thread(target=run_labelling, args=(
-        InterfaceConfig(seed=0, val_fraction=0.0, synthetic=True, max_pairs_per_clip=None),
+        LabellingConfig(seed=0, val_fraction=0.0, synthetic=True, max_pairs_per_clip=None),
         Channels(stop_event, clip_queue)),
         kwargs=dict(stats=stats, store_path=path, labeller=labeller))
     worker.start()
@@ -388,18 +388,18 @@ def test_incomparable_pairs_are_not_stored_and_stop_event_ends_the_loop(tmp_path
 
 
 def test_the_interface_process_labels_and_logs_without_importing_torch(tmp_path):
-    """With random selection nothing in the interface needs torch (and its memory)."""
+    """With random selection nothing in labelling needs torch (and its memory)."""
     import subprocess
     import sys
 
     script = f"""
 import multiprocessing as mp, queue, sys, threading
-from pref_interface.labelling import InterfaceStats
-from pref_interface.config import InterfaceConfig
+from pref_interface.labelling import LabellingStats
+from pref_interface.config import LabellingConfig
 from launch.loop import Channels, run_labelling
-run_labelling(InterfaceConfig(synthetic=True, stop_after_labels=0),
+run_labelling(LabellingConfig(synthetic=True, stop_after_labels=0),
               Channels(threading.Event(), queue.Queue(), queue.Queue()),
-              stats=InterfaceStats.create(mp.get_context("spawn")),
+              stats=LabellingStats.create(mp.get_context("spawn")),
               store_path={str(tmp_path / "p.sqlite")!r}, log_dir={str(tmp_path / "tb")!r})
 print("torch" in sys.modules)
 """
@@ -411,13 +411,13 @@ print("torch" in sys.modules)
 
 def test_human_labelling_is_refused_without_a_terminal_to_read_answers_from(tmp_path):
     with pytest.raises(ValueError, match="answers queue"):
-        run_labelling(InterfaceConfig(synthetic=False), Channels(threading.Event(), queue.Queue()),
-                      stats=InterfaceStats.create(mp.get_context("spawn")),
+        run_labelling(LabellingConfig(synthetic=False), Channels(threading.Event(), queue.Queue()),
+                      stats=LabellingStats.create(mp.get_context("spawn")),
                       store_path=str(tmp_path / "p.sqlite"))
 
 
-def _interface_that_shows_its_stacks(config: InterfaceConfig, channels: Channels, **parts) -> None:
-    """The interface process, printing every thread's stack to stderr on SIGUSR1 (so that a
+def _interface_that_shows_its_stacks(config: LabellingConfig, channels: Channels, **parts) -> None:
+    """The labelling process, printing every thread's stack to stderr on SIGUSR1 (so that a
     test that finds it stuck can show where). Ctrl-C raises KeyboardInterrupt in it even when
     pytest was started with SIGINT ignored (as `cmd &` in a script does): a spawned child
     inherits that."""
@@ -430,10 +430,10 @@ def _interface_that_shows_its_stacks(config: InterfaceConfig, channels: Channels
 def test_interface_exits_promptly_even_when_the_trainer_stopped_reading(tmp_path, how):
     ctx = mp.get_context("spawn")
     clip_queue, pref_queue = ctx.Queue(CLIP_QUEUE_MAXSIZE), ctx.Queue()
-    stop_event, stats = ctx.Event(), InterfaceStats.create(ctx)
+    stop_event, stats = ctx.Event(), LabellingStats.create(ctx)
     store_path = str(tmp_path / "prefs.sqlite")
     proc = ctx.Process(target=_interface_that_shows_its_stacks, args=(
-        InterfaceConfig(max_in_flight=16, seed=0, synthetic=True, max_pairs_per_clip=None),
+        LabellingConfig(max_in_flight=16, seed=0, synthetic=True, max_pairs_per_clip=None),
         Channels(stop_event, clip_queue, pref_queue)),
         kwargs=dict(stats=stats, store_path=store_path))
     proc.start()
@@ -464,7 +464,7 @@ def test_interface_exits_promptly_even_when_the_trainer_stopped_reading(tmp_path
 def test_validation_labels_never_share_a_clip_with_training_labels():
     """The split is per clip, pairs stay within a split, and about 1/e of the labels validate."""
     rng = np.random.default_rng(4)
-    buf = ClipBuffer(max_segs=60, val_fraction=1 / np.e, seed=5)
+    buf = ClipBuffer(max_clips=60, val_fraction=1 / np.e, seed=5)
     used = {False: set(), True: set()}
     n_labels = n_val = 0
     for step in range(600):
@@ -513,7 +513,7 @@ def test_selection_picks_the_highest_variance_pairs():
 
 
 def test_buffer_offers_the_most_disagreed_of_ten_times_more_candidates():
-    buf = ClipBuffer(max_segs=100)
+    buf = ClipBuffer(max_clips=100)
     for i in range(100):
         buf.add(reward_clip([float(i)]))
     calls: list[int] = []
@@ -540,7 +540,7 @@ def test_random_selection_does_not_depend_on_the_predictor():
     assert make_pair_scorer("random", boom) is None and make_pair_scorer("random") is None
     picks = []
     for _ in range(2):
-        buf = ClipBuffer(max_segs=50)
+        buf = ClipBuffer(max_clips=50)
         for i in range(50):
             buf.add(reward_clip([float(i)]))
         picks.append([(a, b) for a, _, b, _ in buf.sample_new_pairs(5, np.random.default_rng(3),
@@ -594,7 +594,7 @@ def test_k_center_asks_first_about_the_pairs_least_like_those_shown():
     chosen = select_pairs([a, b, c], 2, rng, score)
     assert [x[0] for x in chosen] == [205, 100] and score.n_shown == 3
     assert score([]).shape == (0,)
-    buf = ClipBuffer(max_segs=20, val_fraction=0)
+    buf = ClipBuffer(max_clips=20, val_fraction=0)
     for v in range(20):
         buf.add(flat_clip(12 * v))
     assert len(buf.sample_new_pairs(3, rng, score=score)) == 3 and score.n_shown == 6
@@ -670,7 +670,7 @@ def test_every_query_mode_asks_through_the_same_steps(name, person):
     """Each --queries mode answers every step Labelling calls, and a drawn query goes through
     split, answered and scalars, its split the clip pool's."""
     buffer = ClipBuffer(8, val_fraction=0.0, seed=0)
-    mode = make_query_mode(InterfaceConfig(queries=name, max_segs=8, val_fraction=0.0), buffer,
+    mode = make_query_mode(LabellingConfig(queries=name, max_clips=8, val_fraction=0.0), buffer,
                            [], np.random.default_rng(0), person, None, send=None)
     steps = [n for n in vars(QueryMode) if not n.startswith("_")] + list(
         QueryMode.__annotations__)

@@ -15,7 +15,7 @@ from launch.preference_env import PreferenceVecEnv, settings_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 # The loop in miniature: a few labels, one pretraining epoch.
-SMALL = dict(synthetic_prefs=True, n_initial_prefs=12, n_initial_epochs=1, max_segs=50)
+SMALL = dict(synthetic_prefs=True, n_initial_prefs=12, n_initial_epochs=1, max_clips=50)
 
 
 def test_settings_are_run_py_flags_as_keywords():
@@ -62,8 +62,8 @@ def test_a_single_env_is_refused_in_one_line(tmp_path):
 
 def test_a_bad_setting_is_a_value_error_and_writes_nothing(tmp_path):
     env = GymVectorEnv("MovingDotNoFrameskip-v0", 2)
-    with pytest.raises(ValueError, match="--max_segs must be positive"):
-        PreferenceVecEnv(env, log_dir=str(tmp_path / "r"), max_segs=0)
+    with pytest.raises(ValueError, match="--max_clips must be positive"):
+        PreferenceVecEnv(env, log_dir=str(tmp_path / "r"), max_clips=0)
     assert not (tmp_path / "r").exists()
 
 

@@ -340,13 +340,13 @@ def _labelling(store_path, **config):
     import queue
 
     from launch.loop import Channels
-    from pref_interface.config import InterfaceConfig
-    from pref_interface.labelling import InterfaceStats
+    from pref_interface.config import LabellingConfig
+    from pref_interface.labelling import LabellingStats
     from pref_interface.process import Labelling
 
-    stats = InterfaceStats.create(mp.get_context("spawn"))
+    stats = LabellingStats.create(mp.get_context("spawn"))
     clips: queue.Queue = queue.Queue()
-    labelling = Labelling(InterfaceConfig(synthetic=True, queries="sort", seed=0, **config),
+    labelling = Labelling(LabellingConfig(synthetic=True, queries="sort", seed=0, **config),
                           Channels(None, clips), stats=stats, store_path=str(store_path))
     return labelling, clips
 
@@ -490,14 +490,14 @@ def test_labelling_sends_the_training_order_after_each_insertion(tmp_path):
 
     from clips.clip import ClipOrder
     from launch.loop import Channels
-    from pref_interface.config import InterfaceConfig
-    from pref_interface.labelling import InterfaceStats
+    from pref_interface.config import LabellingConfig
+    from pref_interface.labelling import LabellingStats
     from pref_interface.process import Labelling
 
     clips, prefs = queue.Queue(), queue.Queue()
-    labelling = Labelling(InterfaceConfig(synthetic=True, queries="sort", val_fraction=0.0,
+    labelling = Labelling(LabellingConfig(synthetic=True, queries="sort", val_fraction=0.0,
                                           max_in_flight=1000), Channels(None, clips, prefs),
-                          stats=InterfaceStats.create(mp.get_context("spawn")),
+                          stats=LabellingStats.create(mp.get_context("spawn")),
                           store_path=str(tmp_path / "prefs.sqlite"))
     for i, r in enumerate([3.0, 1.0, 2.0, 0.0]):
         clips.put(make_clip(i, r))

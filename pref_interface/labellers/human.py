@@ -1,6 +1,6 @@
 """The human labeller (§2.2.2, App. A.2): a person watches two clips and says which is better.
 
-It runs inside the preference-interface process and implements the same `Labeller` protocol as
+It runs inside the labelling process and implements the same `Labeller` protocol as
 the synthetic oracle. The keys come as tokens on the `answers` queue, filled by the `KeyReader`
 thread of the process that owns the terminal (see `pref_interface.labellers.keys`):
 
@@ -28,7 +28,7 @@ from pref_interface.labellers.keys import (
 )
 from pref_interface.labellers.player import FPS, ClipPlayer, Playback, clip_frames, make_player
 from pref_interface.labellers.teachers import Labeller
-from pref_interface.labelling import InterfaceStats, LabelEditor, LabellingStopped
+from pref_interface.labelling import LabellingStats, LabelEditor, LabellingStopped
 
 KEYS_HELP = "L left better, R right better, E equal, Enter incomparable, P replay, ^D stop"
 ANSWER_NAMES = {"L": "left better", "R": "right better", "E": "equally good"}
@@ -53,7 +53,7 @@ class HumanLabeller(Labeller):
             later labeller of the run also stops).
         player: "window" or "terminal", or a ready `ClipPlayer` (tests).
         stop_event: set when the run stops: `label` then returns None at once.
-        stats: the interface's counters, for "labelled so far" and "not yet taken by the trainer".
+        stats: labelling's counters, for "labelled so far" and "not yet taken by the trainer".
         val_accuracy: the trainer's validation accuracy (an `mp.Value('d')`, NaN before the
             first validation), or None when no predictor trains (gathering the first labels).
         target: labels wanted in this phase (gather_initial_prefs), or None.
@@ -68,7 +68,7 @@ class HumanLabeller(Labeller):
     source = "human"
 
     def __init__(self, answers: Any, player: str | ClipPlayer = "terminal",
-                 stop_event: Any | None = None, stats: InterfaceStats | None = None,
+                 stop_event: Any | None = None, stats: LabellingStats | None = None,
                  val_accuracy: Any | None = None, target: int | None = None,
                  has_trainer: bool = False, keep_typed_ahead: bool = False,
                  fps: float = FPS, labels: LabelEditor | None = None,
@@ -122,7 +122,7 @@ class HumanLabeller(Labeller):
         return self.player
 
     def stored(self, label_id: int) -> None:
-        """The interface stored the last answer as label `label_id`: refresh the page's list."""
+        """Labelling stored the last answer as label `label_id`: refresh the page's list."""
         self._show_history()
 
     def _ask(self, left: Clip, right: Clip, again: int | None = None,

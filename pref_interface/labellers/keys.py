@@ -1,11 +1,11 @@
 """Reading the person's answers from the terminal, in the process that owns it.
 
 Children started with multiprocessing's spawn have stdin on /dev/null, so the process that asks
-(the preference interface) cannot read the keyboard itself. Instead the main process (run.py, or
+(labelling) cannot read the keyboard itself. Instead the main process (run.py, or
 show_prefs.py) runs a `KeyReader` thread that turns what is typed into *tokens* and puts them on a
 queue the asking process reads:
 
-    main process: stdin --KeyReader--> answers queue --> HumanLabeller (interface process)
+    main process: stdin --KeyReader--> answers queue --> HumanLabeller (labelling process)
 
 A token is one key ("L", "r", "\\n" for Enter, an escape sequence for an arrow key...) when stdin
 is a terminal (read in cbreak mode: no echo, no line editing, but Ctrl-C still raises SIGINT), or

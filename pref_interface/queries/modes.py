@@ -20,7 +20,7 @@ from pref_interface.queries.selection import PREDICTOR_SELECTIONS, make_pair_sco
 from pref_interface.queries.sorting import Query, rebuild_sorters
 
 if TYPE_CHECKING:
-    from pref_interface.config import InterfaceConfig
+    from pref_interface.config import LabellingConfig
 
 # A person's first pair is held back this long at most until a second pair is drawn, so that the
 # page has the next pair ready from the first answer on.
@@ -202,14 +202,14 @@ class Sorting:
 QUERY_MODES = ("pairs", "sort")  # --queries
 
 
-def make_query_mode(config: InterfaceConfig, buffer: ClipBuffer, labels: Iterable[Preference],
+def make_query_mode(config: LabellingConfig, buffer: ClipBuffer, labels: Iterable[Preference],
                     rng: np.random.Generator, person: bool, make_predictor: Callable | None,
                     send: Callable[[Any], None] | None) -> QueryMode:
     """The mode `config.queries` names, over the clip pool `buffer`; `labels`, the stored ones
     oldest first (sorting rebuilds its order from them); `make_predictor` builds the ensemble's
     preference per member where the pair selection asks it; `send` puts to the trainer."""
     if config.queries == "sort":
-        return Sorting(buffer, labels, config.max_segs, config.val_fraction, rng, person, send)
+        return Sorting(buffer, labels, config.max_clips, config.val_fraction, rng, person, send)
     predictor = (make_predictor() if make_predictor is not None
                  and config.query_selection in PREDICTOR_SELECTIONS else None)
     return BlindPairs(buffer, rng, make_pair_scorer(config.query_selection, predictor),

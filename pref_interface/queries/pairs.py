@@ -40,7 +40,7 @@ def select_pairs(candidates: Sequence[Candidate], k: int, rng: np.random.Generat
 
 
 class ClipBuffer:
-    """The most recent `max_segs` clips, each with an increasing id, and the pairs of them
+    """The most recent `max_clips` clips, each with an increasing id, and the pairs of them
     already offered for labelling (never offered twice). Clips are held packed, as they came.
 
     Each clip is put in the validation split with probability `val_fraction` when it arrives,
@@ -49,12 +49,12 @@ class ClipBuffer:
     validation into training: docs/experiments.md).
     """
 
-    def __init__(self, max_segs: int = 1000, val_fraction: float = 0.0,
+    def __init__(self, max_clips: int = 1000, val_fraction: float = 0.0,
                  seed: int | np.random.SeedSequence = 0,
                  max_pairs_per_clip: int | None = None) -> None:
-        assert max_segs >= 2 and 0.0 <= val_fraction < 1.0, (max_segs, val_fraction)
+        assert max_clips >= 2 and 0.0 <= val_fraction < 1.0, (max_clips, val_fraction)
         assert max_pairs_per_clip is None or max_pairs_per_clip >= 1, max_pairs_per_clip
-        self.max_segs = max_segs
+        self.max_clips = max_clips
         self.val_fraction = val_fraction
         # Labels made faster than clips arrive would reuse a few clips many times over: a cap makes
         # labelling wait for new clips (docs/experiments.md, "MovingDot's initial labels").
@@ -69,13 +69,13 @@ class ClipBuffer:
         self._partners: dict[int, set[int]] = {}  # id -> ids it was offered with, for eviction
 
     def add(self, clip: Clip) -> int:
-        """Keep a clip, evicting the oldest beyond `max_segs`; returns its id."""
+        """Keep a clip, evicting the oldest beyond `max_clips`; returns its id."""
         clip_id = self._next_id
         self._next_id += 1
         self._clips[clip_id] = clip
         self._is_val[clip_id] = bool(self.val_fraction
                                      and self._split_rng.random() < self.val_fraction)
-        while len(self._clips) > self.max_segs:
+        while len(self._clips) > self.max_clips:
             old, _ = self._clips.popitem(last=False)
             split = self._is_val.pop(old)
             for other in self._partners.pop(old, ()):

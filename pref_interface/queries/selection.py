@@ -117,7 +117,7 @@ class KCenterScore:
 def make_pair_scorer(selection: str, predict_preference: PreferencePredictor | None = None
                      ) -> PairScorer | None:
     """The `score` a CLI value names: "random" gives None (uniform pairs); "k_center" needs
-    nothing; "disagreement" and "entropy" need `predict_preference` (the interface's copy of the
+    nothing; "disagreement" and "entropy" need `predict_preference` (labelling's copy of the
     ensemble)."""
     if selection == "random":
         return None

@@ -1,4 +1,4 @@
-"""The interface process's side of the labelling page: a `ClipPlayer` that sends each pair, the
+"""The labelling process's side of the labelling page: a `ClipPlayer` that sends each pair, the
 prompt, the list of recent labels and (`--queries sort`) the sorted clips to the page's server in
 the main process.
 

@@ -81,7 +81,7 @@ class LabellingPage:
 
     def start(self, answers: Any, updates: Any) -> "LabellingPage":
         """Serve: answers and edits go on `answers` (the labeller's token queue, shared with the
-        terminal's key reader); the interface's `WebPlayer` puts the page's changes on
+        terminal's key reader); labelling's `WebPlayer` puts the page's changes on
         `updates`."""
         self.answers, self.updates = answers, updates
         self._running.set()
