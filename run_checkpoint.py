@@ -57,7 +57,7 @@ def play(env_id: str, weights: dict, episodes: int, seed: int = 1, greedy: bool 
     policy.eval()
     obs = env.reset(seed=seed)
     returns, frames, steps, ret = [], [], 0, 0.0
-    trace = RewardTrace(predictor.n_members) if predictor is not None else None
+    trace = RewardTrace(predictor.ensemble_size) if predictor is not None else None
     traces = []
     while len(returns) < episodes:
         actions = sample_actions(policy, obs, greedy)
@@ -80,7 +80,7 @@ def play(env_id: str, weights: dict, episodes: int, seed: int = 1, greedy: bool 
                 line += (f"; r̂ summed {r_hat.sum():+.2f}, correlation with the game's reward "
                          f"{corr:.2f}")
                 traces.append(trace)
-                trace = RewardTrace(predictor.n_members)
+                trace = RewardTrace(predictor.ensemble_size)
             (watcher.say if watcher is not None else print)(line)
             if not result.finished:
                 obs = env.reset()

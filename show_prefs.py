@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """Page through stored preference labels; change or delete a mistaken one.
 
-    python show_prefs.py RUN_DIR_OR_STORE [--clip_player auto|window|terminal]
+    python show_prefs.py RUN_DIR_OR_STORE [--clip_player auto|window|terminal] [--labeller NAME]
+    python show_prefs.py RUN_DIR_OR_STORE --list
+
 
 Each label's pair plays with the labelling players (a window, or the terminal). Keys:
 n next, p previous, L / R / E change the answer (left better, right better, equally good),
 D delete (press D twice), Enter replay, q or Ctrl-D quit. Every change is committed at once.
+--labeller NAME pages through (or, with --export, exports) only that person's labels; --list
+prints how many labels each labeller gave.
 A running trainer keeps the labels it already holds: edits count from the next time the store
 is loaded (pretraining, --load_prefs_dir, --resume).
 """
@@ -38,18 +42,41 @@ def describe_mu(mu: float) -> str:
     return f"{ANSWER_NAMES.get(mu, 'left preferred with p')} (mu {mu:g})"
 
 
+def describe_labeller(name: str | None) -> str:
+    return f"by {name}" if name is not None else "no labeller recorded"
+
+
+def labeller_counts(counts: dict[str | None, int]) -> str:
+    """"ann 12, bob 3, unnamed 40": the labels of each labeller, on one line."""
+    return ", ".join(f"{name if name is not None else 'unnamed'} {n}" for name, n in counts.items())
+
+
+def unknown_labeller(store: PreferenceStore, name: str | None) -> str | None:
+    """The one-line complaint when `name` gave no label in the store, else None."""
+    if name is None or store.labeller_ids(name):
+        return None
+    counts = store.labellers()
+    return (f"--labeller: no labels by {name!r} in {store.path} (labellers: "
+            f"{labeller_counts(counts) or 'none, the store is empty'})")
+
+
 class Browser:
     """The paging state: which label is shown, and what the prompt says."""
 
-    def __init__(self, store: PreferenceStore, player_kind: str, keys: queue.Queue) -> None:
-        self.store, self.keys = store, keys
-        self.player = make_player(player_kind, title="Stored labels",
-                                  footer="keys in the terminal: " + KEYS_HELP)
-        self.ids = store.all_ids()
+    def __init__(self, store: PreferenceStore, player_kind: str, keys: queue.Queue,
+                 labeller: str | None = None) -> None:
+        self.store, self.keys, self.labeller = store, keys, labeller
+        title = "Stored labels" if labeller is None else f"Stored labels by {labeller}"
+        self.player = make_player(player_kind, title=title, footer="keys in the terminal: " + KEYS_HELP)
+        self.ids = self.label_ids()
         self.pos = 0
         self.message = ""
         self.confirm_delete = False
         self.shown_mu = 0.0
+
+    def label_ids(self) -> list[int]:
+        """The labels paged through: every label, or those of one labeller."""
+        return self.store.all_ids() if self.labeller is None else self.store.labeller_ids(self.labeller)
 
     def run(self) -> None:
         """Show labels until q / Ctrl-D, or until none is left."""
@@ -84,7 +111,7 @@ class Browser:
                         continue
                     self.store.delete(label_id)
                     self.confirm_delete, self.message = False, f"label {label_id} deleted"
-                    self.ids = self.store.all_ids()
+                    self.ids = self.label_ids()
                     self.pos = min(self.pos, len(self.ids) - 1)
                     break
                 else:
@@ -93,7 +120,7 @@ class Browser:
     def move(self, step: int) -> bool:
         """Go to the next/previous label (labels added meanwhile are included)."""
         current = self.ids[self.pos]
-        self.ids = self.store.all_ids()
+        self.ids = self.label_ids()
         pos = self.ids.index(current) if current in self.ids else self.pos
         if not 0 <= pos + step < len(self.ids):
             self.message = "that was the last label" if step > 0 else "this is the first label"
@@ -103,19 +130,25 @@ class Browser:
 
     def status(self, label_id: int, pref) -> list[str]:
         split = "validation" if pref.is_validation else "training"
-        head = (f"label {self.pos + 1}/{len(self.ids)} (id {label_id}, {pref.source}, {split}): "
-                f"{describe_mu(self.shown_mu)}")
+        head = (f"label {self.pos + 1}/{len(self.ids)} (id {label_id}, {pref.source}, {split}, "
+                f"{describe_labeller(pref.labeller)}): {describe_mu(self.shown_mu)}")
         return [head, KEYS_HELP, "> " + self.message]
 
     def close(self) -> None:
         self.player.close(f"{len(self.ids)} labels in {self.store.path}")
 
 
-def export_or_import(path: str, export: str | None, import_file: str | None) -> int:
-    """Share a label set as a plain .npz (nothing pickled), or add one to a store."""
+def export_or_import(path: Path, export: str | None, import_file: str | None,
+                     labeller: str | None = None) -> int:
+    """Share a label set (or one labeller's labels) as a plain .npz (nothing pickled), or add
+    one to a store."""
     try:
         if import_file and not os.path.isfile(import_file):
             raise StoreError(f"{import_file} does not exist")
+        if export and labeller is not None and not import_file:
+            with PreferenceStore(path, create=False) as store:  # before the export's folder is made
+                if problem := unknown_labeller(store, labeller):
+                    raise ValueError(problem)
         if export:
             prepare_output(export, "--export")  # never over a file; its folder made
         with PreferenceStore(path, create=bool(import_file)) as store:
@@ -123,8 +156,11 @@ def export_or_import(path: str, export: str | None, import_file: str | None) -> 
                 n = store.import_npz(import_file)
                 print(f"imported {n} labels into {path} (now {len(store)})")
             if export:
-                n = store.export_npz(export)
-                print(f"exported {n} labels to {export}")
+                if problem := unknown_labeller(store, labeller):
+                    raise ValueError(problem)
+                n = store.export_npz(export, labeller)
+                whose = "" if labeller is None else f" by {labeller}"
+                print(f"exported {n} labels{whose} to {export}")
     except (StoreError, ValueError, OSError) as e:
         print(f"show_prefs.py: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -137,21 +173,39 @@ def main(argv: list[str] | None = None) -> int:
                         help="a run directory (its prefs.sqlite) or a preference store file")
     parser.add_argument("--clip_player", choices=("auto", "window", "terminal"), default="auto",
                         help="where the clips play; auto: a window when a display is available")
+    parser.add_argument("--labeller", metavar="NAME",
+                        help="page through (or --export) only the labels this person gave")
+    parser.add_argument("--list", action="store_true",
+                        help="print how many labels each labeller gave, then exit")
     parser.add_argument("--export", metavar="FILE.npz",
-                        help="write every label to a plain .npz file for sharing, then exit")
+                        help="write every label (only NAME's with --labeller) to a plain .npz file "
+                             "for sharing, then exit")
     parser.add_argument("--import", dest="import_file", metavar="FILE.npz",
                         help="add the labels of an exported .npz to the store (created if "
                              "missing), then exit")
     args = parser.parse_args(argv)
+    if args.labeller is not None and args.import_file and not args.export:
+        parser.error("--labeller applies to browsing, --list and --export, not to --import")
+    if args.list and (args.export or args.import_file):
+        parser.error("--list cannot be combined with --export or --import")
     path = store_path(args.store)
     if args.export or args.import_file:
-        return export_or_import(path, args.export, args.import_file)
+        return export_or_import(path, args.export, args.import_file, args.labeller)
+    store = None
     try:
-        kind = resolve_player(args.clip_player)
+        kind = "" if args.list else resolve_player(args.clip_player)
         store = PreferenceStore(path, create=False)
-        store.all_ids()  # a damaged file can open fine and fail on first read
+        counts = store.labellers()  # a damaged file can open fine and fail on first read
+        if args.list:
+            print(f"{sum(counts.values())} labels in {path}: {labeller_counts(counts) or 'none'}")
+            store.close()
+            return 0
+        if problem := unknown_labeller(store, args.labeller):
+            raise ValueError(problem)
     except (StoreError, ValueError) as e:
         print(f"show_prefs.py: error: {e}", file=sys.stderr)
+        if store is not None:
+            store.close()
         return EXIT_USAGE
     if len(store) == 0:
         print(f"{path} holds no labels")
@@ -159,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     keys: queue.Queue = queue.Queue()
     reader = KeyReader(keys).start()
-    browser = Browser(store, kind, keys)
+    browser = Browser(store, kind, keys, args.labeller)
     try:
         browser.run()
     except KeyboardInterrupt:

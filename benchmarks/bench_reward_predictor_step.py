@@ -58,7 +58,7 @@ def time_steps(threads: int, steps: int, warmup: int, pairs: int, t: int,
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True),
-                                  n_members=1).to(device)
+                                  ensemble_size=1).to(device)
     ens.bf16 = bf16
     sync = torch.cuda.synchronize if ens.device.type == "cuda" else (lambda: None)
     batches = [make_batch(rng, pairs, t) for _ in range(2)]
@@ -75,7 +75,7 @@ def warm_member(threads: int, pairs: int, t: int, bf16: bool
                 ) -> tuple[RewardPredictorEnsemble, list[Preference]]:
     """One member and its batch, after 3 untimed steps at `threads` threads."""
     torch.set_num_threads(threads)
-    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), n_members=1)
+    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), ensemble_size=1)
     ens.bf16 = bf16
     batch = make_batch(np.random.default_rng(0), pairs, t)
     for _ in range(3):

@@ -106,6 +106,8 @@ class Preference:
     source: str = "synthetic"  # "synthetic" or "human"
     is_validation: bool = False
     label_id: int | None = None  # its id in the preference store, once stored
+    # The person who gave it; None for synthetic labels and those stored before names were kept.
+    labeller: str | None = None
 
 
 @dataclass(frozen=True)

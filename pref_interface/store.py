@@ -5,6 +5,11 @@ runs SQLite in WAL mode with `synchronous=FULL` and commits each label in its ow
 process killed at any instant (SIGKILL included) leaves a file that opens with every label whose
 `add()` had returned. Clips are kept as `.npz` blobs of their packed frames and per-step arrays,
 read back with `allow_pickle=False`; nothing in this module unpickles.
+
+Each label may name its labeller (the person who gave it). Stores of every version stay readable
+and writable by code of every version: the name is a nullable `labeller` column, added to a store
+only when the first named label is stored, and the schema version does not change (see
+`_add_labeller_column`).
 """
 from __future__ import annotations
 
@@ -42,6 +47,8 @@ CREATE TABLE labels (
 # The clip columns keep the store's first names (`seg`, for segment, is a clip): stores of every
 # version of the code, and runs of older code still writing to theirs, read the same.
 _COLUMNS = "id, source, is_validation, mu, left_seg, right_seg"
+# Added by `ALTER TABLE` to a store when a label first names its labeller (SCHEMA_VERSION stays 1).
+_LABELLER_COLUMN = "labeller TEXT"
 
 
 class StoreError(Exception):
@@ -96,6 +103,7 @@ class PreferenceStore:
 
     def __init__(self, path: str | os.PathLike, create: bool = True) -> None:
         self.path = Path(path)
+        self._labeller_column = False  # seen in the table; it is never removed once added
         if not self.path.exists():
             if not create:
                 raise StoreError(f"preference store {self.path} does not exist")
@@ -143,6 +151,7 @@ class PreferenceStore:
             yield
         except BaseException:
             self._db.execute("ROLLBACK")
+            self._labeller_column = False  # a column added in this transaction is gone: look again
             raise
         self._db.execute("COMMIT")
 
@@ -151,16 +160,54 @@ class PreferenceStore:
     @_db_errors_as_store_errors
     def add(self, pref: Preference, created: float | None = None) -> int:
         """Store a label and commit it before returning; returns its id."""
-        return self._insert(pref, time.time() if created is None else created)
+        created = time.time() if created is None else created
+        if pref.labeller is not None and not self._has_labeller_column():
+            with self._transaction(immediate=True):  # the column and the first named label, together
+                return self._insert(pref, created)
+        return self._insert(pref, created)
 
     def _insert(self, pref: Preference, created: float) -> int:
-        _check_label(pref.mu, pref.source)
-        cur = self._db.execute(
-            "INSERT INTO labels (created, source, is_validation, mu, left_steps, right_steps,"
-            " left_seg, right_seg) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (created, pref.source, int(pref.is_validation), float(pref.mu), len(pref.left),
-             len(pref.right), encode_clip(pref.left), encode_clip(pref.right)))
+        """One INSERT; a named label must come inside a write transaction if the store may
+        lack the labeller column. The columns are named, as code of every version names them."""
+        _check_label(pref.mu, pref.source, pref.labeller)
+        columns = "created, source, is_validation, mu, left_steps, right_steps, left_seg, right_seg"
+        values = [created, pref.source, int(pref.is_validation), float(pref.mu), len(pref.left),
+                  len(pref.right), encode_clip(pref.left), encode_clip(pref.right)]
+        if pref.labeller is not None:  # an unnamed label leaves a store without the column as it is
+            self._add_labeller_column()
+            columns += ", labeller"
+            values.append(pref.labeller)
+        cur = self._db.execute(f"INSERT INTO labels ({columns}) VALUES ({', '.join('?' * len(values))})",
+                               values)
         return int(cur.lastrowid)
+
+    def _has_labeller_column(self) -> bool:
+        """Whether the table has the labeller column now (another process may have added it)."""
+        if not self._labeller_column:
+            self._labeller_column = any(
+                r[1] == "labeller" for r in self._db.execute("PRAGMA table_info(labels)"))
+        return self._labeller_column
+
+    def _add_labeller_column(self) -> None:
+        """Add the nullable labeller column unless present; called inside a write transaction.
+
+        Added when the first named label is stored, not on open: a store that only ever gets
+        unnamed labels (synthetic ones, older code's) keeps the schema it was made with, and
+        tools that only read never write to the file. Older code reads and writes a store with
+        the column unchanged: it names its columns in every SELECT and INSERT (its labels get
+        NULL), and the schema version stays 1. The check runs under the write lock, so two
+        processes adding a first named label at once add the column once.
+        """
+        if self._labeller_column:
+            return
+        assert self._db.in_transaction, "the labeller column is added inside a write transaction"
+        if not self._has_labeller_column():
+            self._db.execute(f"ALTER TABLE labels ADD COLUMN {_LABELLER_COLUMN}")
+            self._labeller_column = True
+
+    def _selected(self) -> str:
+        """The columns `_to_pref` reads: NULL for the labeller where the store has no column."""
+        return f"{_COLUMNS}, {'labeller' if self._has_labeller_column() else 'NULL'}"
 
     @_db_errors_as_store_errors
     def __len__(self) -> int:
@@ -172,9 +219,28 @@ class PreferenceStore:
         return [r[0] for r in self._db.execute("SELECT id FROM labels ORDER BY id")]
 
     @_db_errors_as_store_errors
+    def labeller_ids(self, labeller: str) -> list[int]:
+        """Ids of the labels this person gave, oldest first."""
+        if not self._has_labeller_column():
+            return []
+        return [r[0] for r in self._db.execute(
+            "SELECT id FROM labels WHERE labeller = ? ORDER BY id", (labeller,))]
+
+    @_db_errors_as_store_errors
+    def labellers(self) -> dict[str | None, int]:
+        """How many labels each labeller gave (None: labels that name nobody), in the order
+        each first labelled; empty for an empty store."""
+        if not self._has_labeller_column():
+            n = len(self)
+            return {None: n} if n else {}
+        return {name: int(n) for name, n, _ in self._db.execute(
+            "SELECT labeller, COUNT(*), MIN(id) AS first FROM labels GROUP BY labeller ORDER BY first")}
+
+    @_db_errors_as_store_errors
     def get(self, label_id: int) -> Preference:
         """The label with this id; KeyError if there is none."""
-        row = self._db.execute(f"SELECT {_COLUMNS} FROM labels WHERE id = ?", (label_id,)).fetchone()
+        row = self._db.execute(f"SELECT {self._selected()} FROM labels WHERE id = ?",
+                               (label_id,)).fetchone()
         if row is None:
             raise KeyError(label_id)
         return self._to_pref(row)
@@ -187,7 +253,7 @@ class PreferenceStore:
     def iter_latest(self, n: int) -> Iterator[Preference]:
         """`latest(n)`, decoded one label at a time: the rows are read now (compressed), so a
         consumer that packs each label never holds 3,000 labels' clips as arrays (1.2 GB)."""
-        rows = self._db.execute(f"SELECT {_COLUMNS} FROM labels ORDER BY id DESC LIMIT ?",
+        rows = self._db.execute(f"SELECT {self._selected()} FROM labels ORDER BY id DESC LIMIT ?",
                                 (n,)).fetchall() if n > 0 else []
         return (self._to_pref(row) for row in reversed(rows))
 
@@ -226,20 +292,22 @@ class PreferenceStore:
         return "; ".join(r[0] for r in self._db.execute("PRAGMA integrity_check"))
 
     def _to_pref(self, row: tuple) -> Preference:
-        label_id, source, is_val, mu, left, right = row
+        label_id, source, is_val, mu, left, right, labeller = row
         try:
             return Preference(decode_clip(left), decode_clip(right), float(mu), source,
-                              bool(is_val), int(label_id))
+                              bool(is_val), int(label_id), labeller)
         except (ValueError, OSError, KeyError, AssertionError, zipfile.BadZipFile) as e:
             raise StoreError(f"preference store {self.path}: undecodable clip ({e})") from None
 
     # ---- sharing label sets -------------------------------------------------------------------
 
     @_db_errors_as_store_errors
-    def export_npz(self, path: str | os.PathLike) -> int:
-        """Write every label to a plain `.npz` (no pickled objects); returns the number written.
+    def export_npz(self, path: str | os.PathLike, labeller: str | None = None) -> int:
+        """Write every label (or only those `labeller` gave) to a plain `.npz` (no pickled
+        objects); returns the number written.
 
         Arrays: `mu` (N,), `is_validation` (N,), `source` (N,) str, `created` (N,), `ids` (N,),
+        `labeller` (N,) str ('' for a label that names nobody; older exports lack it),
         `clip_steps` (N, 2) int, and the clips left0, right0, left1, ... concatenated:
         `frames` uint8 (sum(T + 3), 84, 84), `actions` int64 (sum T), `true_rewards` float32 (sum T),
         `dones` bool (sum T) with `clip_has_dones` (N, 2) bool saying which clips have them
@@ -249,16 +317,21 @@ class PreferenceStore:
         partial = Path(f"{path}.partial")  # a failed export leaves no half-written file at `path`
         try:
             with self._transaction():  # one consistent snapshot even if a writer is busy meanwhile
-                n = self._export(partial)
+                n = self._export(partial, labeller)
             os.replace(partial, path)
         finally:
             partial.unlink(missing_ok=True)
         return n
 
-    def _export(self, path: Path) -> int:
-        meta = self._db.execute(
-            "SELECT id, created, source, is_validation, mu, left_steps, right_steps FROM labels ORDER BY id"
-        ).fetchall()
+    def _export(self, path: Path, labeller: str | None) -> int:
+        named = self._has_labeller_column()
+        query = (f"SELECT id, created, source, is_validation, mu, left_steps, right_steps,"
+                 f" {'labeller' if named else 'NULL'} FROM labels")
+        if labeller is None:
+            meta = self._db.execute(f"{query} ORDER BY id").fetchall()
+        else:
+            meta = self._db.execute(f"{query} WHERE labeller = ? ORDER BY id",
+                                    (labeller,)).fetchall() if named else []
         n = len(meta)
         ids = np.array([m[0] for m in meta], dtype=np.int64)
         steps = np.array([m[5:7] for m in meta], dtype=np.int64).reshape(n, 2)
@@ -270,6 +343,8 @@ class PreferenceStore:
             "is_validation": np.array([m[3] for m in meta], dtype=bool),
             "mu": np.array([m[4] for m in meta], dtype=np.float64),
             "clip_steps": steps,
+            # An optional array, so the format stays 2: code that predates it imports the file.
+            "labeller": np.array([m[7] or "" for m in meta], dtype=str),
         }
         n_steps = int(steps.sum())
         actions = np.empty(n_steps, np.int64)
@@ -306,7 +381,8 @@ class PreferenceStore:
         """Add every label of a file written by `export_npz` (new ids, original times); returns
         the number added. A label the store holds already (the same time, source, answer and clip
         lengths: the file was imported before) is not added again. All or nothing: a bad file
-        raises StoreError and adds no label."""
+        raises StoreError and adds no label. Labellers come from the file's `labeller` array;
+        files without one (format 1, older format 2) give labels that name nobody."""
         try:
             z = np.load(path, allow_pickle=False)
             if not hasattr(z, "files"):  # an .npy: one array, not an archive
@@ -326,7 +402,10 @@ class PreferenceStore:
                 has_dones = "dones" in z.files
                 if has_dones:
                     small["dones"], small["clip_has_dones"] = z["dones"], z[f"{clip}_has_dones"]
+                labellers = z["labeller"] if "labeller" in z.files else None
             n = len(small["mu"])
+            if labellers is not None and (labellers.dtype.kind != "U" or labellers.shape != (n,)):
+                raise ValueError("labeller must be strings, one per label")
             if small["clip_steps"].dtype.kind not in "iu":
                 raise ValueError("clip_steps must be integers")
             steps = small["clip_steps"].astype(np.int64).reshape(n, 2)
@@ -355,9 +434,12 @@ class PreferenceStore:
                                                small["actions"][pos:pos + t],
                                             small["true_rewards"][pos:pos + t], dones))
                         pos += t
+                    name = str(labellers[k]) if labellers is not None else ""
                     pref = Preference(clips[0], clips[1], float(small["mu"][k]),
-                                      str(small["source"][k]),
-                                      bool(small["is_validation"][k]))
+                                      str(small["source"][k]), bool(small["is_validation"][k]),
+                                      labeller=name or None)
+                    # No labeller in the key: a label's creation time alone tells labels apart, and
+                    # an export of older code (no names) of labels held here named adds nothing.
                     key = (float(small["created"][k]), pref.source, pref.mu, *map(int, steps[k]))
                     if key not in held:
                         self._insert(pref, key[0])
@@ -386,10 +468,12 @@ def _check_mu(mu: float) -> None:
         raise ValueError(f"mu must be a probability, got {mu}")
 
 
-def _check_label(mu: float, source: str) -> None:
+def _check_label(mu: float, source: str, labeller: str | None = None) -> None:
     _check_mu(mu)
     if source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+    if labeller is not None and (not isinstance(labeller, str) or not labeller.strip()):
+        raise ValueError(f"a labeller is a person's name (or None), got {labeller!r}")
 
 
 def _read_npy_header(f: io.BufferedIOBase) -> tuple[int, ...]:

@@ -28,16 +28,16 @@ EVAL_NORMALISER_MEMORY = NORMALISER_MEMORY * NORMALISER_CLIPS / 32
 FEATURE_CLIPS = 4 * MAX_PREFS
 
 
-def bootstrap_counts(n_labels: int, n_members: int, rng: np.random.Generator) -> np.ndarray:
-    """How often each member sees each new label: int (n_labels, n_members).
+def bootstrap_counts(n_labels: int, ensemble_size: int, rng: np.random.Generator) -> np.ndarray:
+    """How often each member sees each new label: int (n_labels, ensemble_size).
 
     Online bootstrap (Sec. 2.2.3: "each trained on |D| triples sampled from D with replacement"):
     Poisson(1) counts approximate a resample with replacement as labels keep arriving. A single
     predictor uses every label once.
     """
-    if n_members == 1:
+    if ensemble_size == 1:
         return np.ones((n_labels, 1), dtype=np.int64)
-    return rng.poisson(1.0, size=(n_labels, n_members)).astype(np.int64)
+    return rng.poisson(1.0, size=(n_labels, ensemble_size)).astype(np.int64)
 
 
 def _batchnorms(net: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
@@ -163,16 +163,16 @@ def take_batchnorm_statistics(net: nn.Module, clips: Sequence[Clip],
 
 
 class RewardPredictorEnsemble(nn.Module):
-    """`n_members` reward nets, each with its own running normaliser, Adam optimiser and L2
+    """`ensemble_size` reward nets, each with its own running normaliser, Adam optimiser and L2
     coefficient. The reward given to the agent is the mean of the members' normalised outputs
     (App. A.2: each member is normalised on its own, then the members are averaged)."""
 
-    def __init__(self, make_net: Callable[[], nn.Module], n_members: int = 3,
+    def __init__(self, make_net: Callable[[], nn.Module], ensemble_size: int = 3,
                  lr: float = LEARNING_RATE, l2: float = 0.0, noise: float = LABEL_NOISE,
                  reward_std: float = REWARD_STD) -> None:
         super().__init__()
-        assert n_members >= 1, n_members
-        self.members = nn.ModuleList(make_net() for _ in range(n_members))
+        assert ensemble_size >= 1, ensemble_size
+        self.members = nn.ModuleList(make_net() for _ in range(ensemble_size))
         # Members whose training-mode outputs differ from what the agent gets (see train_step).
         self._eval_normalised = [_modes_differ(net) for net in self.members]
         self.normalisers = nn.ModuleList(
@@ -180,7 +180,7 @@ class RewardPredictorEnsemble(nn.Module):
             for differ in self._eval_normalised)
         self.lr = lr
         self._optimizers: list[torch.optim.Optimizer] | None = None  # made at first use
-        self.l2 = [float(l2)] * n_members  # per member: adaptive L2 adjusts each one separately
+        self.l2 = [float(l2)] * ensemble_size  # per member: adaptive L2 adjusts each one separately
         self.noise = noise
         self.bf16 = False  # set by the owner (see `_autocast`)
         self._stacked: tuple[tuple[int, ...], StackedAtariNets] | None = None  # (version, net)
@@ -188,7 +188,7 @@ class RewardPredictorEnsemble(nn.Module):
         self.clip_features = ClipFeatures() if hasattr(self.members[0], "features") else None
 
     @property
-    def n_members(self) -> int:
+    def ensemble_size(self) -> int:
         return len(self.members)
 
     @property
@@ -215,7 +215,7 @@ class RewardPredictorEnsemble(nn.Module):
     def member_rewards(self, obs: np.ndarray | torch.Tensor,
                        actions: np.ndarray | torch.Tensor) -> np.ndarray:
         """Each member's normalised prediction for obs uint8 (B, 4, 84, 84) and actions int64
-        (B,): float32 (n_members, B)."""
+        (B,): float32 (ensemble_size, B)."""
         obs = torch.as_tensor(obs, device=self.device)
         actions = torch.as_tensor(actions, device=self.device)
         assert obs.dtype == torch.uint8 and obs.shape[-3:] == (STACK, 84, 84), (obs.dtype, obs.shape)
@@ -275,7 +275,7 @@ class RewardPredictorEnsemble(nn.Module):
         Returns mean `loss` (preference term only, comparable with validation), `accuracy`,
         `l2_penalty`, and the per-member lists `member_loss`, `member_accuracy`.
         """
-        assert len(batch_per_member) == self.n_members, (len(batch_per_member), self.n_members)
+        assert len(batch_per_member) == self.ensemble_size, (len(batch_per_member), self.ensemble_size)
         self.train()
         losses, accs, penalties, rank_losses = [], [], [], []
         for m, prefs in enumerate(batch_per_member):
@@ -324,13 +324,13 @@ class RewardPredictorEnsemble(nn.Module):
 
     @torch.no_grad()
     def member_returns(self, clips: Sequence[Clip]) -> torch.Tensor:
-        """Raw summed reward of each clip under each member, eval mode: (n_members, N) on the
+        """Raw summed reward of each clip under each member, eval mode: (ensemble_size, N) on the
         CPU. Computed as the agent's reward is: all members in one pass where they stack, in
         bf16 when the ensemble trains in it."""
         was_training = self.training
         self.eval()
         stacked = self._stacked_members()
-        out = torch.empty(self.n_members, len(clips))
+        out = torch.empty(self.ensemble_size, len(clips))
         longest = max((len(s) for s in clips), default=1)
         per_chunk = max(1, MAX_FRAMES_PER_FORWARD // max(1, longest))
         with self._autocast():
@@ -342,7 +342,7 @@ class RewardPredictorEnsemble(nn.Module):
                         out[m, start:start + len(chunk)] = raw.float().cpu()
                     continue
                 for idx, obs, _ in clips_to_batch(chunk, self.device):
-                    raw = stacked(obs).float().view(self.n_members, *obs.shape[:2])  # (M, N, T)
+                    raw = stacked(obs).float().view(self.ensemble_size, *obs.shape[:2])  # (M, N, T)
                     out[:, torch.from_numpy(start + idx)] = raw.sum(-1).cpu()
         self.train(was_training)
         return out
@@ -360,22 +360,22 @@ class RewardPredictorEnsemble(nn.Module):
         and the true return of every clip (known for synthetic labels; NaN where either is
         constant): a sanity check, not a training signal.
 
-        With `weights` (B, n_members), e.g. bootstrap counts, `member_weighted_loss` is each
+        With `weights` (B, ensemble_size), e.g. bootstrap counts, `member_weighted_loss` is each
         member's weighted mean loss (its plain mean where its weights sum to 0).
         """
         nan = float("nan")
         if not prefs:
-            out = {"loss": nan, "accuracy": nan, "member_loss": [nan] * self.n_members,
-                   "member_accuracy": [nan] * self.n_members, "true_return_correlation": nan}
+            out = {"loss": nan, "accuracy": nan, "member_loss": [nan] * self.ensemble_size,
+                   "member_accuracy": [nan] * self.ensemble_size, "true_return_correlation": nan}
             if weights is not None:
-                out["member_weighted_loss"] = [nan] * self.n_members
+                out["member_weighted_loss"] = [nan] * self.ensemble_size
             return out
         b = len(prefs)
         clips = [p.left for p in prefs] + [p.right for p in prefs]
         returns = self.member_returns(clips)  # (M, 2B) raw
         mu = torch.tensor([p.mu for p in prefs], dtype=torch.float32)
         losses, accs = [], []
-        for m in range(self.n_members):
+        for m in range(self.ensemble_size):
             loss, acc = preference_loss(returns[m, :b], returns[m, b:], mu, self.noise)
             losses.append(float(loss))
             accs.append(acc)
@@ -390,9 +390,9 @@ class RewardPredictorEnsemble(nn.Module):
                    returns.mean(0).numpy(), np.array([clip.true_return for clip in clips]))}
         if weights is not None:
             weights = np.asarray(weights, dtype=np.float64)
-            assert weights.shape == (b, self.n_members), (weights.shape, b, self.n_members)
+            assert weights.shape == (b, self.ensemble_size), (weights.shape, b, self.ensemble_size)
             weighted = []
-            for m in range(self.n_members):
+            for m in range(self.ensemble_size):
                 log_left, log_right = preference_log_probs(returns[m, :b] - returns[m, b:], self.noise)
                 per_label = -(mu * log_left + (1.0 - mu) * log_right).double().numpy()
                 w = weights[:, m]
@@ -404,7 +404,7 @@ class RewardPredictorEnsemble(nn.Module):
     @torch.no_grad()
     def predict_preference(self, left_clips: Sequence[Clip], right_clips: Sequence[Clip]
                            ) -> np.ndarray:
-        """P[left preferred] under each member's plain Bradley-Terry model: float32 (n_members, B).
+        """P[left preferred] under each member's plain Bradley-Terry model: float32 (ensemble_size, B).
         Its variance across members is the disagreement used to pick queries (Sec. 2.2.4)."""
         assert len(left_clips) == len(right_clips), (len(left_clips), len(right_clips))
         b = len(left_clips)

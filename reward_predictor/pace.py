@@ -24,14 +24,14 @@ from reward_predictor.shared import SharedWeights
 POLL_S = 0.005  # how often a waiting A2C rechecks the trainer's progress (once a trainer step)
 
 
-def labels_per_member(labels_per_step: float, unit: str, n_members: int) -> float:
+def labels_per_member(labels_per_step: float, unit: str, ensemble_size: int) -> float:
     """The floor on each member's labels per agent step for a pace that counts the labels of each
     `unit`: "member" (the stricter reading of App. A.2, the default) or "ensemble" (all members
-    together, so each member trains 1/n_members as much)."""
+    together, so each member trains 1/ensemble_size as much)."""
     if unit == "member":
         return labels_per_step
     if unit == "ensemble":
-        return labels_per_step / n_members
+        return labels_per_step / ensemble_size
     raise ValueError(f"pace unit {unit!r} is neither 'member' nor 'ensemble'")
 
 

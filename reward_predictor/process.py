@@ -36,7 +36,7 @@ def build_ensemble(config: TrainerConfig, device: str = "cpu") -> RewardPredicto
     SharedWeights and the consumers' copy)."""
     ensemble = RewardPredictorEnsemble(
         lambda: make_reward_net(config.env_kind, config.dropout, config.batchnorm),
-        n_members=config.ensemble_size, lr=config.lr, reward_std=config.reward_std,
+        ensemble_size=config.ensemble_size, lr=config.lr, reward_std=config.reward_std,
         noise=config.label_noise)
     ensemble.bf16 = use_bf16(config.precision, device)
     return ensemble.to(device)  # before any optimiser state exists, so that follows the weights

@@ -29,7 +29,7 @@ class StackedAtariNets:
 
     def __init__(self, members: Sequence[AtariRewardNet]) -> None:
         assert all(isinstance(net, AtariRewardNet) for net in members), members
-        self.n_members = len(members)
+        self.ensemble_size = len(members)
         self.convs = []  # (weight, bias, stride, groups) per layer, batch norm folded in
         with torch.no_grad():
             for i in range(len(members[0].convs)):
@@ -40,7 +40,7 @@ class StackedAtariNets:
                     weight = weight / 255.0  # the frames enter as bytes (AtariRewardNet.forward)
                 self.convs.append((weight.contiguous(memory_format=torch.channels_last),
                                    torch.cat(biases), members[0].convs[i].stride,
-                                   1 if i == 0 else self.n_members))
+                                   1 if i == 0 else self.ensemble_size))
             self.fc_weight = torch.stack([net.fc.weight for net in members]).transpose(1, 2)
             self.fc_bias = torch.stack([net.fc.bias for net in members]).unsqueeze(1)
             self.out_weight = torch.stack([net.out.weight[0] for net in members]).unsqueeze(1)
@@ -48,7 +48,7 @@ class StackedAtariNets:
 
     @torch.no_grad()
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        """obs uint8 (N, 4, 84, 84) -> raw rewards float (n_members, N), in the autocast dtype
+        """obs uint8 (N, 4, 84, 84) -> raw rewards float (ensemble_size, N), in the autocast dtype
         when autocast is on (as each net alone would compute them)."""
         device = obs.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) \
@@ -59,7 +59,7 @@ class StackedAtariNets:
                              LEAKY_SLOPE)
         n = x.shape[0]
         # Each member's 16 channels flattened in (C, H, W) order, as its own fc layer reads them.
-        x = x.contiguous().view(n, self.n_members, -1).transpose(0, 1)  # (M, N, 784)
+        x = x.contiguous().view(n, self.ensemble_size, -1).transpose(0, 1)  # (M, N, 784)
         hidden = F.leaky_relu(torch.baddbmm(self.fc_bias, x, self.fc_weight), LEAKY_SLOPE)
         return (hidden * self.out_weight).sum(-1) + self.out_bias  # (M, N)
 

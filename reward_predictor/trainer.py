@@ -101,7 +101,7 @@ class RewardPredictorTrainer:
             self._val.append(label)
         else:
             self._train.append(label)
-            self._train_counts.append(bootstrap_counts(1, self.ensemble.n_members, self.rng)[0])
+            self._train_counts.append(bootstrap_counts(1, self.ensemble.ensemble_size, self.rng)[0])
             self._counts_cache = None
         self._seq += 1
         while self.n_labels > self.max_prefs:
@@ -194,10 +194,10 @@ class RewardPredictorTrainer:
         return len(self._val)
 
     def bootstrap_counts(self) -> np.ndarray:
-        """int (n_train, n_members): how often each member's resample holds each training label."""
+        """int (n_train, ensemble_size): how often each member's resample holds each training label."""
         if self._counts_cache is None:
             self._counts_cache = (np.stack(self._train_counts) if self._train_counts else
-                                  np.zeros((0, self.ensemble.n_members), dtype=np.int64))
+                                  np.zeros((0, self.ensemble.ensemble_size), dtype=np.int64))
         return self._counts_cache
 
     def sample_batches(self) -> list[list[Preference]]:
@@ -206,7 +206,7 @@ class RewardPredictorTrainer:
         assert self._train, "no training labels yet"
         counts = self.bootstrap_counts()
         drawn = []
-        for m in range(self.ensemble.n_members):
+        for m in range(self.ensemble.ensemble_size):
             weights = counts[:, m].astype(np.float64)
             total = weights.sum()
             # A member whose resample is still empty (few labels) trains on all of them.
@@ -216,13 +216,13 @@ class RewardPredictorTrainer:
         # implies (better clip left) as it has labels, from those whose clips are still held.
         implied = [(b, w) for b, w in self._implied if b in self.clips and w in self.clips]
         k = min(self.batch_size, len(implied))
-        for _ in range(self.ensemble.n_members if k else 0):
+        for _ in range(self.ensemble.ensemble_size if k else 0):
             drawn += [_HeldLabel(-1, *implied[i], 1.0, "implied", False, None)
                       for i in self.rng.choice(len(implied), k)]
         prefs = self._expand(drawn)  # each clip expanded once for all members' batches
-        b, n = self.batch_size, self.batch_size * self.ensemble.n_members
+        b, n = self.batch_size, self.batch_size * self.ensemble.ensemble_size
         return [prefs[m * b:(m + 1) * b] + prefs[n + m * k:n + (m + 1) * k]
-                for m in range(self.ensemble.n_members)]
+                for m in range(self.ensemble.ensemble_size)]
 
     # ---- training -----------------------------------------------------------------------------
     def sample_ranked(self) -> list[tuple[list[Clip], np.ndarray]] | None:
@@ -232,7 +232,7 @@ class RewardPredictorTrainer:
         held = [i for i, key in enumerate(keys) if key in self.clips]
         if self.loss == "preference" or len(held) < 2:
             return None
-        drawn = [self.rng.choice(held, 2 * self.batch_size) for _ in range(self.ensemble.n_members)]
+        drawn = [self.rng.choice(held, 2 * self.batch_size) for _ in range(self.ensemble.ensemble_size)]
         expanded = {i: self._batch_clip(keys[i]) for i in np.unique(np.concatenate(drawn))}
         return [([expanded[i] for i in idx], targets[idx]) for idx in drawn]  # each clip once
 
@@ -318,7 +318,7 @@ class RewardPredictorTrainer:
     def state_dict(self) -> dict:
         """Weights, normalisers, optimiser states, L2 coefficients and step count (no labels)."""
         return {"format": CHECKPOINT_FORMAT,
-                "n_members": self.ensemble.n_members,
+                "n_members": self.ensemble.ensemble_size,
                 "model": self.ensemble.state_dict(),
                 "optimizers": [opt.state_dict() for opt in self.ensemble.optimizers],
                 "l2": list(self.ensemble.l2),
@@ -344,9 +344,9 @@ class RewardPredictorTrainer:
                                   f"checkpoint, or a damaged one ({type(e).__name__})") from e
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             raise CheckpointError(f"not a reward predictor checkpoint (format {CHECKPOINT_FORMAT}): {path}")
-        if state["n_members"] != self.ensemble.n_members:
+        if state["n_members"] != self.ensemble.ensemble_size:
             raise CheckpointError(f"checkpoint {path} has {state['n_members']} ensemble members, "
-                                  f"expected {self.ensemble.n_members}")
+                                  f"expected {self.ensemble.ensemble_size}")
         # Check the fit before copying anything, so a mismatch leaves the ensemble untouched.
         current, saved = self.ensemble.state_dict(), state.get("model", {})
         wrong = sorted(set(current) ^ set(saved)) or [
@@ -355,7 +355,7 @@ class RewardPredictorTrainer:
             raise CheckpointError(f"checkpoint {path} does not fit this reward predictor "
                                   f"(e.g. {wrong[0]}): another env kind, batchnorm setting or format?")
         opt_states = state.get("optimizers")
-        if not (isinstance(opt_states, list) and len(opt_states) == self.ensemble.n_members
+        if not (isinstance(opt_states, list) and len(opt_states) == self.ensemble.ensemble_size
                 and all(map(_optimizer_state_fits, opt_states, self.ensemble.members))):
             raise CheckpointError(f"checkpoint {path} does not fit this reward predictor: "
                                   f"its optimiser states are missing or for other nets")

@@ -19,16 +19,16 @@ class RewardTrace:
     """r̂ of every step so far (each member's, normalised, as A2C's reward averages them) and the
     game's reward; `draw()` plots the last STEPS_SHOWN of them."""
 
-    def __init__(self, n_members: int, height: int = 84 * ZOOM) -> None:
-        self.members: list[np.ndarray] = []  # (n_members,) a step
+    def __init__(self, ensemble_size: int, height: int = 84 * ZOOM) -> None:
+        self.members: list[np.ndarray] = []  # (ensemble_size,) a step
         self.means: list[float] = []  # r̂ of each step: the members' mean
         self.game: list[float] = []
-        self.n_members, self.height = n_members, height
+        self.ensemble_size, self.height = ensemble_size, height
         self.width = STEPS_SHOWN * PX_PER_STEP
         self.scale = 1e-6  # the largest |r̂| of a member so far: the plot's half-height
 
     def add(self, member_rewards: np.ndarray, game_reward: float) -> None:
-        member_rewards = np.asarray(member_rewards, dtype=np.float32).reshape(self.n_members)
+        member_rewards = np.asarray(member_rewards, dtype=np.float32).reshape(self.ensemble_size)
         self.members.append(member_rewards)
         self.means.append(float(member_rewards.mean()))
         self.game.append(float(game_reward))
@@ -40,7 +40,7 @@ class RewardTrace:
         img[:] = BACKGROUND
         mid = (self.height - GAME_STRIP) // 2
         img[mid, :] = AXIS
-        shown = np.array(self.members[-STEPS_SHOWN:]).reshape(-1, self.n_members)
+        shown = np.array(self.members[-STEPS_SHOWN:]).reshape(-1, self.ensemble_size)
         game = self.game[-STEPS_SHOWN:]
         x = np.arange(len(shown)) * PX_PER_STEP + PX_PER_STEP // 2
         for i, g in enumerate(game):  # the game's reward: a strip along the bottom
@@ -48,7 +48,7 @@ class RewardTrace:
                 img[-GAME_STRIP:, i * PX_PER_STEP:(i + 1) * PX_PER_STEP] = (
                     GAME_UP if g > 0 else GAME_DOWN)
         to_y = lambda v: np.clip(mid - v / self.scale * (mid - 4), 0, 2 * mid)  # noqa: E731
-        for k in range(self.n_members):
+        for k in range(self.ensemble_size):
             _polyline(img, x, to_y(shown[:, k]), MEMBER_COLOURS[k % len(MEMBER_COLOURS)], 1)
         if len(shown):
             _polyline(img, x, to_y(np.array(self.means[-STEPS_SHOWN:])), MEAN_COLOUR, 2)

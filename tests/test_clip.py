@@ -47,7 +47,7 @@ def test_a_clip_crosses_a_process_boundary_packed_even_when_expanded():
 def test_a_clip_in_two_labels_is_held_once_and_goes_with_its_last_label():
     rng = np.random.default_rng(1)
     a, b, c, d, e = (_sparse_clip(rng) for _ in range(5))
-    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=1),
+    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=1),
                                      max_prefs=2)
     trainer.add(Preference(a, b, 1.0))
     trainer.add(Preference(pickle.loads(pickle.dumps(a)), c, 0.0))  # `a` again, from a queue

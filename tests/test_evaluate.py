@@ -200,7 +200,7 @@ def test_the_video_plots_the_predicted_reward_of_the_very_frame_beside_it(tmp_pa
     seen, taken = [], []  # what r̂ was asked about, as the predictor got it
 
     class Recording:
-        n_members = predictor.n_members
+        ensemble_size = predictor.ensemble_size
 
         def member_rewards(self, obs, actions):
             seen.append(obs.copy())

@@ -38,7 +38,7 @@ def _label_key(p: Preference) -> tuple:
 
 def test_a_single_predictor_uses_every_label():
     rng = np.random.default_rng(1)
-    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=1),
+    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=1),
                                      batch_size=16, seed=0)
     labels = [moving_dot_pref(rng, False) for _ in range(20)]
     for p in labels:
@@ -50,7 +50,7 @@ def test_a_single_predictor_uses_every_label():
 
 def test_members_train_only_on_their_bootstrap_resample():
     rng = np.random.default_rng(2)
-    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=3), seed=3)
+    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=3), seed=3)
     labels = [moving_dot_pref(rng, False) for _ in range(30)]
     for p in labels:
         trainer.add(p)
@@ -72,7 +72,7 @@ def test_members_train_only_on_their_bootstrap_resample():
 
 def test_only_the_latest_labels_are_kept_and_validation_is_held_out():
     rng = np.random.default_rng(3)
-    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=2),
+    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=2),
                                      max_prefs=6, seed=0)
     labels = [moving_dot_pref(rng, is_validation=(i % 3 == 0)) for i in range(10)]
     for p in labels:
@@ -96,7 +96,7 @@ class _ScaledNewestPixel(nn.Module):
 
 def test_ensemble_reward_is_the_mean_of_normalised_members():
     scales = iter([1.0, -2.0, 0.5])
-    ens = RewardPredictorEnsemble(lambda: _ScaledNewestPixel(next(scales)), n_members=3)
+    ens = RewardPredictorEnsemble(lambda: _ScaledNewestPixel(next(scales)), ensemble_size=3)
     stats = [(10.0, 4.0), (-5.0, 100.0), (0.0, 0.25)]  # (mean, var) per member
     for norm, (mean, var) in zip(ens.normalisers, stats):
         norm.mean.fill_(mean)
@@ -120,7 +120,7 @@ def test_the_agent_gets_the_members_rewards_from_one_stacked_pass(batchnorm):
     torch.manual_seed(0)
     rng = np.random.default_rng(7)
     ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=batchnorm),
-                                  n_members=3)
+                                  ensemble_size=3)
     obs = torch.from_numpy(rng.integers(0, 256, (30, 4, 84, 84), dtype=np.uint8))
     actions = torch.zeros(30, dtype=torch.int64)
 
@@ -152,7 +152,7 @@ def test_validation_scores_clips_with_the_stacked_members_as_each_member_alone_w
 
     torch.manual_seed(1)
     rng = np.random.default_rng(8)
-    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), n_members=3)
+    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), ensemble_size=3)
     ens.train_step([[random_pref(rng) for _ in range(2)] for _ in range(3)])
     clips = [random_clip(rng, 25 if i % 3 else 12) for i in range(40)]
     assert ens._stacked_members() is not None
@@ -167,7 +167,7 @@ def test_validation_scores_clips_with_the_stacked_members_as_each_member_alone_w
 def test_train_step_fits_each_member_and_tracks_its_reward_statistics():
     torch.manual_seed(0)
     rng = np.random.default_rng(4)
-    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), n_members=2,
+    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), ensemble_size=2,
                                   l2=1e-3)
     batches = [[random_pref(rng) for _ in range(3)] for _ in range(2)]
     before = [m.out.weight.detach().clone() for m in ens.members]
@@ -189,7 +189,7 @@ def test_predictor_learns_that_closer_to_centre_is_preferred():
     """A few hundred synthetic MovingDot labels take the predictor past 90% validation accuracy."""
     rng = np.random.default_rng(0)
     torch.manual_seed(0)
-    ens = RewardPredictorEnsemble(MovingDotRewardNet, n_members=1, lr=3e-3)
+    ens = RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=1, lr=3e-3)
     trainer = RewardPredictorTrainer(ens, seed=0)
     for i in range(700):
         trainer.add(moving_dot_pref(rng, is_validation=i >= 500))
@@ -207,7 +207,7 @@ def test_predictor_learns_that_closer_to_centre_is_preferred():
 
 def test_bf16_training_takes_clips_of_different_lengths_in_one_batch():
     rng = np.random.default_rng(7)
-    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(), n_members=1)
+    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(), ensemble_size=1)
     ens.bf16 = True  # the nets' sums come out in bf16 and are gathered into fp32 returns
     prefs = [random_pref(rng, t=5), random_pref(rng, t=7), random_pref(rng, t=5)]
     metrics = ens.train_step([prefs])

@@ -93,7 +93,7 @@ def test_the_agent_gets_rewards_of_the_target_std_despite_dropout():
     torch.manual_seed(0)
     prefs = [random_pref(rng) for _ in range(64)]
     ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True),
-                                  n_members=1, lr=1e-3)
+                                  ensemble_size=1, lr=1e-3)
     for _ in range(12):
         ens.train_step([[prefs[j] for j in rng.integers(0, 64, 8)]])
     windows = np.stack([np.lib.stride_tricks.sliding_window_view(p.left.frames(), 4, axis=0)
@@ -148,7 +148,7 @@ def dot_prefs(rng: np.random.Generator, n: int, is_validation: bool) -> list[Pre
 def test_trainer_adapts_each_members_l2_after_validation():
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
-    ens = RewardPredictorEnsemble(MovingDotRewardNet, n_members=3)
+    ens = RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=3)
     fixed = RewardPredictorTrainer(ens, seed=0)
     assert fixed.adapt_regularisation({"member_val_loss": [9.0] * 3,
                                        "member_inbag_loss": [1.0] * 3}) == [0.0] * 3  # switched off
@@ -167,7 +167,7 @@ def test_trainer_adapts_each_members_l2_after_validation():
 
 def test_inbag_loss_weights_labels_by_the_members_bootstrap_counts():
     torch.manual_seed(0)
-    ens = RewardPredictorEnsemble(MovingDotRewardNet, n_members=2)
+    ens = RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=2)
     prefs = dot_prefs(np.random.default_rng(1), 4, False)
     plain = ens.evaluate(prefs, weights=np.ones((4, 2)))
     assert np.allclose(plain["member_weighted_loss"], plain["member_loss"], atol=1e-6)
@@ -196,7 +196,7 @@ def test_plain_bradley_terry_without_noise_changes_the_gradients():
     pref = Preference(reward_clip([0.0], value=0), reward_clip([0.0], value=255), mu=1.0)
 
     def grad(noise: float) -> float:
-        ens = RewardPredictorEnsemble(CornerNet, n_members=1, noise=noise)
+        ens = RewardPredictorEnsemble(CornerNet, ensemble_size=1, noise=noise)
         ens._optimizers = [torch.optim.SGD(ens.members[0].parameters(), lr=1.0)]
         loss = ens.train_step([[pref]])["loss"]
         assert math.isfinite(loss)

@@ -48,7 +48,7 @@ def test_batch_norm_statistics_fit_the_net_the_agent_gets():
     rng = np.random.default_rng(0)
     torch.manual_seed(0)
     prefs = [random_pref(rng, t=5) for _ in range(8)]
-    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), n_members=1)
+    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), ensemble_size=1)
     for _ in range(3):
         ens.train_step([prefs])
     ratios = _running_to_actual_variance(ens.members[0], [p.left for p in prefs])
@@ -212,7 +212,7 @@ def test_moving_dot_net_finds_the_dot():
 def test_moving_dot_members_score_from_each_clips_kept_dot_positions_as_from_its_frames(
         monkeypatch):
     rng = np.random.default_rng(4)
-    ens = RewardPredictorEnsemble(MovingDotRewardNet, n_members=2)
+    ens = RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=2)
     features = ens.clip_features
     clips = [moving_dot_clip(rng) for _ in range(5)] + [moving_dot_clip(rng, t=7)]
     clips.append(clips[0])  # a clip twice in one batch, as in a batch of labels

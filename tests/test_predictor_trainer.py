@@ -80,7 +80,7 @@ def test_shared_weights_reach_a_spawned_process():
 # ---- checkpoints ------------------------------------------------------------------------------
 def _atari_trainer(seed: int) -> RewardPredictorTrainer:
     torch.manual_seed(seed)
-    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), n_members=2)
+    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), ensemble_size=2)
     return RewardPredictorTrainer(ens, batch_size=2, seed=seed)
 
 
@@ -169,7 +169,7 @@ def test_missing_or_corrupt_checkpoint_raises_checkpoint_error(tmp_path):
     with pytest.raises(CheckpointError, match="3 ensemble members"):
         trainer.load(str(tmp_path / "other.pt"))
     # A predictor of another kind is refused and leaves the weights untouched.
-    moving_dot = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=2))
+    moving_dot = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=2))
     moving_dot.save(str(tmp_path / "md.pt"))
     before = {k: v.clone() for k, v in trainer.ensemble.state_dict().items()}
     with pytest.raises(CheckpointError, match="does not fit"):

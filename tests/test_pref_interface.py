@@ -602,7 +602,7 @@ def test_k_center_asks_first_about_the_pairs_least_like_those_shown():
 
 def test_disagreement_is_the_variance_of_the_ensembles_predicted_preferences():
     torch.manual_seed(0)
-    ens = RewardPredictorEnsemble(MovingDotRewardNet, n_members=3)
+    ens = RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=3)
     rng = np.random.default_rng(0)
     clips = [Clip.pack(rng.integers(0, 256, (5, 84, 84), dtype=np.uint8), rng.integers(0, 5, 2),
                     np.zeros(2, np.float32)) for _ in range(8)]

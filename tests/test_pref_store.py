@@ -31,13 +31,14 @@ def six_action_clip(rng: np.random.Generator, steps: int = 3) -> Clip:
 
 
 def random_pref(rng: np.random.Generator, steps: int = 3) -> Preference:
-    return Preference(six_action_clip(rng, steps), six_action_clip(rng, steps + 1),
-                      float(rng.choice([0.0, 0.5, 1.0])), str(rng.choice(["synthetic", "human"])),
-                      bool(rng.random() < 0.5))
+    left, right = six_action_clip(rng, steps), six_action_clip(rng, steps + 1)
+    mu, source = float(rng.choice([0.0, 0.5, 1.0])), str(rng.choice(["synthetic", "human"]))
+    return Preference(left, right, mu, source, bool(rng.random() < 0.5),
+                      labeller="ann" if source == "human" else None)
 
 
 def assert_same_pref(a: Preference, b: Preference) -> None:
-    assert (a.mu, a.source, a.is_validation) == (b.mu, b.source, b.is_validation)
+    assert (a.mu, a.source, a.is_validation, a.labeller) == (b.mu, b.source, b.is_validation, b.labeller)
     for x, y in ((a.left, b.left), (a.right, b.right)):
         for got, want in ((x.frames(), y.frames()), (x.actions, y.actions),
                           (x.true_rewards, y.true_rewards)):

@@ -458,7 +458,7 @@ def test_a_changed_comparison_places_its_clip_again_and_the_replay_agrees(tmp_pa
 def _trainer(implied: bool, batch_size: int = 4):
     from reward_predictor import MovingDotRewardNet, RewardPredictorEnsemble, RewardPredictorTrainer
 
-    return RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=2),
+    return RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=2),
                                   batch_size=batch_size, implied_pairs=implied)
 
 
@@ -532,7 +532,7 @@ def test_a_rank_loss_fits_the_sorted_order_and_replaces_or_joins_the_papers():
     torch.manual_seed(0)
     clips = [dot_clip(x, steps=4) for x in range(10, 74, 4)]  # 16 clips, left to right
     for loss in ("preference", "rank", "both"):
-        trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=1,
+        trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=1,
                                                                  lr=3e-3), batch_size=8,
                                          loss=loss)
         for a, b in zip(clips, clips[1:]):
@@ -548,5 +548,5 @@ def test_a_rank_loss_fits_the_sorted_order_and_replaces_or_joins_the_papers():
         else:  # the order, at the targets' scale (their std is about 0.9)
             assert corr > 0.95 and 0.6 < returns.std() < 1.2, (loss, corr, returns.std())
     with pytest.raises(ValueError, match="none of"):
-        RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=1),
+        RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=1),
                                loss="ranks")

@@ -44,7 +44,7 @@ def test_pretraining_runs_each_step_on_the_threads_chosen_and_records_its_time()
             super().record(threads, seconds)
 
     steps: list[tuple[int, int, float]] = []
-    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=1),
+    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=1),
                                      batch_size=8, seed=0)
     for x in range(16):
         trainer.add(Preference(dot_clip(40 + x), dot_clip(x), 1.0))  # nearer the centre better

@@ -330,7 +330,7 @@ def test_undo_shows_the_last_pair_again_and_its_new_answer_replaces_the_label():
 
 
 def test_the_trainer_applies_an_edit_to_the_label_it_holds():
-    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, n_members=1))
+    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=1))
     for k in range(3):
         trainer.add(Preference(clip(10 + k), clip(100 + k), 1.0, "human", k == 2, label_id=k))
     assert trainer.edit(LabelEdit(0, 0.5)) and trainer.edit(LabelEdit(2, None))

@@ -19,14 +19,14 @@ from pref_interface.queries.pairs import Candidate, PairScorer
 SELECTIONS = ("random", "disagreement", "entropy", "k_center")  # --query_selection
 PREDICTOR_SELECTIONS = ("disagreement", "entropy")  # the selections that ask the ensemble
 
-# P[left preferred] under each ensemble member: (left clips, right clips) -> (n_members, B),
+# P[left preferred] under each ensemble member: (left clips, right clips) -> (ensemble_size, B),
 # e.g. `RewardPredictorEnsemble.predict_preference`.
 PreferencePredictor = Callable[[Sequence[Clip], Sequence[Clip]], np.ndarray]
 
 
 def _predicted(predict_preference: PreferencePredictor, candidates: Sequence[Candidate]
                ) -> np.ndarray:
-    """Each member's P[left > right] for every candidate: (n_members, n_candidates)."""
+    """Each member's P[left > right] for every candidate: (ensemble_size, n_candidates)."""
     p = np.asarray(predict_preference([c[1] for c in candidates], [c[3] for c in candidates]),
                    dtype=np.float64)
     assert p.ndim == 2 and p.shape[1] == len(candidates), (p.shape, len(candidates))
