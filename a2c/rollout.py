@@ -20,8 +20,9 @@ RewardFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 class RolloutObserver(Protocol):
-    """Sees every rollout (e.g. to cut clips for labelling); must return quickly, never block.
-    The rollout's arrays are reused by the next one: it copies what it keeps."""
+    """Sees every rollout (e.g. to cut clips for labelling); returns quickly (only a clip source
+    that gathers may hold the agent, while labelling wants no clips: clips/observer.py). The
+    rollout's arrays are reused by the next one: it copies what it keeps."""
 
     def __call__(self, rollout: "Rollout") -> None: ...
 

@@ -32,6 +32,10 @@ class ClipCutter:
         self._n = 0  # steps in the current clip so far
         self._new_buffers()
 
+    def restart(self) -> None:
+        """Drop the clip under way: the next rollout seen does not follow the last one."""
+        self._n = 0
+
     def _new_buffers(self) -> None:
         self._frames = np.empty((self.clip_length + STACK - 1, *FRAME_SHAPE), np.uint8)
         self._actions = np.empty(self.clip_length, np.int64)
@@ -105,6 +109,10 @@ class EveryEnvCutter:
     def __init__(self, n_envs: int, clip_length: int = CLIP_LENGTH) -> None:
         self.cutters = [ClipCutter(1, clip_length) for _ in range(n_envs)]
         self._skip = [i * clip_length // n_envs for i in range(n_envs)]
+
+    def restart(self) -> None:
+        for cutter in self.cutters:
+            cutter.restart()
 
     @property
     def n_emitted(self) -> int:

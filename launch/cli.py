@@ -155,6 +155,12 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
     if s.queries == "sort" and s.query_selection != "random":
         raise UsageError("--queries sort chooses its own comparisons: "
                          "--query_selection applies to pairs")
+    if s.labellers and (s.synthetic_prefs or s.clip_player not in ("auto", "web")):
+        raise UsageError("--labellers: people label on the labelling page (--clip_player web), "
+                         "not with --synthetic_prefs or another player")
+    if s.labellers and s.queries == "sort":
+        raise UsageError("--labellers: sorting asks one comparison at a time; several people "
+                         "label --queries pairs")
     if s.teacher == "alongside" and not s.env_id.startswith("Enduro"):
         raise UsageError("--teacher alongside reads Enduro's frames; this run is "
                          f"{s.env_id}")
@@ -177,7 +183,7 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
     if run.labels_by_person:
         from pref_interface.labellers.player import resolve_player
         try:
-            run.player_kind = resolve_player(s.clip_player)
+            run.player_kind = "web" if s.labellers else resolve_player(s.clip_player)
         except ValueError as e:
             raise UsageError(str(e)) from None
     check_checkpoints(run)

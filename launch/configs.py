@@ -44,6 +44,7 @@ def a2c_config(run: Run):
 def trainer_config(run: Run, load_from: str | None, save: bool = True):
     """The trainer's (and pretraining's) configuration; it starts from the checkpoint
     `load_from` (None: fresh weights) and saves into the run directory unless `save` is off."""
+    from pref_interface.labellers.team import parse_labellers
     from reward_predictor.config import TrainerConfig
 
     s = run.settings
@@ -55,6 +56,7 @@ def trainer_config(run: Run, load_from: str | None, save: bool = True):
         load_ckpt_path=load_from, torch_threads=s.reward_predictor_threads,
         reward_std=s.reward_std, label_noise=s.label_noise, adaptive_l2=s.adaptive_l2,
         implied_pairs=s.implied_pairs, loss=s.predictor_loss,
+        left_out=tuple(parse_labellers(s.leave_out)) if s.leave_out else (),
         duty=s.reward_predictor_duty, seed=s.seed, device=run.predictor_device,
         max_labels_per_step=labels_per_member(ceiling_of_pace(s), s.predictor_pace_unit,
                                               s.ensemble_size),
@@ -79,6 +81,7 @@ def labelling_config(run: Run, page_updates: Any = None, gather_labels: int | No
     """Labelling's configuration; `gather_labels`: gathering the initial labels
     (App. A: pairs drawn at random, nobody takes them off the queue, stop at this many)."""
     from pref_interface.config import LabellingConfig
+    from pref_interface.labellers.team import parse_labellers
     from pref_interface.labellers.teachers import default_episode_end_penalty
     from pref_interface.queries.schedule import FRAMESKIP
 
@@ -88,6 +91,8 @@ def labelling_config(run: Run, page_updates: Any = None, gather_labels: int | No
     return LabellingConfig(max_clips=s.max_clips, synthetic=s.synthetic_prefs,
                            max_pairs_per_clip=s.max_pairs_per_clip or None,
                            clip_player=run.player_kind or "terminal", page_updates=page_updates,
+                           labellers=tuple(parse_labellers(s.labellers)) if s.labellers else (),
+                           overlap=s.overlap,
                            keep_typed_ahead=not sys.stdin.isatty(),
                            stop_after_labels=gather_labels, seed=s.seed,
                            teacher=s.teacher, episode_end_penalty=penalty, queries=s.queries,

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 from launch.configs import agent_stats, labelling_config, trainer_config, trainer_environ
 from launch.rundir import Run
@@ -70,7 +70,7 @@ class LabellingSteps(Protocol):
     def record(self) -> None: ...
     def draw_pairs(self) -> list: ...
     def idle(self) -> None: ...
-    def label(self, pair: Any) -> Any: ...
+    def ask(self, pairs: list) -> Iterator[Any]: ...
     def commit(self, pref: Any) -> None: ...
     def close(self) -> None: ...
 
@@ -119,13 +119,13 @@ def labelling_loop(labelling: LabellingSteps, stop: Any) -> None:
             if labelling.done:
                 return
             pairs = labelling.draw_pairs()
-            if not pairs:
+            answered = 0
+            for pref in labelling.ask(pairs):  # incomparable pairs are not stored (§2.2.2)
+                labelling.commit(pref)
+                answered += 1
+            if not pairs and not answered:
                 labelling.idle()
                 time.sleep(IDLE_SLEEP_S)
-            for pair in pairs:
-                pref = labelling.label(pair)
-                if pref is not None:  # incomparable pairs are not stored (§2.2.2)
-                    labelling.commit(pref)
     except LabellingStopped:
         labelling.done = True  # the trainer, if any, goes on with the labels it has
     except KeyboardInterrupt:
@@ -202,13 +202,17 @@ class Channels:
         WebPlayer -> the labelling page's server in the main process (--clip_player web); one
         queue for the whole run.
     episodes: the agent -> episode viewer (--render_episodes); maxsize 1, dropped when full.
+    clips_wanted: labelling -> the agent's clip source, an Event clear while a person labels,
+        pairs enough wait and nobody answers (None: clips always wanted).
     stop: set once to end every process cleanly (launch/stopping.py).
     """
 
     def __init__(self, stop: Any, clips: Any = None, preferences: Any = None,
-                 reward_weights: Any = None, answers: Any = None, episodes: Any = None) -> None:
+                 reward_weights: Any = None, answers: Any = None, episodes: Any = None,
+                 clips_wanted: Any = None) -> None:
         self.stop, self.clips, self.preferences = stop, clips, preferences
         self.reward_weights, self.answers, self.episodes = reward_weights, answers, episodes
+        self.clips_wanted = clips_wanted
 
     @classmethod
     def for_run(cls, ctx, session, stop, reward_weights=None, trainer: bool = True
@@ -219,20 +223,27 @@ class Channels:
         from pref_interface.labellers.episodes import EPISODE_QUEUE_MAXSIZE
         from pref_interface.process import CLIP_QUEUE_MAXSIZE
 
+        wanted = None
+        if session.answers is not None:  # a person labels
+            wanted = ctx.Event()
+            wanted.set()
         return cls(stop, ctx.Queue(maxsize=CLIP_QUEUE_MAXSIZE), ctx.Queue() if trainer else None,
                    reward_weights, session.answers,
-                   ctx.Queue(maxsize=EPISODE_QUEUE_MAXSIZE) if session.show_episodes else None)
+                   ctx.Queue(maxsize=EPISODE_QUEUE_MAXSIZE) if session.show_episodes else None,
+                   wanted)
 
-    def a2c_observers(self, labelling_stats=None, every_env: bool = False):
+    def a2c_observers(self, labelling_stats=None, every_env: bool = False, hold: bool = False):
         """The agent's rollout observers (clip source, episode recorder) as one picklable
-        factory; `every_env`: clips cut from every env at once (gathering the first labels)."""
+        factory; `every_env`: clips cut from every env at once (gathering the first labels);
+        `hold`: the agent waits while labelling wants no clips (gathering)."""
         from clips.observer import make_clip_observers
         from pref_interface.labellers.episodes import chain_observers, make_episode_observers
 
         factories = []
         if labelling_stats is not None:
             factories.append(partial(make_clip_observers, self.clips,
-                                     labelling_stats.clips_dropped, every_env=every_env))
+                                     labelling_stats.clips_dropped, every_env=every_env,
+                                     wanted=self.clips_wanted, hold=hold, stop=self.stop))
         if self.episodes is not None:
             factories.append(partial(make_episode_observers, self.episodes))
         return partial(chain_observers, factories) if factories else None

@@ -37,7 +37,7 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
               labelling_config(run, session.page_updates, n_labels), ch, stats=labelling_stats,
               store_path=store_path, log_dir=str(run.dir / "tb" / "labels"))
     start_agent(sup, ch, config, log_dir=str(run.dir / "tb" / "gather"), stats=a2c_stats,
-                make_observers=ch.a2c_observers(labelling_stats, every_env))
+                make_observers=ch.a2c_observers(labelling_stats, every_env, hold=True))
     print(f"gathering {n_labels} labels from the untrained policy", file=sys.stderr)
     if ch.answers is not None and run.player_kind == "web" and not sys.stdin.isatty():
         print("answer on the page; Ctrl-C stops the run", file=sys.stderr)

@@ -16,11 +16,14 @@ def open_labelling_page(run: Run):
     a usage error) but not yet serving: `start(answers, page_updates)` it once the channels exist."""
     if run.player_kind != "web":
         return None
+    from pref_interface.labellers.team import parse_labellers
     from pref_interface.labellers.web.server import LabellingPage
 
-    host, port = run.settings.web_host, run.settings.web_port
+    s = run.settings
+    host, port = s.web_host, s.web_port
+    names = parse_labellers(s.labellers) if s.labellers else None
     try:
-        return LabellingPage(host, port)
+        return LabellingPage(host, port, labellers=names, timeout_s=s.labeller_timeout)
     except OSError as e:
         raise UsageError(f"--web_host/--web_port: cannot listen on {host}:{port} "
                          f"({e.strerror or e})") from None
@@ -58,7 +61,11 @@ class Session:
         if page is not None:
             self.page_updates = ctx.Queue()
             page.start(self.answers, self.page_updates)
-            print(f"label in your browser: {page.url}", file=sys.stderr)
+            if page.labellers:
+                for name, url in page.urls().items():
+                    print(f"{name} labels in their browser: {url}", file=sys.stderr)
+            else:
+                print(f"label in your browser: {page.url}", file=sys.stderr)
         self.show_episodes = run.settings.render_episodes and episode_window()
 
     def close(self) -> None:

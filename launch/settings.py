@@ -64,6 +64,16 @@ def not_empty(v: str) -> str | None:
     return None if v else "is empty"
 
 
+def labeller_names(v: str) -> str | None:
+    from pref_interface.labellers.team import parse_labellers
+
+    try:
+        parse_labellers(v)
+    except ValueError as e:
+        return f"is not a list of labellers: {e}"
+    return None
+
+
 def teacher_spec(v: str) -> str | None:
     from pref_interface.labellers.teachers import make_teacher
 
@@ -154,6 +164,20 @@ class Settings:
         "(reach a remote run's page by SSH port forwarding)")
     web_port: int = setting(
         0, "prefs", "the labelling page's port with --clip_player web (0: a free one)", check=port)
+    labellers: str | None = setting(
+        None, "prefs", "several people label at once, each on their own labelling page: their "
+        "names, comma-separated (ann,bob), or a count (3: p1, p2, p3); implies --clip_player web",
+        metavar="NAMES", check=labeller_names)
+    overlap: float = setting(
+        0.0, "prefs", "with --labellers, the share of pairs shown to two people, whose agreement "
+        "is measured", check=fraction)
+    leave_out: str | None = setting(
+        None, "prefs", "labellers whose labels the predictor does not train on (their labels "
+        "stay in the store), comma-separated; e.g. on --resume, after their agreement was low",
+        metavar="NAMES", check=labeller_names)
+    labeller_timeout: float = setting(
+        60.0, "prefs", "with --labellers, seconds after a person's page stops asking before "
+        "their pairs go to another", check=positive)
     n_initial_prefs: int = setting(
         500, "prefs", "labels gathered from the untrained policy before pretraining (App. A)", check=positive)
     max_prefs: int = setting(

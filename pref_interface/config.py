@@ -26,6 +26,11 @@ class LabellingConfig:
     "web" (the labelling page, pref_interface.labellers.web)."""
     page_updates: Any = None
     """With "web": the queue to the labelling page in the main process."""
+    labellers: tuple[str, ...] = ()
+    """Several people, each on their own labelling page (pref_interface.labellers.team); empty:
+    one person, or a teacher."""
+    overlap: float = 0.0
+    """With `labellers`: the share of pairs shown to two people (their agreement is measured)."""
     keep_typed_ahead: bool = False
     """Human labelling: let keys typed before a pair appeared answer it (answers piped in from a
     file). False drops them, so a double key press never labels a pair nobody has seen."""

@@ -8,8 +8,10 @@
 from __future__ import annotations
 
 import queue
+import threading
+import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -26,6 +28,46 @@ from runtime.scalars import Telemetry
 CLIP_QUEUE_MAXSIZE = 4  # A2C drops clips rather than wait for labelling
 LOG_EVERY_S = 5.0  # how often labelling writes its TensorBoard scalars
 GATHER_BATCH = 16  # pairs drawn at a time while no trainer paces the labelling
+# Nobody answered for this long and this many new pairs wait: the agent cuts no clips (and, while
+# gathering, stops playing) until someone answers again.
+IDLE_AFTER_S = 20.0
+PAIRS_AHEAD = 20
+
+
+class ClipDemand:
+    """Keeps the agent's `clips_wanted` Event set while clips are worth cutting: someone
+    answered in the last IDLE_AFTER_S seconds, or fewer than PAIRS_AHEAD new pairs wait. A
+    thread checks once a second, as a person's labeller may block for minutes on one pair."""
+
+    def __init__(self, event: Any) -> None:
+        self.event = event
+        self.last_answer = time.monotonic()
+        self.pairs_waiting = 0  # updated by labelling's own thread
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="clip-demand", daemon=True)
+        self._thread.start()
+
+    def answered(self) -> None:
+        """Someone answered: clips are wanted again at once."""
+        self.last_answer = time.monotonic()
+        self.event.set()
+
+    @property
+    def wanted(self) -> bool:
+        return (time.monotonic() - self.last_answer < IDLE_AFTER_S
+                or self.pairs_waiting < PAIRS_AHEAD)
+
+    def _watch(self) -> None:
+        while not self._closed.wait(1.0):
+            if self.wanted:
+                self.event.set()
+            else:
+                self.event.clear()
+
+    def close(self) -> None:
+        """Labelling is over: an agent held for clips is let go."""
+        self._closed.set()
+        self.event.set()
 
 
 def make_labeller(config: LabellingConfig, answers: Any | None = None, stop: Any | None = None,
@@ -43,6 +85,10 @@ def make_labeller(config: LabellingConfig, answers: Any | None = None, stop: Any
             episode_end_penalty=config.episode_end_penalty)
     if answers is None:
         raise ValueError("human labelling needs the answers queue of a terminal key reader")
+    if config.labellers:
+        from pref_interface.labellers.team import Team
+
+        return Team(list(config.labellers), config.page_updates, answers, labels)
     from pref_interface.labellers.human import HumanLabeller
 
     target = config.stop_after_labels - n_stored if config.stop_after_labels is not None else None
@@ -92,6 +138,7 @@ class Labelling:
         self.store = PreferenceStore(store_path)
         self.n_stored = stats.labels_stored.value = len(self.store)
         person = labeller.source == "human" if labeller is not None else not config.synthetic
+        person = person and not config.labellers  # a team takes every pair drawn, as a teacher
         self.mode = make_query_mode(config, self.buffer, self.store.iter_latest(len(self.store)),
                                     self.pair_rng, person, make_predictor,
                                     send=self.preferences.put if self.has_trainer else None)
@@ -102,9 +149,14 @@ class Labelling:
             config, channels.answers, channels.stop, stats, val_accuracy, self.n_stored, self.editor,
             has_trainer=self.has_trainer, reinsert=self.mode.reinsert)
         self.person = self.labeller.source == "human"
+        self.team = self.labeller if config.labellers else None
+        # A team's pairs out now: id -> [query, answers still wanted, copies asked]
+        self.open: dict[str, list] = {}
         self.mode.show = self.labeller.show_order
         self.telemetry = Telemetry(log_dir, every_s=LOG_EVERY_S)
         self.n_at_dump = self.n_stored
+        wanted = getattr(channels, "clips_wanted", None)
+        self.demand = ClipDemand(wanted) if wanted is not None else None
         self.schedule = None if config.label_schedule == "none" else LabelSchedule(
             config.label_schedule, config.max_labels, config.total_frames,
             n_initial=min(config.initial_labels, config.max_labels),
@@ -114,8 +166,11 @@ class Labelling:
 
     def take_clips(self) -> None:
         """Every clip the agent has sent into the pool pairs are drawn from."""
-        for clip_id, clip in _drain_clips(self.clips, self.buffer, self.stats):
+        arrived = _drain_clips(self.clips, self.buffer, self.stats)
+        for clip_id, clip in arrived:
             self.mode.offer(clip_id, clip)
+        if arrived and self.demand is not None:
+            self.demand.pairs_waiting = self.buffer.n_unoffered_pairs
         target = self.config.stop_after_labels
         self.done = self.done or (target is not None and self.n_stored >= target)
 
@@ -131,15 +186,57 @@ class Labelling:
         t.record("clips/dropped", self.stats.clips_dropped.value)
         for tag, value in self.mode.scalars().items():
             t.record(tag, value)
+        if self.demand is not None:
+            t.record("clips/wanted", float(self.demand.wanted))
+        if self.team is not None:
+            agreement = self.team.agreement.shares()
+            for names, share in agreement.items():
+                t.record(f"agreement/{names}", share)
+            self.team.show_status(team_status(self.n_stored, len(self.open), agreement))
         t.dump(self.agent_steps.value if self.agent_steps is not None else self.n_stored)
         self.n_at_dump = self.n_stored
 
     def draw_pairs(self) -> list:
         """The queries to ask now, within the label schedule's budget: all that are drawn for a
         teacher; one for a person, the next drawn ahead. Empty: nothing to do yet."""
-        return self.mode.draw(_labels_wanted(self.config, self.stats, self.schedule,
-                                             self.n_stored, self.agent_steps, self.person,
-                                             has_trainer=self.has_trainer))
+        wanted = _labels_wanted(self.config, self.stats, self.schedule, self.n_stored,
+                                self.agent_steps, self.person, has_trainer=self.has_trainer)
+        if self.team is not None:
+            wanted = min(wanted, self.team.pairs_wanted - len(self.open))
+        pairs = self.mode.draw(wanted)
+        if pairs and self.demand is not None:
+            self.demand.pairs_waiting = self.buffer.n_unoffered_pairs
+        return pairs
+
+    def ask(self, pairs: list) -> Iterator[Preference]:
+        """The labels of these pairs and of any asked before, as they are answered: a teacher's
+        or a person's one by one (each yielded, so committed, before the next is asked); a
+        team's as people answer them, each named by its labeller."""
+        if self.team is None:
+            for pair in pairs:
+                pref = self.label(pair)
+                if self.demand is not None:
+                    self.demand.answered()
+                if pref is not None:  # incomparable pairs are not stored (§2.2.2)
+                    yield pref
+            return
+        for pair in pairs:
+            copies = 2 if self.pair_rng.random() < self.config.overlap else 1
+            self.open[self.team.open(pair[1], pair[3], copies)] = [pair, copies, copies]
+        for answer in self.team.answers():
+            if self.demand is not None:
+                self.demand.answered()
+            entry = self.open.get(answer.pair_id)
+            if entry is None:
+                continue  # a pair withdrawn, or answered by as many people as it was given to
+            pair, entry[1] = entry[0], entry[1] - 1
+            if entry[1] == 0:
+                del self.open[answer.pair_id]
+            self.team.agreement.add(answer, copies=entry[2])
+            if answer.mu is not None:
+                yield Preference(pair[1], pair[3], answer.mu, "human",
+                                 is_validation=self.mode.split(pair[0]),
+                                 labeller=answer.labeller)
 
     def label(self, pair: tuple) -> Preference | None:
         """The labeller's answer as a label; None for an incomparable pair (§2.2.2: not
@@ -179,6 +276,8 @@ class Labelling:
         self.labeller.idle()
 
     def close(self) -> None:
+        if self.demand is not None:
+            self.demand.close()
         self.store.close()
         self.telemetry.close()
         self.labeller.close()
@@ -186,6 +285,14 @@ class Labelling:
             # Shutting down: the trainer may have stopped reading, and a label still buffered in
             # the queue would hold up this process's exit. Every label is in the store anyway.
             self.preferences.cancel_join_thread()
+
+
+def team_status(n_stored: int, n_open: int, agreement: dict[str, float]) -> list[str]:
+    """The lines every labeller's page shows: labels so far, pairs out, agreement."""
+    lines = [f"labels stored {n_stored} | pairs out {n_open}"]
+    if agreement:
+        lines.append("agreement " + ", ".join(f"{k} {v:.0%}" for k, v in agreement.items()))
+    return lines
 
 
 def _labels_wanted(config: LabellingConfig, stats: LabellingStats, schedule: LabelSchedule | None,

@@ -54,6 +54,7 @@ class TrainerConfig:
     # "bf16": bfloat16 autocast in the nets; "auto": where the device has it natively
     precision: str = "fp32"
     initial_prefs_path: str | None = None  # a preference store whose latest labels start the buffer
+    left_out: tuple[str, ...] = ()  # labellers whose labels are not trained on (kept in the store)
     pretrain_epochs: int = 0  # run_pretraining's passes over those labels
     device: str = "cpu"  # where the trainer trains ("cuda": a GPU); consumers always use the CPU
 

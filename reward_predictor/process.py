@@ -87,7 +87,8 @@ class PredictorTraining:
             if isinstance(item, ClipOrder):  # the sorted clips changed (--queries sort)
                 self.trainer.set_order(item)
                 continue
-            self.trainer.add(item)
+            if item.labeller not in self.config.left_out:
+                self.trainer.add(item)
             with self.stats.labels_received.get_lock():
                 self.stats.labels_received.value += 1
 
@@ -169,7 +170,8 @@ def _set_up(config: TrainerConfig, threads: int, prefs_path: str | None) -> Rewa
         trainer.load(config.load_ckpt_path)
         log.info("reward predictor loaded from %s (step %d)", config.load_ckpt_path, trainer.steps)
     for pref in load_prefs(prefs_path, config.max_prefs):
-        trainer.add(pref)
+        if pref.labeller not in config.left_out:
+            trainer.add(pref)
     return trainer
 
 

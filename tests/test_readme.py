@@ -1,4 +1,5 @@
 """The README and docs/flags.md are the manual: they show the settings as run.py applies them."""
+import argparse
 import re
 from pathlib import Path
 
@@ -15,8 +16,9 @@ def test_every_run_py_flag_is_in_the_flag_tables_with_the_settings_own_default_a
     doc = (ROOT / "docs" / "flags.md").read_text()
     assert doc == with_flag_tables(doc), "run `python -m launch.settings` to write them anew"
     documented = set(re.findall(r"`(--[a-z0-9_]+)", doc))
-    actions = [a for a in build_parser()._actions
-               if a.option_strings not in ([], ["-h", "--help"])]  # the flags, not the positionals
+    actions = [a for a in build_parser()._actions  # the flags, not the positionals, nor a
+               if a.option_strings not in ([], ["-h", "--help"])  # renamed flag's old name
+               and a.help != argparse.SUPPRESS]
     flags = {s for action in actions for s in action.option_strings if s.startswith("--")}
     assert flags and not flags - documented, sorted(flags - documented)
     # each flag's --help text is in its table row, an off switch's beside its flag's

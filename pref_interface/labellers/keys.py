@@ -37,10 +37,12 @@ REPLAY_KEY = "P"
 @dataclass(frozen=True)
 class PairAnswer:
     """An answer from the labelling page: `key` ("L", "R", "E" or ENTER) for the pair `pair_id`
-    only; the labeller drops it when that pair is no longer the one shown."""
+    only; the labeller drops it when that pair is no longer the one shown. `labeller`: who
+    answered, when several people label (`--labellers`)."""
 
     pair_id: str
     key: str
+    labeller: str | None = None
 
 
 @dataclass(frozen=True)

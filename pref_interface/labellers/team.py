@@ -1,0 +1,172 @@
+"""Several people labelling one run at once, each on their own labelling page (`--labellers`).
+
+The labelling process hands pairs out (`open`) and takes answers as they come, from whoever gives
+them (`answers`); the page's server in the main process decides who sees which pair, gives a pair
+of a person who left to another, and shows a share of the pairs (`--overlap`) to two people. Each
+stored label names its labeller; two answers to one pair measure how well the two people agree.
+
+    labelling process: Team --open pairs--> page server --a pair each--> browsers
+    browsers --answers--> page server --PairAnswer(pair, key, labeller)--> Team
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from clips.clip import Clip, LabelEdit
+from pref_interface.labellers.keys import ANSWER_KEYS, EOF, PairAnswer
+from pref_interface.labellers.player import clip_frames
+from pref_interface.labellers.web.sprites import sprite_png
+
+LABELLER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
+PAIRS_EACH = 2  # pairs out per person: the one shown and the next, loaded ahead
+
+
+def parse_labellers(text: str) -> list[str]:
+    """`--labellers`: names separated by commas ("ann,bob"), or a count ("3": p1, p2, p3).
+    ValueError, in one line, for a bad or repeated name."""
+    text = text.strip()
+    if text.isdigit():
+        if not 1 <= int(text) <= 64:
+            raise ValueError(f"a count of labellers is 1 to 64, got {text}")
+        return [f"p{i}" for i in range(1, int(text) + 1)]
+    return check_labellers([n.strip() for n in text.split(",")])
+
+
+def check_labellers(names: list[str]) -> list[str]:
+    """The names, or ValueError, in one line, for none, a bad one or a repeated one."""
+    names = list(names)
+    if not names:
+        raise ValueError("at least one labeller")
+    bad = [n for n in names if not isinstance(n, str) or not LABELLER_NAME.fullmatch(n)]
+    if bad:
+        raise ValueError(f"a labeller's name is 1-32 letters, digits, _ or -, got {bad[0]!r}")
+    if len(set(names)) != len(names):
+        raise ValueError("each labeller's name once")
+    return names
+
+
+@dataclass(frozen=True)
+class TeamAnswer:
+    """One person's answer to an open pair: `mu`, or None for incomparable."""
+
+    pair_id: str
+    labeller: str
+    mu: float | None
+
+
+class Agreement:
+    """How often two people gave the same answer to a pair both were shown (`--overlap`)."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, TeamAnswer] = {}  # pair id -> the first of its two answers
+        self.counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # agreed, pairs
+
+    def add(self, answer: TeamAnswer, copies: int) -> None:
+        if copies < 2:
+            return
+        other = self.first.pop(answer.pair_id, None)
+        if other is None:
+            self.first[answer.pair_id] = answer
+            return
+        key = tuple(sorted((other.labeller, answer.labeller)))
+        self.counts[key][0] += other.mu == answer.mu
+        self.counts[key][1] += 1
+
+    def shares(self) -> dict[str, float]:
+        """'ann-bob' -> the share of their shared pairs answered alike."""
+        return {f"{a}-{b}": agreed / n for (a, b), (agreed, n) in sorted(self.counts.items()) if n}
+
+
+class Team:
+    """The labelling process's side of several people labelling: pairs out to the page's server,
+    answers back with their labeller. Edits of stored labels from the pages go to `editor`.
+
+    Args:
+        names: the labellers.
+        page_updates: the queue to the page's server (main process).
+        answers: the page's answers and edits (`PairAnswer`, `LabelEdit`); the terminal's
+            Ctrl-D (`EOF`) stops labelling.
+        editor: applies a person's change to a stored label (pref_interface.labelling).
+    """
+
+    source = "human"
+
+    def __init__(self, names: list[str], page_updates: Any, answers: Any,
+                 editor: Any | None = None) -> None:
+        self.names, self.page_updates, self.answers_in = list(names), page_updates, answers
+        self.editor = editor
+        self._ids = (f"{os.getpid()}-{n}" for n in itertools.count(1))
+        self.agreement = Agreement()
+        self._answered: TeamAnswer | None = None  # the answer being stored now
+        self._status: list[str] | None = None
+
+    @property
+    def pairs_wanted(self) -> int:
+        """Pairs to keep out at once: the shown one and the next for each person."""
+        return PAIRS_EACH * len(self.names)
+
+    def open(self, left: Clip, right: Clip, copies: int = 1) -> str:
+        """Hand a pair out, to be answered by `copies` different people; returns its id."""
+        pair_id = next(self._ids)
+        lf, rf = clip_frames(left.frames()), clip_frames(right.frames())
+        self.page_updates.put({"open": {"id": pair_id, "frames": [len(lf), len(rf)],
+                                        "copies": copies},
+                               "sprites": (sprite_png(lf), sprite_png(rf))})
+        return pair_id
+
+    def answers(self) -> Iterator[TeamAnswer]:
+        """The answers given since the last call, in order; edits are applied as they come.
+        Raises LabellingStopped at the terminal's Ctrl-D."""
+        from pref_interface.labelling import LabellingStopped
+
+        while True:
+            try:
+                token = self.answers_in.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(token, PairAnswer) and token.labeller in self.names:
+                answer = TeamAnswer(token.pair_id, token.labeller, ANSWER_KEYS.get(token.key))
+                self._answered = answer
+                yield answer
+            elif isinstance(token, LabelEdit) and self.editor is not None:
+                self.editor.edit(token)
+            elif token == EOF:
+                raise LabellingStopped
+
+    def stored(self, label_id: int) -> None:
+        """The answer just yielded is in the store: its person's page lists it."""
+        a = self._answered
+        if a is not None:
+            self.page_updates.put({"stored": {"pair": a.pair_id, "labeller": a.labeller,
+                                              "label": label_id, "mu": a.mu}})
+
+    def show_status(self, lines: list[str]) -> None:
+        """The lines every page shows under the clips, sent when they change."""
+        if lines != self._status:
+            self._status = list(lines)
+            self.page_updates.put({"status": self._status})
+
+    def close(self, message: str | None = None) -> None:
+        """Labelling is over: every open pair is withdrawn from the pages."""
+        self.page_updates.put({"pair": None, "next": None,
+                               "notice": message or "labelling has stopped"})
+
+    # the Labeller protocol's hooks (pref_interface.labellers.teachers.Labeller)
+    def label(self, left: Clip, right: Clip) -> float | None:
+        raise TypeError("a team answers through open() and answers(), one pair at a time is "
+                        "a single labeller's")
+
+    def upcoming(self, left: Clip, right: Clip) -> None:
+        pass
+
+    def idle(self) -> None:
+        pass
+
+    def show_order(self, sorters: dict) -> None:
+        pass

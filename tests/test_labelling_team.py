@@ -1,0 +1,169 @@
+"""Several people labelling one run: labelling's side (pairs out, answers back with their
+labeller, a share of the pairs to two people and their agreement), with the page's server played
+by a thread."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import threading
+
+import numpy as np
+import pytest
+
+from clips.clip import Clip, Preference
+from launch.loop import Channels, run_labelling
+from pref_interface.config import LabellingConfig
+from pref_interface.labellers.keys import EOF, PairAnswer
+from pref_interface.labellers.team import Agreement, Team, TeamAnswer, parse_labellers
+from pref_interface.labelling import LabellingStats
+from pref_interface.store import PreferenceStore
+from tests.helpers import wait_until
+
+PEOPLE = ["ann", "bob", "cy"]
+
+
+def clip(value: int) -> Clip:
+    return Clip.pack(np.full((4, 84, 84), value, np.uint8), np.zeros(1, np.int64),
+                     np.full(1, float(value % 5), np.float32))
+
+
+class FakePage:
+    """The page's server: gives each open pair to `copies` different people in turn, who answer
+    L, R, E or incomparable by the pair's number; remembers who was given what."""
+
+    def __init__(self, updates: queue.Queue, answers: queue.Queue) -> None:
+        self.updates, self.answers = updates, answers
+        self.given: dict[str, list[str]] = {}
+        self.stored: list[dict] = []
+        self.status: list[str] = []
+        self.turn = 0
+        self.running = True
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        while self.running:
+            try:
+                update = self.updates.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if "open" in update:
+                pair = update["open"]
+                n = int(pair["id"].rsplit("-", 1)[1])
+                people = [PEOPLE[(self.turn + k) % 3] for k in range(pair["copies"])]
+                self.turn += 1
+                self.given[pair["id"]] = people
+                for person in people:  # bob always answers "as good", so agreement varies
+                    key = "E" if person == "bob" else ["L", "R", "L", "\n"][n % 4]
+                    self.answers.put(PairAnswer(pair["id"], key, labeller=person))
+            elif "stored" in update:
+                self.stored.append(update["stored"])
+            elif "status" in update:
+                self.status = update["status"]
+
+
+def test_labellers_are_names_or_a_count():
+    assert parse_labellers("ann, bob") == ["ann", "bob"]
+    assert parse_labellers("3") == ["p1", "p2", "p3"]
+    for bad in ("ann,ann", "a b", "", "0", "x" * 33):
+        with pytest.raises(ValueError):
+            parse_labellers(bad)
+
+
+def test_agreement_counts_pairs_two_people_answered():
+    a = Agreement()
+    a.add(TeamAnswer("1", "bob", 1.0), copies=2)
+    a.add(TeamAnswer("1", "ann", 1.0), copies=2)
+    a.add(TeamAnswer("2", "ann", 0.0), copies=2)
+    a.add(TeamAnswer("2", "bob", 0.5), copies=2)
+    a.add(TeamAnswer("3", "ann", 0.0), copies=1)
+    assert a.shares() == {"ann-bob": 0.5}
+
+
+def test_a_team_labels_each_pair_once_or_twice_and_every_label_names_its_labeller(tmp_path):
+    updates, answers, clips = queue.Queue(), queue.Queue(), queue.Queue()
+    page = FakePage(updates, answers)
+    for v in range(40):
+        clips.put(clip(v))
+    stop = threading.Event()
+    stats = LabellingStats.create(mp.get_context("spawn"))
+    config = LabellingConfig(seed=0, val_fraction=0.0, max_pairs_per_clip=None, max_clips=40,
+                             labellers=tuple(PEOPLE), overlap=0.5, page_updates=updates,
+                             stop_after_labels=30)
+    path = str(tmp_path / "prefs.sqlite")
+    team = Team(PEOPLE, updates, answers)
+    worker = threading.Thread(target=run_labelling, args=(config, Channels(stop, clips)),
+                              kwargs=dict(stats=stats, store_path=path, labeller=team,
+                                          log_dir=str(tmp_path / "tb")))
+    worker.start()
+    worker.join(timeout=60)
+    page.running = False
+    assert not worker.is_alive()
+    with PreferenceStore(path, create=False) as store:
+        labels = [store.get(i) for i in store.all_ids()]
+        per_person = store.labellers()
+    assert len(labels) == 30 and all(p.labeller in PEOPLE and p.source == "human" for p in labels)
+    assert sum(per_person.values()) == 30 and set(per_person) <= set(PEOPLE)
+    # No pair went to one person twice, and a pair of two people was stored twice at most.
+    assert all(len(set(people)) == len(people) for people in page.given.values())
+    assert any(len(people) == 2 for people in page.given.values())
+    assert len(page.stored) == 30 and {s["labeller"] for s in page.stored} <= set(PEOPLE)
+    # Each stored label is its labeller's answer to the pair they were given, and incomparable
+    # answers (every fourth pair's, but bob's) are not stored.
+    assert all(s["labeller"] in page.given[s["pair"]] for s in page.stored)
+    assert all(s["mu"] == (0.5 if s["labeller"] == "bob" else
+                           [1.0, 0.0, 1.0, None][int(s["pair"].rsplit("-", 1)[1]) % 4])
+               for s in page.stored)
+    assert sorted((p.labeller, p.mu) for p in labels) == sorted(
+        (s["labeller"], s["mu"]) for s in page.stored)
+    assert team.agreement.shares() and all(0.0 <= v <= 1.0 for v in team.agreement.shares().values())
+
+
+def test_the_terminals_ctrl_d_stops_a_team(tmp_path):
+    updates, answers, clips = queue.Queue(), queue.Queue(), queue.Queue()
+    for v in range(6):
+        clips.put(clip(v))
+    stats = LabellingStats.create(mp.get_context("spawn"))
+    config = LabellingConfig(seed=0, val_fraction=0.0, max_pairs_per_clip=None,
+                             labellers=("ann", "bob"), page_updates=updates)
+    team = Team(["ann", "bob"], updates, answers)
+    worker = threading.Thread(target=run_labelling, args=(config, Channels(threading.Event(), clips)),
+                              kwargs=dict(stats=stats, store_path=str(tmp_path / "p.sqlite"),
+                                          labeller=team))
+    worker.start()
+    opened = []
+    wait_until(lambda: opened.extend(u for u in iter_nowait(updates) if "open" in u) or len(opened) >= 4,
+               30, "four pairs out (two people, two each)")
+    answers.put(EOF)
+    worker.join(timeout=30)
+    assert not worker.is_alive() and len(opened) == 4
+
+
+def iter_nowait(q: queue.Queue):
+    while True:
+        try:
+            yield q.get_nowait()
+        except queue.Empty:
+            return
+
+
+def test_a_left_out_labeller_is_not_trained_on_and_keeps_their_labels(tmp_path):
+    """--leave_out: the trainer skips a person's labels, from the store and as they arrive."""
+    from reward_predictor.config import TrainerConfig
+    from reward_predictor.process import _set_up
+    from tests.helpers import moving_dot_pref
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "prefs.sqlite"
+    with PreferenceStore(path) as store:
+        for k in range(9):
+            pref = moving_dot_pref(rng, is_validation=k % 3 == 0)
+            store.add(Preference(pref.left, pref.right, pref.mu, "human", pref.is_validation,
+                                 labeller=PEOPLE[k % 3]))
+    config = TrainerConfig(env_kind="moving_dot", ensemble_size=1, left_out=("ann",))
+    trainer = _set_up(config, 1, str(path))
+    assert trainer.n_train + trainer.n_val == 6  # ann's three labels left out
+    with PreferenceStore(path, create=False) as store:
+        assert store.labellers() == {"ann": 3, "bob": 3, "cy": 3}
+    everyone = _set_up(TrainerConfig(env_kind="moving_dot", ensemble_size=1), 1, str(path))
+    assert everyone.n_train + everyone.n_val == 9
