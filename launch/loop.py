@@ -274,6 +274,7 @@ class PreferenceLoop:
         tconfig = trainer_config(run, load_from=predictor_path)
         tconfig.initial_prefs_path = prefs_path
         self.sup = sup = Supervisor(ctx)
+        self.page = session.page
         self.ch = ch = Channels.for_run(ctx, session, sup.stop_event, SharedWeights(ctx))
         self.agent_stats, self.trainer_stats = agent_stats(ctx, run), TrainerStats.create(ctx)
         self.labelling_stats = LabellingStats.create(ctx, self.trainer_stats.labels_received,
@@ -299,8 +300,14 @@ class PreferenceLoop:
                         make_pace=self.pace)
 
     def status(self, steps: bool = True) -> str:
-        """The status line; "" while a person labels (the counters are in the prompt)."""
-        if self.ch.answers is not None and self.sup.procs["labelling"].is_alive():
+        """The status line; "" while one person labels (the counters are in the prompt); with
+        several, who is on their page and how well they agree."""
+        team = self.page is not None and self.page.labellers
+        if self.ch.answers is not None and self.sup.procs["labelling"].is_alive() and not team:
             return ""
-        return preference_status(self.agent_stats, self.labelling_stats, self.trainer_stats,
+        line = preference_status(self.agent_stats, self.labelling_stats, self.trainer_stats,
                                  steps)
+        if team:
+            line += f" | labelling now: {', '.join(self.page.present()) or 'nobody'}"
+            line += "".join(f" | {s}" for s in self.page.status() if s.startswith("agreement"))
+        return line

@@ -34,6 +34,7 @@ class RunReport:
             from pref_interface.store import stored_labels
 
             rows.append(("labels", f"{stored_labels(str(prefs_path)):,} in {prefs_path.name}"))
+            rows += _labellers_rows(prefs_path)
         if stats is not None and trained:
             ret = stats.recent_return.value
             refs = ", ".join(f"{k} {v:g}" for k, v in reference_scores(self.env_id).items())
@@ -66,3 +67,18 @@ def _duration(seconds: float) -> str:
     m, s = divmod(int(seconds), 60)
     h, m = divmod(m, 60)
     return f"{h} h {m:02d} min" if h else f"{m} min {s:02d} s"
+
+
+def _labellers_rows(prefs_path: Path) -> list[tuple[str, str]]:
+    """Where people are named on the labels: how many each gave, and how well they agreed."""
+    from pref_interface.labellers.team import stored_agreement
+    from pref_interface.store import PreferenceStore
+
+    with PreferenceStore(prefs_path, create=False) as store:
+        counts = store.labellers()
+        if not any(name is not None for name in counts):
+            return []
+        agreement = stored_agreement(store.iter_latest(len(store))).described()
+    rows = [("labellers", ", ".join(f"{name or 'unnamed'} {n:,}" for name, n in
+                                     sorted(counts.items(), key=lambda kv: -kv[1])))]
+    return rows + ([("agreement", agreement)] if agreement else [])

@@ -22,6 +22,7 @@ from pref_interface.labelling import LabellingStats, LabelEditor, increment
 from pref_interface.queries.pairs import ClipBuffer
 from pref_interface.queries.schedule import FRAMESKIP, LabelSchedule
 from pref_interface.queries.modes import make_query_mode
+from pref_interface.queries.selection import PREDICTOR_SELECTIONS
 from pref_interface.store import PreferenceStore
 from runtime.scalars import Telemetry
 
@@ -139,8 +140,13 @@ class Labelling:
         self.n_stored = stats.labels_stored.value = len(self.store)
         person = labeller.source == "human" if labeller is not None else not config.synthetic
         person = person and not config.labellers  # a team takes every pair drawn, as a teacher
+        # The ensemble's P[left > right] per member: for the pair selection that asks it, and to
+        # measure how often each of several people agrees with it.
+        self.predict = make_predictor() if make_predictor is not None and (
+            config.labellers or config.query_selection in PREDICTOR_SELECTIONS) else None
         self.mode = make_query_mode(config, self.buffer, self.store.iter_latest(len(self.store)),
-                                    self.pair_rng, person, make_predictor,
+                                    self.pair_rng, person,
+                                    (lambda: self.predict) if self.predict is not None else None,
                                     send=self.preferences.put if self.has_trainer else None)
         # A person's changes to stored labels (with sorting, a changed comparison's clip is
         # placed again, so that the order agrees with the labels and with their replay).
@@ -152,6 +158,7 @@ class Labelling:
         self.team = self.labeller if config.labellers else None
         # A team's pairs out now: id -> [query, answers still wanted, copies asked]
         self.open: dict[str, list] = {}
+        self.answers_budget = 0
         self.mode.show = self.labeller.show_order
         self.telemetry = Telemetry(log_dir, every_s=LOG_EVERY_S)
         self.n_at_dump = self.n_stored
@@ -189,20 +196,26 @@ class Labelling:
         if self.demand is not None:
             t.record("clips/wanted", float(self.demand.wanted))
         if self.team is not None:
-            agreement = self.team.agreement.shares()
-            for names, share in agreement.items():
+            for names, share in self.team.agreement.shares().items():
                 t.record(f"agreement/{names}", share)
-            self.team.show_status(team_status(self.n_stored, len(self.open), agreement))
+            self.team.show_status(team_status(self.n_stored, len(self.open),
+                                              self.team.agreement.described()))
         t.dump(self.agent_steps.value if self.agent_steps is not None else self.n_stored)
         self.n_at_dump = self.n_stored
 
     def draw_pairs(self) -> list:
         """The queries to ask now, within the label schedule's budget: all that are drawn for a
         teacher; one for a person, the next drawn ahead. Empty: nothing to do yet."""
-        wanted = _labels_wanted(self.config, self.stats, self.schedule, self.n_stored,
-                                self.agent_steps, self.person, has_trainer=self.has_trainer)
+        team_pairs = 0
         if self.team is not None:
-            wanted = min(wanted, self.team.pairs_wanted - len(self.open))
+            # Answers still to come count against the label budget.
+            outstanding = sum(entry[1] for entry in self.open.values())
+            team_pairs = self.team.pairs_wanted - len(self.open) + outstanding
+        wanted = _labels_wanted(self.config, self.stats, self.schedule, self.n_stored,
+                                self.agent_steps, self.person and self.team is None,
+                                has_trainer=self.has_trainer,
+                                team_pairs=team_pairs) - (outstanding if self.team else 0)
+        self.answers_budget = wanted  # a team's: a pair shown to two people takes two
         pairs = self.mode.draw(wanted)
         if pairs and self.demand is not None:
             self.demand.pairs_waiting = self.buffer.n_unoffered_pairs
@@ -221,7 +234,11 @@ class Labelling:
                     yield pref
             return
         for pair in pairs:
-            copies = 2 if self.pair_rng.random() < self.config.overlap else 1
+            copies = min(2 if self.pair_rng.random() < self.config.overlap else 1,
+                         self.answers_budget)
+            if copies == 0:
+                break  # the label budget is spent by answers still to come
+            self.answers_budget -= copies
             self.open[self.team.open(pair[1], pair[3], copies)] = [pair, copies, copies]
         for answer in self.team.answers():
             if self.demand is not None:
@@ -233,6 +250,9 @@ class Labelling:
             if entry[1] == 0:
                 del self.open[answer.pair_id]
             self.team.agreement.add(answer, copies=entry[2])
+            if answer.mu is not None and self.predict is not None:
+                p_left = float(np.mean(self.predict([pair[1]], [pair[3]])))
+                self.team.agreement.add_ensemble(answer.labeller, answer.mu, p_left)
             if answer.mu is not None:
                 yield Preference(pair[1], pair[3], answer.mu, "human",
                                  is_validation=self.mode.split(pair[0]),
@@ -287,21 +307,21 @@ class Labelling:
             self.preferences.cancel_join_thread()
 
 
-def team_status(n_stored: int, n_open: int, agreement: dict[str, float]) -> list[str]:
+def team_status(n_stored: int, n_open: int, agreement: str) -> list[str]:
     """The lines every labeller's page shows: labels so far, pairs out, agreement."""
-    lines = [f"labels stored {n_stored} | pairs out {n_open}"]
-    if agreement:
-        lines.append("agreement " + ", ".join(f"{k} {v:.0%}" for k, v in agreement.items()))
-    return lines
+    return [f"labels stored {n_stored} | pairs out {n_open}"] + (
+        [f"agreement {agreement}"] if agreement else [])
 
 
 def _labels_wanted(config: LabellingConfig, stats: LabellingStats, schedule: LabelSchedule | None,
-                   n_stored: int, agent_steps: Any | None, human: bool, has_trainer: bool) -> int:
+                   n_stored: int, agent_steps: Any | None, human: bool, has_trainer: bool,
+                   team_pairs: int = 0) -> int:
     """How many pairs to have in hand now: for a person, the pair shown and the next one (the
-    labelling page loads it ahead); synthetic labels fill the free in-flight slots (so the
-    trainer is never starved nor flooded), or without a trainer a batch of GATHER_BATCH; all
-    within the schedule's budget."""
-    wanted = config.max_in_flight - stats.labels_in_flight if has_trainer else GATHER_BATCH
+    labelling page loads it ahead); for several people, `team_pairs`; synthetic labels fill the
+    free in-flight slots (so the trainer is never starved nor flooded), or without a trainer a
+    batch of GATHER_BATCH; all within the schedule's budget."""
+    wanted = (team_pairs if team_pairs else
+              config.max_in_flight - stats.labels_in_flight if has_trainer else GATHER_BATCH)
     if config.stop_after_labels is not None:
         wanted = min(wanted, config.stop_after_labels - n_stored)
     if schedule is not None and agent_steps is not None:

@@ -14,7 +14,7 @@ from clips.clip import Clip, Preference
 from launch.loop import Channels, run_labelling
 from pref_interface.config import LabellingConfig
 from pref_interface.labellers.keys import EOF, PairAnswer
-from pref_interface.labellers.team import Agreement, Team, TeamAnswer, parse_labellers
+from pref_interface.labellers.team import Agreement, Team, TeamAnswer, parse_labellers, stored_agreement
 from pref_interface.labelling import LabellingStats
 from pref_interface.store import PreferenceStore
 from tests.helpers import wait_until
@@ -167,3 +167,19 @@ def test_a_left_out_labeller_is_not_trained_on_and_keeps_their_labels(tmp_path):
         assert store.labellers() == {"ann": 3, "bob": 3, "cy": 3}
     everyone = _set_up(TrainerConfig(env_kind="moving_dot", ensemble_size=1), 1, str(path))
     assert everyone.n_train + everyone.n_val == 9
+
+
+def test_agreement_with_the_ensemble_and_from_the_stored_labels():
+    a = Agreement()
+    a.add_ensemble("ann", 1.0, 0.8)  # agrees
+    a.add_ensemble("ann", 0.0, 0.8)  # does not
+    a.add_ensemble("ann", 0.5, 0.8)  # "as good": no clear answer to compare
+    assert a.shares() == {"ann-ensemble": 0.5}
+    assert a.described() == "ann-ensemble 50% of 2"
+    x, y, z = clip(1), clip(2), clip(3)
+    labels = [Preference(x, y, 1.0, "human", labeller="ann"),
+              Preference(y, x, 0.0, "human", labeller="bob"),  # the same answer, shown swapped
+              Preference(x, z, 1.0, "human", labeller="ann"),
+              Preference(x, z, 0.5, "human", labeller="cy"),
+              Preference(y, z, 1.0, "human", labeller="cy")]  # one person only: no pair
+    assert stored_agreement(labels).shares() == {"ann-bob": 1.0, "ann-cy": 0.0}

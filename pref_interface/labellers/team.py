@@ -16,9 +16,9 @@ import queue
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
-from clips.clip import Clip, LabelEdit
+from clips.clip import Clip, LabelEdit, Preference
 from pref_interface.labellers.keys import ANSWER_KEYS, EOF, PairAnswer
 from pref_interface.labellers.player import clip_frames
 from pref_interface.labellers.web.sprites import sprite_png
@@ -61,11 +61,19 @@ class TeamAnswer:
 
 
 class Agreement:
-    """How often two people gave the same answer to a pair both were shown (`--overlap`)."""
+    """How often two people gave the same answer to a pair both were shown (`--overlap`), and how
+    often each person's clear answer (left or right better) is the one the predictor's ensemble
+    finds more likely."""
 
     def __init__(self) -> None:
         self.first: dict[str, TeamAnswer] = {}  # pair id -> the first of its two answers
         self.counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # agreed, pairs
+
+    def add_ensemble(self, labeller: str, mu: float, p_left: float) -> None:
+        """A person's answer `mu` against the ensemble's mean P[left better] (ties: no count)."""
+        if mu in (0.0, 1.0) and p_left != 0.5:
+            self.counts[(labeller, "ensemble")][0] += (p_left > 0.5) == (mu == 1.0)
+            self.counts[(labeller, "ensemble")][1] += 1
 
     def add(self, answer: TeamAnswer, copies: int) -> None:
         if copies < 2:
@@ -74,13 +82,41 @@ class Agreement:
         if other is None:
             self.first[answer.pair_id] = answer
             return
-        key = tuple(sorted((other.labeller, answer.labeller)))
-        self.counts[key][0] += other.mu == answer.mu
+        self.add_pair(other.labeller, other.mu, answer.labeller, answer.mu)
+
+    def add_pair(self, a: str, mu_a: float | None, b: str, mu_b: float | None) -> None:
+        """Two people's answers to one pair."""
+        key = tuple(sorted((a, b)))
+        self.counts[key][0] += mu_a == mu_b
         self.counts[key][1] += 1
 
     def shares(self) -> dict[str, float]:
-        """'ann-bob' -> the share of their shared pairs answered alike."""
+        """'ann-bob' (or 'ann-ensemble') -> the share of their shared pairs answered alike."""
         return {f"{a}-{b}": agreed / n for (a, b), (agreed, n) in sorted(self.counts.items()) if n}
+
+    def described(self) -> str:
+        """One line, e.g. "ann-bob 80% of 10, ann-ensemble 75% of 40"."""
+        return ", ".join(f"{a}-{b} {agreed / n:.0%} of {n}"
+                         for (a, b), (agreed, n) in sorted(self.counts.items()) if n)
+
+
+def stored_agreement(labels: Iterable[Preference]) -> Agreement:
+    """The agreement between labellers over the stored labels: the labels of one pair of clips
+    by two people (`--overlap`), whichever way round each was shown."""
+    by_pair: dict[tuple[bytes, bytes], list[tuple[str, float]]] = defaultdict(list)
+    for pref in labels:
+        if pref.labeller is None:
+            continue
+        key, mu = (pref.left.key, pref.right.key), pref.mu
+        if key[0] > key[1]:
+            key, mu = key[::-1], 1.0 - mu
+        by_pair[key].append((pref.labeller, mu))
+    agreement = Agreement()
+    for answers in by_pair.values():
+        for (a, mu_a), (b, mu_b) in itertools.combinations(answers, 2):
+            if a != b:
+                agreement.add_pair(a, mu_a, b, mu_b)
+    return agreement
 
 
 class Team:

@@ -18,6 +18,7 @@ CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-sync"]
 URL_LINE = re.compile(r"label in your browser: (http://\S+)")
+TEAM_URL_LINE = re.compile(r"^(\S+) labels in their browser: (http://\S+)", re.MULTILINE)
 
 
 def chromium_path() -> str | None:
@@ -56,6 +57,23 @@ def start_labelling_run(args: list[str], log: IO[str], timeout_s: float = 120.0
     """Start `run.py` with `--clip_player web` (stdin closed: the page answers) and wait until
     it prints the page's address; returns the process and the address. Its output goes to
     `log`, a file opened for reading and writing."""
+    proc, urls = _start_run(args, log, timeout_s, 0)
+    return proc, urls[""]
+
+
+def start_team_run(args: list[str], log: IO[str], timeout_s: float = 120.0
+                   ) -> tuple[subprocess.Popen, dict[str, str]]:
+    """`start_labelling_run` for a run with `--labellers` in `args`: waits until every person's
+    address is printed; returns the process and the addresses by name."""
+    from pref_interface.labellers.team import parse_labellers
+
+    n = len(parse_labellers(args[args.index("--labellers") + 1]))
+    return _start_run(args, log, timeout_s, n)
+
+
+def _start_run(args: list[str], log: IO[str], timeout_s: float, people: int
+               ) -> tuple[subprocess.Popen, dict[str, str]]:
+    """The run and its addresses: {"": url} for one person, else `people` names' urls."""
     root = Path(__file__).resolve().parents[3]
     proc = subprocess.Popen([sys.executable, str(root / "run.py"), *args, "--clip_player", "web"],
                             cwd=root, stdin=subprocess.DEVNULL, stdout=log,
@@ -63,9 +81,15 @@ def start_labelling_run(args: list[str], log: IO[str], timeout_s: float = 120.0
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         log.seek(0)
-        match = URL_LINE.search(log.read())
-        if match:
-            return proc, match.group(1)
+        text = log.read()
+        if people:
+            urls = dict(TEAM_URL_LINE.findall(text))
+            if len(urls) >= people:
+                return proc, urls
+        else:
+            match = URL_LINE.search(text)
+            if match:
+                return proc, {"": match.group(1)}
         if proc.poll() is not None:
             break
         time.sleep(0.1)
@@ -79,10 +103,24 @@ def labelling_run(args: list[str], log: IO[str], timeout_s: float = 120.0
                   ) -> Iterator[tuple[subprocess.Popen, str]]:
     """`start_labelling_run` for a `with` block: the run is stopped (SIGTERM) on the way out if
     it is still going, and `log` closed."""
+    with _running(start_labelling_run, args, log, timeout_s) as started:
+        yield started
+
+
+@contextmanager
+def team_run(args: list[str], log: IO[str], timeout_s: float = 120.0
+             ) -> Iterator[tuple[subprocess.Popen, dict[str, str]]]:
+    """`start_team_run` for a `with` block, stopped as `labelling_run` is."""
+    with _running(start_team_run, args, log, timeout_s) as started:
+        yield started
+
+
+@contextmanager
+def _running(start, args: list[str], log: IO[str], timeout_s: float) -> Iterator:
     try:
-        proc, url = start_labelling_run(args, log, timeout_s)
+        proc, where = start(args, log, timeout_s)
         try:
-            yield proc, url
+            yield proc, where
         finally:
             if proc.poll() is None:
                 proc.terminate()

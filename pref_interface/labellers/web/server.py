@@ -331,6 +331,11 @@ class LabellingPage:
                 return found
         raise RequestError(HTTPStatus.FORBIDDEN, "the page's address has a token")
 
+    def status(self) -> list[str]:
+        """The lines under the clips that every page shows now (labelling's own status)."""
+        with self._cond:
+            return list(self._state["status"])
+
     def present(self) -> list[str]:
         """Team mode: the names of the people here now."""
         with self._cond:
