@@ -68,17 +68,22 @@ def main() -> None:
     parser.add_argument("--env_id", default="PongNoFrameskip-v4")
     parser.add_argument("--window_s", type=float, default=15.0, help="seconds per measurement")
     args = parser.parse_args()
-    print(f"# {processor()}, {os.cpu_count()} cores; {args.env_id}, nobody on the page")
+    print(f"# {processor()}; {args.env_id}, nobody on the page")
     with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "log.txt", "w+") as log:
         flags = ["gather_initial_prefs", args.env_id, "--n_initial_prefs", "500",
                  "--log_dir", str(Path(tmp) / "run")]
         with labelling_run(flags, log) as (proc, _url):
-            time.sleep(3.0)  # the children start
-            pids = {pid: named(pid) for pid in children(proc.pid)}
+            deadline = time.monotonic() + 60.0
+            while True:  # the agent and labelling have started
+                pids = {pid: named(pid) for pid in children(proc.pid)}
+                if {"a2c", "labelling"} <= set(pids.values()) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            time.sleep(3.0)
             pids[proc.pid] = "main"
             busy = shares(pids, args.window_s)
-            # nobody has answered since labelling began (about when the page's address came)
-            time.sleep(max(0.0, IDLE_AFTER_S + 8.0 - 3.0 - args.window_s))
+            # nobody has answered since labelling began
+            time.sleep(max(0.0, IDLE_AFTER_S + 5.0 - 3.0 - args.window_s))
             idle = shares(pids, args.window_s)
     print(f"{'process':<16}{'cutting clips':>16}{'idle, nobody answering':>26}")
     for name in sorted(set(busy) | set(idle)):

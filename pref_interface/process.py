@@ -37,13 +37,15 @@ PAIRS_AHEAD = 20
 
 class ClipDemand:
     """Keeps the agent's `clips_wanted` Event set while clips are worth cutting: someone
-    answered in the last IDLE_AFTER_S seconds, or fewer than PAIRS_AHEAD new pairs wait. A
-    thread checks once a second, as a person's labeller may block for minutes on one pair."""
+    answered in the last IDLE_AFTER_S seconds, or fewer than PAIRS_AHEAD new pairs wait and
+    labelling takes clips. A thread checks once a second: one person's labeller blocks on the
+    pair shown (`asking`), taking no clips meanwhile, for as long as they are away."""
 
     def __init__(self, event: Any) -> None:
         self.event = event
         self.last_answer = time.monotonic()
         self.pairs_waiting = 0  # updated by labelling's own thread
+        self.asking = False  # labelling's thread waits for one person's answer
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="clip-demand", daemon=True)
         self._thread.start()
@@ -56,7 +58,7 @@ class ClipDemand:
     @property
     def wanted(self) -> bool:
         return (time.monotonic() - self.last_answer < IDLE_AFTER_S
-                or self.pairs_waiting < PAIRS_AHEAD)
+                or (self.pairs_waiting < PAIRS_AHEAD and not self.asking))
 
     def _watch(self) -> None:
         while not self._closed.wait(1.0):
@@ -227,8 +229,11 @@ class Labelling:
         team's as people answer them, each named by its labeller."""
         if self.team is None:
             for pair in pairs:
+                if self.demand is not None:
+                    self.demand.asking = True
                 pref = self.label(pair)
                 if self.demand is not None:
+                    self.demand.asking = False
                     self.demand.answered()
                 if pref is not None:  # incomparable pairs are not stored (§2.2.2)
                     yield pref

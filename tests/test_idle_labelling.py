@@ -75,6 +75,9 @@ def test_clips_are_wanted_until_nobody_answers_and_pairs_enough_wait(monkeypatch
         wait_until(lambda: not event.is_set(), 5, "no clips wanted once nobody answers")
         demand.answered()
         wait_until(event.is_set, 5, "clips wanted again at an answer")
+        demand.pairs_waiting = 0  # few pairs, but one person is away from the pair shown
+        demand.asking = True
+        wait_until(lambda: not event.is_set(), 5, "no clips wanted while a person is away")
     finally:
         demand.close()
     assert event.is_set()  # labelling over: a held agent is let go
