@@ -22,22 +22,10 @@ import time
 from pathlib import Path
 
 from benchmarks.bench_a2c import machine_header
-from pref_interface.labellers.web.headless import browser_missing, headless_page, team_run
+from pref_interface.labellers.web.headless import RECORD_ANSWERS, browser_missing, headless_page, team_run
 from pref_interface.store import PreferenceStore
 
 KEYS = "LRE"
-# Each answer the page posts, with the server's status, in `window.answersSent`.
-RECORD_ANSWERS = """(() => {
-  const fetch0 = window.fetch;
-  window.answersSent = [];
-  window.fetch = async (url, options) => {
-    const response = await fetch0(url, options);
-    if (options && options.method === "POST" && String(url).startsWith("/answer")) {
-      window.answersSent.push(response.status);
-    }
-    return response;
-  };
-})();"""
 READY = ("(last) => window.labelling.canAnswer() && window.labelling.shownPair !== last"
          " ? window.labelling.shownPair : null")
 
@@ -78,7 +66,7 @@ def measure(env_id: str, people: int, labels: int, think_s: float, overlap: floa
             swap, refused = [], 0
             for page in pages:
                 swap += page.evaluate("window.labelling.swapMs")
-                refused += sum(s != 200 for s in page.evaluate("window.answersSent"))
+                refused += sum(a["status"] != 200 for a in page.evaluate("window.answersSent"))
         with PreferenceStore(run_dir / "prefs.sqlite", create=False) as store:
             stored = len(store)
     return {"seconds": elapsed, "given": given, "swap": swap, "refused": refused,

@@ -21,7 +21,7 @@ def run(*args, timeout=120) -> EasyProcess:
     return p
 
 
-def test_original_rewards_smoke_run_writes_the_run_directory(tmp_path):
+def test_original_rewards_smoke_run_writes_the_run_directory_and_resumes(tmp_path):
     d = tmp_path / "run"
     r = run("run.py", "train_policy_with_original_rewards", "MovingDotNoFrameskip-v0",
             "--million_timesteps", "0.002", "--n_envs", "4", "--ensemble_size", "5",
@@ -48,6 +48,32 @@ def test_original_rewards_smoke_run_writes_the_run_directory(tmp_path):
     w = run("run_checkpoint.py", "MovingDotNoFrameskip-v0", str(tmp_path / "dot.pt"),
             "--episodes", "1")
     assert w.return_code == 0 and "policy after 2,000 agent steps" in w.stdout, w.stderr
+
+    # --resume from the last checkpoint, as a run saved before two of today's settings existed
+    import json
+
+    import torch
+
+    first = json.loads((d / "settings.json").read_text())
+    for newer in ("device", "reward_predictor_device"):
+        del first[newer]
+    (d / "settings.json").write_text(json.dumps(first))
+    r = run("run.py", "--resume", str(d), "--million_timesteps", "0.004", "--ent_coef", "0.02")
+    assert r.return_code == 0, r.stderr
+    newest = sorted((d / "policy").glob("policy-*.pt"))[-1]
+    assert torch.load(newest, weights_only=True)["timesteps"] == 4000
+    # The log's first line counts from the checkpoint, not from 0 (no rate over a false jump).
+    assert next(line for line in (r.stdout + r.stderr).splitlines()
+                if line.startswith("agent steps")).startswith("agent steps 2,000/4,000"), r.stderr
+    assert len((d / "command.txt").read_text().splitlines()) == 2
+    starts = [line.split("\t") for line in (d / "machines.txt").read_text().splitlines()]
+    assert len(starts) == 2 and all(len(s) == 3 and s[2] == "policy on cpu, predictor on cpu"
+                                    for s in starts)
+    # The flags given on resuming are the run's settings from now on (a later --resume keeps
+    # them); settings newer than the run are written with the defaults it ran with.
+    assert json.loads((d / "settings.json").read_text()) == {
+        **first, "million_timesteps": 0.004, "ent_coef": 0.02, "device": "cpu",
+        "reward_predictor_device": "cpu"}
 
 
 @pytest.mark.parametrize("args", [

@@ -4,6 +4,7 @@ the runtime imports none of the parts, and no module imports itself round a circ
 import ast
 from pathlib import Path
 
+from benchmarks.code_structure import strongly_connected as cycles
 from launch.names import PACKAGES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,37 +35,6 @@ def import_graph() -> dict[str, set[str]]:
             deps |= {t for t in targets if t in modules and t != name}
         graph[name] = deps
     return graph
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected groups of more than one module (Tarjan)."""
-    index, low, stack, on, out = {}, {}, [], set(), []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            group = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                group.append(w)
-                if w == v:
-                    break
-            if len(group) > 1:
-                out.append(sorted(group))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return out
 
 
 def test_no_module_imports_itself_round_a_circle():

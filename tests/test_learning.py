@@ -6,6 +6,8 @@ seeds: docs/results.md has how often it passes). Seed 1 is one of the seeds that
 soonest (docs/experiments.md, "The dot's position kept per clip"). Where a run ends varies more
 (a run that learns can drift later); `python -m experiments.milestone moving_dot` reports that
 across seeds."""
+import json
+
 import pytest
 
 from benchmarks.learning_reliability import LEARNED_LEVEL, moving_dot_learns
@@ -13,5 +15,12 @@ from benchmarks.learning_reliability import LEARNED_LEVEL, moving_dot_learns
 
 @pytest.mark.timeout(600)
 def test_synthetic_preferences_teach_moving_dot_to_approach_the_centre(tmp_path):
-    result = moving_dot_learns(seed=1, run_dir=tmp_path / "run")
+    d = tmp_path / "run"
+    result = moving_dot_learns(seed=1, run_dir=d)
     assert result["reached"], f"never reached {LEARNED_LEVEL}: {result}"
+    # From nothing, the one mode gathered and pretrained first, each phase with its curves.
+    epochs = json.loads((d / "settings.json").read_text())["n_initial_epochs"]
+    assert json.loads((d / "reward_predictor" / "pretraining.json").read_text()) == {
+        "epochs_done": epochs}
+    tags = {p.parent.name for p in d.glob("tb/**/events.out.tfevents.*")}
+    assert {"tb", "gather", "pretrain", "reward_predictor", "labels"} <= tags

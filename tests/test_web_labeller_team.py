@@ -21,7 +21,7 @@ from typing import Callable
 
 import pytest
 
-from pref_interface.labellers.web.headless import browser_missing, headless_page, team_run
+from pref_interface.labellers.web.headless import RECORD_ANSWERS, browser_missing, headless_page, team_run
 from pref_interface.store import PreferenceStore
 from tests.helpers import wait_until
 
@@ -30,19 +30,6 @@ NAMES = ("ann", "bob", "cy")
 N_LABELS = 30
 TIMEOUT_S = 4.0
 MU = {"L": 1.0, "R": 0.0, "E": 0.5}
-# Each answer the page posts, with the server's reply, in the tab's `window.answersSent`.
-RECORD_ANSWERS = """(() => {
-  const fetch0 = window.fetch;
-  window.answersSent = [];
-  window.fetch = async (url, options) => {
-    const response = await fetch0(url, options);
-    if (options && options.method === "POST" && String(url).startsWith("/answer")) {
-      const body = JSON.parse(options.body);
-      window.answersSent.push({pair: body.pair, key: body.key, status: response.status});
-    }
-    return response;
-  };
-})();"""
 
 
 def call(url: str, body: dict | None = None) -> tuple[int | None, bytes]:

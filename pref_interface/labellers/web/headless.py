@@ -18,6 +18,19 @@ CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-sync"]
 URL_LINE = re.compile(r"label in your browser: (http://\S+)")
+# An init script: each answer a tab posts, {pair, key, status}, in its `window.answersSent`.
+RECORD_ANSWERS = """(() => {
+  const fetch0 = window.fetch;
+  window.answersSent = [];
+  window.fetch = async (url, options) => {
+    const response = await fetch0(url, options);
+    if (options && options.method === "POST" && String(url).startsWith("/answer")) {
+      const body = JSON.parse(options.body);
+      window.answersSent.push({pair: body.pair, key: body.key, status: response.status});
+    }
+    return response;
+  };
+})();"""
 TEAM_URL_LINE = re.compile(r"^(\S+) labels in their browser: (http://\S+)", re.MULTILINE)
 
 
