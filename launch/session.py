@@ -91,4 +91,4 @@ def start_run(run: Run, page=None):
     from runtime.process_setup import run_context
 
     ctx = run_context()
-    return ctx, Session(run, ctx, page), RunReport(run.dir, run.settings.env_id)
+    return ctx, Session(run, ctx, page), RunReport(run.dir, run.settings.env_id, page=page)

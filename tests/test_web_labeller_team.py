@@ -5,6 +5,7 @@ another network namespace (as from another machine)."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import secrets
 import shlex
@@ -95,6 +96,7 @@ class Observed:
     stored: list = field(default_factory=list)
     labellers: dict = field(default_factory=dict)
     rc: int | None = None
+    log: str = ""
 
 
 def label_in_turn(tabs: list[Tab], done: Callable[[], bool], timeout_s: float,
@@ -177,6 +179,7 @@ def team_labelled(tmp_path_factory) -> Observed:
     with PreferenceStore(tmp / "run" / "prefs.sqlite", create=False) as store:
         seen.stored = store.latest(len(store))
         seen.labellers = store.labellers()
+    seen.log = (tmp / "run.log").read_text()
     return seen
 
 
@@ -214,6 +217,11 @@ def test_three_people_label_one_run_and_the_store_holds_exactly_their_labels(tea
     sent = [(name, a) for name, answers in seen.sent.items() for a in answers]
     assert [a["status"] for _, a in sent] == [200] * N_LABELS  # every press taken
     assert seen.labellers == {name: len(seen.sent[name]) for name in NAMES}
+    # The run's summary counts each person's labels and says how the two-person pairs agreed.
+    summary = seen.log[seen.log.index("run finished"):]
+    row = next(line for line in summary.splitlines() if line.strip().startswith("labellers"))
+    assert all(f"{name} {n}" in row for name, n in seen.labellers.items()), summary
+    assert re.search(r"agreement +\w+-\w+ \d+% of \d+", summary), summary
     assert all(seen.sent[name] for name in NAMES)
     for name in NAMES:  # each person's answers, as the store has them
         assert Counter(p.mu for p in seen.stored if p.labeller == name) == Counter(
