@@ -1,5 +1,8 @@
 """Small builders shared by tests, and a wait on a condition."""
+import queue
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -120,3 +123,24 @@ def moving_dot_pref(rng: np.random.Generator, is_validation: bool) -> Preference
     diff = left.true_return - right.true_return
     return Preference(left, right, 1.0 if diff > 0 else 0.0 if diff < 0 else 0.5,
                       is_validation=is_validation)
+
+
+def drained(q) -> list:
+    """Everything on a queue now, without waiting."""
+    items = []
+    while True:
+        try:
+            items.append(q.get_nowait())
+        except queue.Empty:
+            return items
+
+
+def http_call(url: str, data: bytes | None = None, timeout: float = 10.0) -> tuple[int | None, bytes]:
+    """GET `url` (POST `data`): the status and the body; None when nothing answers."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except OSError:
+        return None, b""

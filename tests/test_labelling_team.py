@@ -17,7 +17,7 @@ from pref_interface.labellers.keys import EOF, PairAnswer
 from pref_interface.labellers.team import Agreement, Team, TeamAnswer, parse_labellers, stored_agreement
 from pref_interface.labelling import LabellingStats
 from pref_interface.store import PreferenceStore
-from tests.helpers import wait_until
+from tests.helpers import drained, wait_until
 
 PEOPLE = ["ann", "bob", "cy"]
 
@@ -132,19 +132,11 @@ def test_the_terminals_ctrl_d_stops_a_team(tmp_path):
                                           labeller=team))
     worker.start()
     opened = []
-    wait_until(lambda: opened.extend(u for u in iter_nowait(updates) if "open" in u) or len(opened) >= 4,
+    wait_until(lambda: opened.extend(u for u in drained(updates) if "open" in u) or len(opened) >= 4,
                30, "four pairs out (two people, two each)")
     answers.put(EOF)
     worker.join(timeout=30)
     assert not worker.is_alive() and len(opened) == 4
-
-
-def iter_nowait(q: queue.Queue):
-    while True:
-        try:
-            yield q.get_nowait()
-        except queue.Empty:
-            return
 
 
 def test_a_left_out_labeller_is_not_trained_on_and_keeps_their_labels(tmp_path):

@@ -7,8 +7,6 @@ import json
 import queue
 import secrets
 import threading
-import urllib.error
-import urllib.request
 from collections import Counter
 
 import numpy as np
@@ -18,7 +16,7 @@ from clips.clip import LabelEdit
 from pref_interface.labellers.keys import ENTER, PairAnswer
 from pref_interface.labellers.web.server import LabellingPage
 from pref_interface.labellers.web.sprites import sprite_png
-from tests.helpers import wait_until
+from tests.helpers import drained, http_call, wait_until
 
 TIMEOUT_S = 1.0
 KEYS = ["L", "R", "E", "incomparable"]
@@ -58,11 +56,7 @@ class Browser:
         query = "&".join(f"{k}={v}" for k, v in {"token": self.token, **params}.items())
         url = f"{self.page.url.split('/?')[0]}{path}?{query}"
         data = None if body is None else json.dumps({**body, "nonce": secrets.token_hex(8)}).encode()
-        try:
-            with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=10) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
+        return http_call(url, data)
 
     def state(self, since: int | None = None) -> dict:
         """The state (waiting for a change past the last one seen when `since` is None)."""
@@ -81,15 +75,6 @@ class Browser:
     def shown(self) -> tuple[str | None, str | None]:
         state = self.state(since=0)
         return tuple(p and p["id"] for p in (state["pair"], state["next"]))
-
-
-def drained(q: queue.Queue) -> list:
-    items = []
-    while True:
-        try:
-            items.append(q.get_nowait())
-        except queue.Empty:
-            return items
 
 
 def wait_for_pairs(page: LabellingPage, n: int) -> None:

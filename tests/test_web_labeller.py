@@ -22,6 +22,7 @@ from pref_interface.labellers.player import clip_frames
 from pref_interface.labellers.web.headless import browser_missing, headless_page, labelling_run
 from pref_interface.labellers.web.player import WebPlayer, clip_name, parse_clip_name
 from pref_interface.labellers.web.server import LabellingPage
+from tests.helpers import drained, http_call
 from pref_interface.labellers.web.sprites import sprite_png
 from pref_interface.labelling import LabelEditor
 from pref_interface.queries.sorting import ClipSorter, rebuild_sorters
@@ -76,20 +77,7 @@ def request(page: LabellingPage, path: str, body: dict | bytes | None = None,
     sep = "&" if "?" in path else "?"
     url = page.url.split("/?")[0] + path + (f"{sep}token={token}" if token is not None else "")
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=10) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
-def drained(q: queue.Queue) -> list:
-    items = []
-    while True:
-        try:
-            items.append(q.get_nowait())
-        except queue.Empty:
-            return items
+    return http_call(url, data)
 
 
 def test_the_page_listens_on_loopback_only_by_default(page):

@@ -13,8 +13,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +22,7 @@ import pytest
 
 from pref_interface.labellers.web.headless import RECORD_ANSWERS, browser_missing, headless_page, team_run
 from pref_interface.store import PreferenceStore
-from tests.helpers import wait_until
+from tests.helpers import http_call, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = ("ann", "bob", "cy")
@@ -37,13 +35,7 @@ def call(url: str, body: dict | None = None) -> tuple[int | None, bytes]:
     """GET (or POST `body`, with a fresh nonce) `url`: the status and the body; None when nothing
     answers."""
     data = None if body is None else json.dumps({**body, "nonce": secrets.token_hex(8)}).encode()
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=10) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-    except OSError:
-        return None, b""
+    return http_call(url, data)
 
 
 class Tab:
