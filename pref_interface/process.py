@@ -158,9 +158,7 @@ class Labelling:
             has_trainer=self.has_trainer, reinsert=self.mode.reinsert)
         self.person = self.labeller.source == "human"
         self.team = self.labeller if config.labellers else None
-        # A team's pairs out now: id -> [query, answers still wanted, copies asked]
-        self.open: dict[str, list] = {}
-        self.answers_budget = 0
+        self.answers_budget = 0  # a team's answers that may still be asked for
         self.mode.show = self.labeller.show_order
         self.telemetry = Telemetry(log_dir, every_s=LOG_EVERY_S)
         self.n_at_dump = self.n_stored
@@ -200,7 +198,7 @@ class Labelling:
         if self.team is not None:
             for names, share in self.team.agreement.shares().items():
                 t.record(f"agreement/{names}", share)
-            self.team.show_status(team_status(self.n_stored, len(self.open),
+            self.team.show_status(team_status(self.n_stored, self.team.n_open,
                                               self.team.agreement.described()))
         t.dump(self.agent_steps.value if self.agent_steps is not None else self.n_stored)
         self.n_at_dump = self.n_stored
@@ -208,15 +206,12 @@ class Labelling:
     def draw_pairs(self) -> list:
         """The queries to ask now, within the label schedule's budget: all that are drawn for a
         teacher; one for a person, the next drawn ahead. Empty: nothing to do yet."""
-        team_pairs = 0
-        if self.team is not None:
-            # Answers still to come count against the label budget.
-            outstanding = sum(entry[1] for entry in self.open.values())
-            team_pairs = self.team.pairs_wanted - len(self.open) + outstanding
+        # A team's answers still to come count against the label budget.
+        outstanding = self.team.outstanding if self.team is not None else 0
+        team_pairs = self.team.pairs_to_open + outstanding if self.team is not None else 0
         wanted = _labels_wanted(self.config, self.stats, self.schedule, self.n_stored,
                                 self.agent_steps, self.person and self.team is None,
-                                has_trainer=self.has_trainer,
-                                team_pairs=team_pairs) - (outstanding if self.team else 0)
+                                has_trainer=self.has_trainer, team_pairs=team_pairs) - outstanding
         self.answers_budget = wanted  # a team's: a pair shown to two people takes two
         pairs = self.mode.draw(wanted)
         if pairs and self.demand is not None:
@@ -238,23 +233,11 @@ class Labelling:
                 if pref is not None:  # incomparable pairs are not stored (§2.2.2)
                     yield pref
             return
-        for pair in pairs:
-            copies = min(2 if self.pair_rng.random() < self.config.overlap else 1,
-                         self.answers_budget)
-            if copies == 0:
-                break  # the label budget is spent by answers still to come
-            self.answers_budget -= copies
-            self.open[self.team.open(pair[1], pair[3], copies)] = [pair, copies, copies]
-        for answer in self.team.answers():
+        self.answers_budget = self.team.hand_out(pairs, self.answers_budget, self.pair_rng,
+                                                 self.config.overlap)
+        for answer, pair in self.team.answered():
             if self.demand is not None:
                 self.demand.answered()
-            entry = self.open.get(answer.pair_id)
-            if entry is None:
-                continue  # a pair withdrawn, or answered by as many people as it was given to
-            pair, entry[1] = entry[0], entry[1] - 1
-            if entry[1] == 0:
-                del self.open[answer.pair_id]
-            self.team.agreement.add(answer, copies=entry[2])
             if answer.mu is not None and self.predict is not None:
                 p_left = float(np.mean(self.predict([pair[1]], [pair[3]])))
                 self.team.agreement.add_ensemble(answer.labeller, answer.mu, p_left)

@@ -18,6 +18,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
+import numpy as np
+
 from clips.clip import Clip, LabelEdit, Preference
 from pref_interface.labellers.keys import ANSWER_KEYS, EOF, PairAnswer
 from pref_interface.labellers.player import clip_frames
@@ -138,6 +140,8 @@ class Team:
         self.names, self.page_updates, self.answers_in = list(names), page_updates, answers
         self.editor = editor
         self._ids = (f"{os.getpid()}-{n}" for n in itertools.count(1))
+        # The pairs out now: id -> [query, answers still wanted, copies asked]
+        self.open: dict[str, list] = {}
         self.agreement = Agreement()
         self._answered: TeamAnswer | None = None  # the answer being stored now
         self._status: list[str] | None = None
@@ -147,7 +151,45 @@ class Team:
         """Pairs to keep out at once: the shown one and the next for each person."""
         return PAIRS_EACH * len(self.names)
 
-    def open(self, left: Clip, right: Clip, copies: int = 1) -> str:
+    @property
+    def n_open(self) -> int:
+        return len(self.open)
+
+    @property
+    def pairs_to_open(self) -> int:
+        return self.pairs_wanted - len(self.open)
+
+    @property
+    def outstanding(self) -> int:
+        """Answers still to come for the pairs out."""
+        return sum(entry[1] for entry in self.open.values())
+
+    def hand_out(self, queries: list, budget: int, rng: np.random.Generator,
+                 overlap: float) -> int:
+        """Open these queries (left_id, left, right_id, right), each to one person or, with
+        probability `overlap`, to two, within `budget` answers; returns the budget left."""
+        for query in queries:
+            copies = min(2 if rng.random() < overlap else 1, budget)
+            if copies == 0:
+                break  # the label budget is spent by answers still to come
+            budget -= copies
+            self.open[self.open_pair(query[1], query[3], copies)] = [query, copies, copies]
+        return budget
+
+    def answered(self) -> Iterator[tuple[TeamAnswer, tuple]]:
+        """Each answer to a pair out, with its query, in order; two people's answers to one pair
+        go to `agreement`. Answers to pairs no longer out are dropped."""
+        for answer in self.answers():
+            entry = self.open.get(answer.pair_id)
+            if entry is None:
+                continue  # a pair withdrawn, or answered by as many people as it was given to
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self.open[answer.pair_id]
+            self.agreement.add(answer, copies=entry[2])
+            yield answer, entry[0]
+
+    def open_pair(self, left: Clip, right: Clip, copies: int = 1) -> str:
         """Hand a pair out, to be answered by `copies` different people; returns its id."""
         pair_id = next(self._ids)
         lf, rf = clip_frames(left.frames()), clip_frames(right.frames())
