@@ -44,8 +44,10 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
     elif ch.answers is not None:
         print("answer " + ("on the page or " if run.player_kind == "web" else "") +
               "here: Ctrl-D stops labelling (labels kept), Ctrl-C stops the run", file=sys.stderr)
-    # A person labelling sees the counters in the prompt: no status line over the player.
-    progress = None if ch.answers is not None else Progress(
+    # One person labelling sees the counters in the prompt: no status line over the player;
+    # several people label in their browsers, and the terminal shows the count.
+    team = session.page is not None and session.page.labellers
+    progress = None if ch.answers is not None and not team else Progress(
         "labels", n_labels, "label", lambda: (labelling_stats.labels_stored.value, a2c_status(a2c_stats)))
     return sup.wait(progress=progress, until=lambda: not sup.procs["labelling"].is_alive())
 
