@@ -93,6 +93,35 @@ def shm_entries() -> set[str]:
         return set()
 
 
+def shm_mapped() -> set[int]:
+    """The inodes of the /dev/shm files some live process has mapped (another run's, beside this
+    one). By inode, not name: a semaphore is mapped under a temporary name, then given its own."""
+    inodes = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        # address perms offset dev inode path
+        inodes.update(int(line.split()[4]) for line in maps.splitlines() if " /dev/shm/" in line)
+    return inodes
+
+
+def shm_leaked(before: set[str]) -> list[str]:
+    """What appeared in /dev/shm since `before` and no live process holds: what a run that has
+    ended left behind. Entries of other runs alive beside it are mapped by them, so they do not
+    count."""
+    mapped = shm_mapped()
+    left = []
+    for name in sorted(shm_entries() - before):
+        try:
+            if os.stat(f"/dev/shm/{name}").st_ino not in mapped:
+                left.append(name)
+        except OSError:  # unlinked since it was listed
+            pass
+    return left
+
+
 def group_processes(pgid: int) -> list[str]:
     """Live (not zombie) processes of a process group, as 'pid comm'."""
     out = []
@@ -176,7 +205,7 @@ class RunUnderTest:
         self._reader.join(5.0)
         result.stderr = "".join(self.lines)
         time.sleep(0.2)  # the resource tracker is the last to go; it unlinks what was leaked
-        result.shm_left = sorted(shm_entries() - shm_before)
+        result.shm_left = shm_leaked(shm_before)
         return result
 
 

@@ -112,20 +112,17 @@ def test_a_person_labels_in_the_terminal_and_every_answer_is_stored(tmp_path):
     assert {p.source for p in prefs} == {"human"}
 
 
-def free_display() -> int:
-    for n in range(90, 200):
-        if not Path(f"/tmp/.X{n}-lock").exists() and not Path(f"/tmp/.X11-unix/X{n}").exists():
-            return n
-    raise RuntimeError("no free X display number")
-
-
 @pytest.fixture
 def xvfb():
-    n = free_display()
-    proc = subprocess.Popen(["Xvfb", f":{n}", "-screen", "0", "1280x720x24", "-dpi", "96",
-                             "-wr", "-nolisten", "tcp"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    wait_until(Path(f"/tmp/.X11-unix/X{n}").exists, 10, f"Xvfb's socket for display :{n}")
+    """A private X display; Xvfb picks a free number itself (`-displayfd`), so that tests running
+    side by side never race for one."""
+    read, write = os.pipe()
+    proc = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", "1280x720x24",
+                             "-dpi", "96", "-wr", "-nolisten", "tcp"], pass_fds=(write,),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(write)
+    with os.fdopen(read) as chosen:
+        n = int(chosen.readline())
     yield f":{n}"
     proc.terminate()
     proc.wait(5)

@@ -29,6 +29,8 @@ NAMES = ("ann", "bob", "cy")
 N_LABELS = 30
 TIMEOUT_S = 4.0
 MU = {"L": 1.0, "R": 0.0, "E": 0.5}
+# the tests that read one team run (`team_labelled`) share a worker, so the run is made once
+pytestmark = pytest.mark.xdist_group("team_run")
 
 
 def call(url: str, body: dict | None = None) -> tuple[int | None, bytes]:
