@@ -243,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
                                        a.seed)
     except (CheckpointError, UsageError) as e:
         p.error(str(e))
-    alongside = run.settings.teacher == "alongside"
+    from pref_interface.labellers.teachers import ENDURO_TEACHERS, teacher_kind
+
+    alongside = teacher_kind(run.settings.teacher) in ENDURO_TEACHERS
     print(f"{run_dir} ({a.policy} play, {a.steps} steps x {a.n_envs} envs)")
     if a.policy == "fixed":
         from envs import action_names, make_vec_env

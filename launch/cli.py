@@ -18,6 +18,7 @@ from launch.preflight import first_error
 from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run
 from launch.settings import MODES, TRAINING_MODES, Settings, invalid_setting, unused_settings
 from launch.settings import build_parser as settings_parser
+from pref_interface.labellers.teachers import ENDURO_TEACHERS, teacher_kind
 from reward_predictor.entry_points import check_predictor
 
 EXIT_USAGE = 2
@@ -161,8 +162,8 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
     if s.labellers and s.queries == "sort":
         raise UsageError("--labellers: sorting asks one comparison at a time; several people "
                          "label --queries pairs")
-    if s.teacher == "alongside" and not s.env_id.startswith("Enduro"):
-        raise UsageError("--teacher alongside reads Enduro's frames; this run is "
+    if teacher_kind(s.teacher) in ENDURO_TEACHERS and not s.env_id.startswith("Enduro"):
+        raise UsageError(f"--teacher {teacher_kind(s.teacher)} reads Enduro's frames; this run is "
                          f"{s.env_id}")
     if not 0 <= s.seed <= MAX_SEED - s.n_envs + 1:  # env i gets seed + i; ale-py takes int32
         raise UsageError(f"--seed must be in [0, {MAX_SEED - s.n_envs + 1:,}] with --n_envs "

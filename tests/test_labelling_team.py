@@ -161,6 +161,35 @@ def test_a_left_out_labeller_is_not_trained_on_and_keeps_their_labels(tmp_path):
     assert everyone.n_train + everyone.n_val == 9
 
 
+def test_a_left_out_labellers_labels_are_skipped_as_they_arrive_and_still_counted(tmp_path):
+    """--leave_out on labels that reach the running trainer, not only those loaded at its start."""
+    from types import SimpleNamespace
+
+    from reward_predictor.config import TrainerConfig, TrainerStats
+    from reward_predictor.process import PredictorTraining
+    from reward_predictor.shared import SharedWeights
+    from tests.helpers import moving_dot_pref
+
+    ctx = mp.get_context("spawn")
+    config = TrainerConfig(env_kind="moving_dot", ensemble_size=1, left_out=("ann",))
+    arriving: queue.Queue = queue.Queue()
+    channels = SimpleNamespace(preferences=arriving, reward_weights=SharedWeights(ctx),
+                               stop=ctx.Event())
+    training = PredictorTraining(config, channels, stats=TrainerStats.create(ctx),
+                                 log_dir=str(tmp_path))
+    try:
+        rng = np.random.default_rng(0)
+        for k in range(9):
+            pref = moving_dot_pref(rng, is_validation=k % 3 == 0)
+            arriving.put(Preference(pref.left, pref.right, pref.mu, "human", pref.is_validation,
+                                    labeller=PEOPLE[k % 3]))
+        training.take_labels()
+        assert training.trainer.n_train + training.trainer.n_val == 6  # ann's three skipped
+        assert training.stats.labels_received.value == 9  # ... yet received
+    finally:
+        training.telemetry.close()
+
+
 def test_agreement_with_the_ensemble_and_from_the_stored_labels():
     a = Agreement()
     a.add_ensemble("ann", 1.0, 0.8)  # agrees

@@ -1,6 +1,6 @@
 """The scripted teachers: B-Pref's (Lee et al. 2021) and the episode-end penalty, and Enduro's
 "keep alongside other cars" (its frame detector on hand-made frames and on the emulator's, its
-labels, and `--teacher alongside`)."""
+labels counted and shaped, and `--teacher alongside` and `alongside_shaped`)."""
 import math
 
 import numpy as np
@@ -10,7 +10,9 @@ from clips.clip import STACK, Clip
 from pref_interface.labellers.alongside import (
     alongside_share,
     clip_alongside,
+    clip_closing,
     find_player,
+    gap_ahead,
     is_alongside,
 )
 from pref_interface.labellers.teachers import (
@@ -21,6 +23,7 @@ from pref_interface.labellers.teachers import (
     MistakeTeacher,
     MyopicTeacher,
     OracleTeacher,
+    ShapedAlongsideTeacher,
     SkipTeacher,
     make_teacher,
     teacher_return,
@@ -163,6 +166,62 @@ def test_on_the_emulators_frames_the_player_is_found_in_every_frame_and_follows_
     assert tops.min() >= 54 and stops.max() <= 62 and 4 <= (stops - tops).min() <= (stops - tops).max() <= 6
     assert cols[139] < cols[99] - 5 and cols[219] > cols[139] + 5 and cols[259] < cols[219] - 5
     assert 0.0 < alongside_share(frames) < 0.5
+
+
+@pytest.mark.parametrize("cars, gap", [
+    ((), None),
+    (((15, 57, 5, 8, 100),), 0),  # level
+    (((20, 44, 3, 6, 100),), 11),  # ahead: rows 44-46, the player's top row 57
+    (((20, 44, 3, 6, 100), (60, 50, 3, 7, 100)), 5),  # the nearer of two
+    (((40, 50, 4, 8, 100),), 4),  # right in front of it
+    (((20, 26, 2, 3, 100),), None),  # far up the road: a few pixels, not told from an edge
+    (((34, 44, 1, 4, 100),), None),  # one row 4 wide: an edge's kink
+])
+def test_the_gap_to_the_nearest_car_ahead_in_rows(cars, gap):
+    assert gap_ahead(enduro_frame(cars=cars)) == gap
+    assert gap_ahead(with_road(enduro_frame(cars=cars))) == gap  # road edges change nothing
+
+
+def closing_clip(tops: list[int | None]) -> Clip:
+    """A clip whose frames (the stack's first three, then one per step) show a car ahead with its
+    top row at tops[i] (None: no car)."""
+    frames = np.stack([enduro_frame(cars=() if t is None else ((20, t, 4, 8, 100),)) for t in tops])
+    n = len(tops) - STACK + 1
+    return Clip.pack(frames, np.zeros(n, np.int64), np.zeros(n, np.float32))
+
+
+def test_a_clip_closing_in_on_a_car_is_preferred_where_counting_level_steps_ties():
+    none = [None] * 28
+    approach = [None] * 4 + list(range(36, 48)) + [48] * 12  # from nothing ahead to 6 rows off
+    falls_back = approach[::-1]
+    flicker = approach[:-1] + [None]  # missed in its last frame only
+    assert clip_closing(closing_clip(none)) == 0.0
+    assert clip_closing(closing_clip(approach)) == pytest.approx(1 - 6 / 24)
+    assert clip_closing(closing_clip(falls_back)) == pytest.approx(-(1 - 6 / 24))
+    assert clip_closing(closing_clip(flicker)) == clip_closing(closing_clip(approach))
+    counted, shaped = AlongsideTeacher(), make_teacher("alongside_shaped")
+    pairs = [(approach, none), (none, falls_back), (approach, falls_back)]
+    for better, worse in (tuple(map(closing_clip, pair)) for pair in pairs):
+        assert counted.label(better, worse) == 0.5
+        assert shaped.label(better, worse) == 1.0 and shaped.label(worse, better) == 0.0
+    # level steps count too: 8 at the end of a clip that starts level outweigh closing in from
+    # nothing to 6 rows off with closing=10, not with closing=20
+    level = clip([False] * 17 + [True] * 8)
+    assert shaped.label(level, closing_clip(approach)) == 1.0
+    assert ShapedAlongsideTeacher(closing=20).label(level, closing_clip(approach)) == 0.0
+
+
+def test_teacher_alongside_shaped_is_a_command_line_choice_for_enduro(tmp_path):
+    from launch import cli
+
+    assert make_teacher("alongside_shaped:closing=4").closing == 4.0
+    assert make_teacher("alongside_shaped").closing == 10.0
+    with pytest.raises(ValueError, match="closing must be >= 0"):
+        make_teacher("alongside_shaped:closing=-1")
+    argv = ["train_policy_with_preferences", "PongNoFrameskip-v4", "--synthetic_prefs",
+            "--log_dir", str(tmp_path / "never"), "--teacher", "alongside_shaped:closing=4"]
+    with pytest.raises(cli.UsageError, match="alongside_shaped reads Enduro's frames"):
+        cli.parse_args(argv)
 
 
 # ---- scripted teachers (B-Pref, Lee et al. 2021) -----------------------------------------------

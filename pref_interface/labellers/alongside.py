@@ -33,6 +33,8 @@ MIN_DIFF = 24  # a pixel this far from the ground grey is part of something draw
 MAX_GAP = 2  # gaps this narrow inside a run are closed (night: a car's two taillights)
 MIN_CAR_WIDTH = 4  # a car in two rows is this wide; a road edge is 1-3 wide
 MIN_LONE_WIDTH = 6  # ... in one row (night: its taillights); a road edge's kink is 4-5 wide
+AHEAD_TOP = 34  # cars ahead are looked for from this row down: above it they are 1-3 pixels wide
+AHEAD_DEPTH = 24  # rows: from AHEAD_TOP to the player's usual top row (57) and a little more
 
 
 def find_player(frame: np.ndarray) -> tuple[int, int, int] | None:
@@ -72,25 +74,19 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(starts.tolist(), ends.tolist()))
 
 
-def other_cars(frame: np.ndarray) -> np.ndarray:
-    """bool (84, 84): where other cars are drawn in the player's rows. Per row, runs of pixels far
-    from the ground grey that do not reach into the player's own columns (a road edge or a car
-    touching the player joins its run and is dropped with it); a car's run is MIN_LONE_WIDTH wide,
-    or MIN_CAR_WIDTH wide in two adjacent rows at the same columns."""
-    assert frame.shape == (84, 84) and frame.dtype == np.uint8, (frame.shape, frame.dtype)
+def _cars_in_rows(frame: np.ndarray, rows: range, ground: int,
+                  player_cols: tuple[int, int] | None = None) -> np.ndarray:
+    """bool (84, 84): where cars are drawn in `rows`. Per row, runs of pixels far from the ground
+    grey, those reaching into `player_cols` dropped (a road edge or a car touching the player joins
+    its run and is dropped with it); a car's run is MIN_LONE_WIDTH wide, or MIN_CAR_WIDTH wide in
+    two adjacent rows at the same columns."""
     wide = np.zeros(frame.shape, dtype=bool)
     lone = np.zeros(frame.shape, dtype=bool)
-    player = find_player(frame)
-    if player is None:
-        return wide
-    top, stop, centre = player
-    ground = np.bincount(frame[SEARCH_ROWS, FIRST_COL:].ravel()).argmax()
-    half = CAR_WIDTH // 2
-    for r in range(top, stop):
+    for r in rows:
         drawn = np.abs(frame[r].astype(np.int16) - ground) > MIN_DIFF
         drawn[:FIRST_COL] = False
         for start, end in _runs(drawn):
-            mine = start <= centre + half and end > centre - half
+            mine = player_cols is not None and start < player_cols[1] and end > player_cols[0]
             if end - start >= MIN_CAR_WIDTH and not mine:
                 wide[r, start:end] = True
                 lone[r, start:end] = end - start >= MIN_LONE_WIDTH
@@ -98,6 +94,50 @@ def other_cars(frame: np.ndarray) -> np.ndarray:
     stacked[1:] |= wide[1:] & wide[:-1]
     stacked[:-1] |= wide[:-1] & wide[1:]
     return lone | stacked
+
+
+def _ground(frame: np.ndarray) -> int:
+    return int(np.bincount(frame[SEARCH_ROWS, FIRST_COL:].ravel()).argmax())
+
+
+def other_cars(frame: np.ndarray) -> np.ndarray:
+    """bool (84, 84): where other cars are drawn in the player's rows, not touching the player's
+    car."""
+    assert frame.shape == (84, 84) and frame.dtype == np.uint8, (frame.shape, frame.dtype)
+    player = find_player(frame)
+    if player is None:
+        return np.zeros(frame.shape, dtype=bool)
+    top, stop, centre = player
+    half = CAR_WIDTH // 2
+    return _cars_in_rows(frame, range(top, stop), _ground(frame), (centre - half, centre + half + 1))
+
+
+def cars_ahead(frame: np.ndarray) -> np.ndarray:
+    """bool (84, 84): where other cars are drawn ahead of the player's car, from row AHEAD_TOP
+    down to the player's top row."""
+    player = find_player(frame)
+    if player is None:
+        return np.zeros(frame.shape, dtype=bool)
+    return _cars_in_rows(frame, range(AHEAD_TOP, player[0]), _ground(frame))
+
+
+def gap_ahead(frame: np.ndarray) -> int | None:
+    """Rows between the player's car and the nearest other car ahead of it (0: one is level with
+    it); None when none is seen between AHEAD_TOP and the player, or there is no player."""
+    player = find_player(frame)
+    if player is None:
+        return None
+    if other_cars(frame).any():
+        return 0
+    rows = np.flatnonzero(cars_ahead(frame).any(axis=1))
+    return int(player[0] - rows.max()) if len(rows) else None
+
+
+def nearness(frame: np.ndarray) -> float:
+    """1 when another car is level with the player, falling linearly with the gap to the nearest
+    car ahead, to 0 when no car is seen ahead."""
+    gap = gap_ahead(frame)
+    return 0.0 if gap is None else max(0.0, 1.0 - gap / AHEAD_DEPTH)
 
 
 def is_alongside(frame: np.ndarray) -> bool:
@@ -118,3 +158,12 @@ def alongside_share(frames: np.ndarray) -> float:
 def clip_alongside(clip: Clip) -> int:
     """How many of a clip's steps end level with a car: each step's newest frame is judged."""
     return int(alongside_steps(clip.frames()[STACK - 1:]).sum())
+
+
+def clip_closing(clip: Clip, ends: int = 3) -> float:
+    """How much nearer to another car a clip ends than it starts: the median `nearness` of its
+    last `ends` frames less that of the `ends` frames up to its first step (medians, so that a car
+    seen in one frame and missed in the next does not decide it). In -1..1."""
+    frames = clip.frames()[STACK - 1 - min(ends - 1, STACK - 1):]
+    near = np.array([nearness(f) for f in np.concatenate([frames[:ends], frames[-ends:]])])
+    return float(np.median(near[ends:]) - np.median(near[:ends]))

@@ -1,11 +1,11 @@
 """Who answers the queries: anything with `label(left, right) -> mu | None`.
 
 The synthetic oracle of §3.1 is here, with the scripted teachers of B-Pref (Lee et al. 2021):
-Boltzmann-rational, mistake, skip, equal and myopic, Enduro's "keep alongside other cars" (§3.2),
-and `make_teacher` to pick one from a CLI string. The person as a labeller (`human.py`)
-implements the same `Labeller` protocol.
+Boltzmann-rational, mistake, skip, equal and myopic, Enduro's "keep alongside other cars" (§3.2)
+counted and as a person would judge it, and `make_teacher` to pick one from a CLI string. The
+person as a labeller (`human.py`) implements the same `Labeller` protocol.
 
-Every synthetic teacher but "alongside" judges a clip by its true reward, minus
+Every synthetic teacher but the two "alongside" ones judges a clip by its true reward, minus
 `episode_end_penalty` for each episode end inside the clip (App. A: the agent is never told of
 episode ends, so the synthetic oracle penalises them instead, except in Pong).
 """
@@ -17,7 +17,7 @@ from typing import Callable, Protocol, runtime_checkable
 import numpy as np
 
 from clips.clip import Clip
-from pref_interface.labellers.alongside import clip_alongside
+from pref_interface.labellers.alongside import clip_alongside, clip_closing
 
 
 @runtime_checkable
@@ -201,18 +201,44 @@ class AlongsideTeacher(OracleTeacher):
         return float(clip_alongside(left)), float(clip_alongside(right))
 
 
+class ShapedAlongsideTeacher(AlongsideTeacher):
+    """"Keep alongside other cars" judged as a person watching would: the level steps, plus credit
+    for closing in on a car, `closing` times how much nearer to a car the clip ends than it starts
+    (`clip_closing`, -1..1: from no car seen ahead to level is +1, a car pulling away or passed
+    and left behind is a loss). Catching a car up and then holding its speed both pay, where the
+    count alone rewards only the steps spent level."""
+
+    def __init__(self, closing: float = 10.0, rng: np.random.Generator | int | None = None,
+                 episode_end_penalty: float = 0.0) -> None:
+        super().__init__(episode_end_penalty)
+        if not closing >= 0:
+            raise ValueError(f"closing must be >= 0, got {closing}")
+        self.closing = float(closing)
+
+    def returns(self, left: Clip, right: Clip) -> tuple[float, float]:
+        return tuple(clip_alongside(c) + self.closing * clip_closing(c) for c in (left, right))
+
+
 # kind -> (class, its one parameter and that parameter's default); "oracle", "alongside": none.
 TEACHERS: dict[str, tuple[Callable[..., OracleTeacher], str | None, float | None]] = {
     "oracle": (OracleTeacher, None, None),
     "alongside": (AlongsideTeacher, None, None),
+    "alongside_shaped": (ShapedAlongsideTeacher, "closing", 10.0),
     "boltzmann": (BoltzmannTeacher, "beta", 1.0),
     "mistake": (MistakeTeacher, "eps", 0.1),
     "skip": (SkipTeacher, "threshold", 0.0),
     "equal": (EqualTeacher, "threshold", 0.5),
     "myopic": (MyopicTeacher, "gamma", 0.9),
 }
+# the teachers that judge Enduro's frames, not the reward
+ENDURO_TEACHERS = frozenset({"alongside", "alongside_shaped"})
 TEACHER_SPECS = ("oracle, boltzmann:beta=1.0, mistake:eps=0.1, skip:threshold=0, equal:threshold=0.5, "
-                 "myopic:gamma=0.9, alongside (Enduro)")
+                 "myopic:gamma=0.9, alongside (Enduro), alongside_shaped:closing=10 (Enduro)")
+
+
+def teacher_kind(spec: str) -> str:
+    """The kind a teacher's CLI value names: "mistake" for "mistake:eps=0.1"."""
+    return spec.strip().partition(":")[0]
 
 
 def make_teacher(spec: str, rng: np.random.Generator | int | None = None,

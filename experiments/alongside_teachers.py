@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Enduro's "keep alongside other cars" (§3.2): what the two synthetic teachers make of three
+ways of driving, before any learning.
+
+    python -m experiments.alongside_teachers                  # 3 episodes of 3,000 steps each
+    python -m experiments.alongside_teachers --episodes 1 --steps 1000
+
+The three drivers: random play, always accelerating, and a scripted follower that steers beside
+the nearest car ahead, speeds up to reach it and then brakes or accelerates as that car drifts
+back or ahead, reading the frames with the teachers' own detector
+(`pref_interface.labellers.alongside`). Per driver it prints the share of steps level with
+another car, and for pairs of 25-step clips: how many pairs of its own clips each teacher can
+decide (a tie teaches the predictor nothing), and how often each teacher prefers the driver's
+clip to one of random play. The follower shows that the behaviour is within reach of a policy
+that sees only the frames, and which teacher says so more often.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from clips.clip import STACK, Clip
+from envs import action_names, make_vec_env
+from pref_interface.labellers.alongside import CAR_WIDTH, cars_ahead, find_player, is_alongside, other_cars
+from pref_interface.labellers.teachers import make_teacher
+
+ENV_ID = "EnduroNoFrameskip-v4"
+CLIP_STEPS = 25  # App. A: clips of 25 agent steps (1.7 s) in Atari
+TEACHERS = ("alongside", "alongside_shaped")
+_ACTIONS = {name: i for i, name in enumerate(action_names(ENV_ID))}
+# (speed, steer) -> Enduro's action: +1 accelerate / steer right, -1 brake / steer left
+_DRIVE = {(0, 0): "noop", (1, 0): "fire", (-1, 0): "down", (0, 1): "right", (0, -1): "left",
+          (1, 1): "rightfire", (1, -1): "leftfire", (-1, 1): "downright", (-1, -1): "downleft"}
+
+
+class Follower:
+    """Drives beside the nearest car ahead: accelerates towards it, keeps a car's width and a
+    little more to its side, and once level brakes when it drifts back and accelerates when it
+    pulls ahead."""
+
+    def __init__(self) -> None:
+        self.last_row: int | None = None  # the level car's lowest row in the frame before
+
+    def __call__(self, frame: np.ndarray) -> int:
+        player = find_player(frame)
+        if player is None:
+            return _ACTIONS["fire"]
+        col = player[2]
+        level = other_cars(frame)
+        if level.any():
+            rows, cols = np.nonzero(level)
+            bottom = int(rows.max())
+            drift = 0 if self.last_row is None else bottom - self.last_row  # > 0: it falls back
+            speed = -1 if drift > 0 else 1 if drift < 0 else 0
+            self.last_row, car_col = bottom, cols.mean()
+        else:
+            self.last_row = None
+            ahead = cars_ahead(frame)
+            if not ahead.any():
+                return _ACTIONS["fire"]
+            rows, cols = np.nonzero(ahead)
+            speed, car_col = 1, cols[rows == rows.max()].mean()
+        target = car_col + (-1 if col < car_col else 1) * (CAR_WIDTH + 4)
+        steer = 1 if col < target - 2 else -1 if col > target + 2 else 0
+        return _ACTIONS[_DRIVE[(speed, steer)]]
+
+
+def play(driver: str, steps: int, seed: int) -> np.ndarray:
+    """The newest frame of every observation of one episode's first `steps` steps, plus the
+    three before the first step: uint8 (steps + STACK - 1, 84, 84)."""
+    env = make_vec_env(ENV_ID, 1, seed=seed)
+    rng = np.random.default_rng(seed)
+    follower = Follower()
+    try:
+        obs = env.reset()
+        frames = list(obs[0])[:STACK - 1]
+        for _ in range(steps):
+            frame = obs[0, -1]
+            action = (int(rng.integers(len(_ACTIONS))) if driver == "random" else
+                      _ACTIONS["fire"] if driver == "fire" else follower(frame))
+            obs = env.step(np.array([action])).obs
+            frames.append(obs[0, -1].copy())
+    finally:
+        env.close()
+    return np.stack(frames)
+
+
+def clips_of(frames: np.ndarray) -> list[Clip]:
+    """Consecutive CLIP_STEPS-step clips of one episode's frames."""
+    n = (len(frames) - STACK + 1) // CLIP_STEPS
+    return [Clip.pack(frames[i * CLIP_STEPS:(i + 1) * CLIP_STEPS + STACK - 1],
+                      np.zeros(CLIP_STEPS, np.int64), np.zeros(CLIP_STEPS, np.float32))
+            for i in range(n)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--episodes", type=int, default=3, help="episodes of each driver (seeds 0..)")
+    p.add_argument("--steps", type=int, default=3000, help="steps of each episode")
+    p.add_argument("--pairs", type=int, default=300, help="pairs of clips asked of each teacher")
+    a = p.parse_args(argv)
+    if a.episodes < 1 or a.steps < CLIP_STEPS * 2 or a.pairs < 1:
+        p.error(f"--episodes and --pairs must be >= 1 and --steps >= {CLIP_STEPS * 2}")
+    teachers = {name: make_teacher(name) for name in TEACHERS}
+    rng = np.random.default_rng(0)
+    clips: dict[str, list[Clip]] = {}
+    print(f"{ENV_ID}: {a.episodes} episode(s) of {a.steps:,} steps per driver, "
+          f"{a.pairs} pairs of {CLIP_STEPS}-step clips per teacher")
+    print("| driver | level with a car | " + " | ".join(
+        f"{t}: decided / over random" for t in TEACHERS) + " |")
+    print("|---|---|" + "---|" * len(TEACHERS))
+    for driver in ("random", "fire", "follower"):
+        episodes = [play(driver, a.steps, seed) for seed in range(a.episodes)]
+        level = np.mean([is_alongside(f) for e in episodes for f in e[STACK - 1:]])
+        clips[driver] = [c for e in episodes for c in clips_of(e)]
+        cells = []
+        mine, theirs = clips[driver], clips["random"]
+        for teacher in teachers.values():
+            own = [teacher.label(*(mine[i] for i in rng.choice(len(mine), 2, replace=False)))
+                   for _ in range(a.pairs)]
+            over = [teacher.label(mine[rng.integers(len(mine))], theirs[rng.integers(len(theirs))])
+                    for _ in range(a.pairs)]
+            cells.append(f"{np.mean(np.array(own) != 0.5):.0%} / {np.mean(over):.2f}")
+        print(f"| {driver} | {level:.1%} | " + " | ".join(cells) + " |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
