@@ -78,7 +78,7 @@ class Browser:
 
 
 def wait_for_pairs(page: LabellingPage, n: int) -> None:
-    wait_until(lambda: len(page._pairs) >= n and page.updates.empty(), 5, f"{n} open pairs")
+    wait_until(lambda: len(page.view.open_pairs()) >= n and page.updates.empty(), 5, f"{n} open pairs")
 
 
 def test_names_are_checked_and_each_person_has_an_address_of_their_own():
@@ -136,7 +136,7 @@ def test_three_people_answer_every_pair_as_often_as_it_asks_each_answer_with_its
     assert Counter(a.pair_id for a in answers) == copies  # each pair exactly as often as asked
     for pair_id, n in copies.items():
         assert len({a.labeller for a in answers if a.pair_id == pair_id}) == n  # different people
-    assert {a.labeller for a in answers} == set(people) and not team._pairs
+    assert {a.labeller for a in answers} == set(people) and not team.view.open_pairs()
 
 
 def test_a_pair_for_two_goes_to_two_people_at_once_and_never_twice_to_one(team):
@@ -178,7 +178,8 @@ def test_one_who_stops_asking_loses_their_pairs_to_the_others(team):
         assert team.presence_seen == [("ann",), ("ann", "bob"), ("bob",)]
         assert ann.clip("p1")[0] == 404 and ann.answer("p1") == 409
         assert bob.answer("p2", "incomparable") == 200 and bob.answer("p1", "E") == 200
-        assert team._pairs["p3"].answered_by == {"bob"} and not team._pairs["p3"].holders
+        p3 = team.view.open_pairs()["p3"]
+        assert p3.answered_by == {"bob"} and not p3.holders
         # a late joiner gets a pair at once: the one bob answered already
         assert cy.shown() == ("p3", None) and cy.answer("p3", "R") == 200
     finally:
@@ -239,4 +240,4 @@ def test_no_one_answers_sees_or_edits_what_is_anothers(team):
         state = browser.state(since=0)
         assert (state["pair"], state["next"], state["notice"], state["status"]) == (
             None, None, "labelling has stopped", ["labels stored 1"])
-    assert ann.answer("p1") == 409 and ann.clip("p1")[0] == 404 and not team._pairs
+    assert ann.answer("p1") == 409 and ann.clip("p1")[0] == 404 and not team.view.open_pairs()
