@@ -10,9 +10,10 @@ the nearest car ahead, speeds up to reach it and then brakes or accelerates as t
 back or ahead, reading the frames with the teachers' own detector
 (`pref_interface.labellers.alongside`). Per driver it prints the share of steps level with
 another car, and for pairs of 25-step clips: how many pairs of its own clips each teacher can
-decide (a tie teaches the predictor nothing), and how often each teacher prefers the driver's
-clip to one of random play. The follower shows that the behaviour is within reach of a policy
-that sees only the frames, and which teacher says so more often.
+decide (a tie teaches the predictor nothing), and each teacher's mean answer for the driver's
+clip against one of random play (1: always the driver's, 0.5: ties or an even split). The
+follower shows that the behaviour is within reach of a policy that sees only the frames, and
+which teacher says so more clearly.
 """
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{ENV_ID}: {a.episodes} episode(s) of {a.steps:,} steps per driver, "
           f"{a.pairs} pairs of {CLIP_STEPS}-step clips per teacher")
     print("| driver | level with a car | " + " | ".join(
-        f"{t}: decided / over random" for t in TEACHERS) + " |")
+        f"{t}: decided / against random" for t in TEACHERS) + " |")
     print("|---|---|" + "---|" * len(TEACHERS))
     for driver in ("random", "fire", "follower"):
         episodes = [play(driver, a.steps, seed) for seed in range(a.episodes)]

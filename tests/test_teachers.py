@@ -322,3 +322,30 @@ def test_teacher_spec_parser_builds_each_teacher_and_rejects_junk():
         with pytest.raises(ValueError) as e:
             make_teacher(junk)
         assert "\n" not in str(e.value) and "oracle, boltzmann" in str(e.value), junk
+
+
+def test_the_scripted_follower_closes_in_beside_a_car_then_holds_its_speed():
+    from experiments.alongside_teachers import _ACTIONS, Follower
+
+    names = {i: n for n, i in _ACTIONS.items()}
+    follower = Follower()
+    # a car ahead, to the left: accelerate towards a point a car's width and more to its right
+    assert names[follower(enduro_frame(player=60, cars=((30, 44, 3, 6, 100),)))] == "leftfire"
+    assert names[follower(enduro_frame(player=47, cars=((30, 44, 3, 6, 100),)))] == "fire"
+    # level, on its left: it drifts back (its rows go down) -> brake; then ahead -> accelerate
+    follower = Follower()
+    assert names[follower(enduro_frame(player=37, cars=((20, 56, 4, 8, 100),)))] == "noop"
+    assert names[follower(enduro_frame(player=37, cars=((20, 57, 4, 8, 100),)))] == "down"
+    assert names[follower(enduro_frame(player=37, cars=((20, 55, 4, 8, 100),)))] == "fire"
+    # nothing ahead: accelerate
+    assert names[Follower()(enduro_frame())] == "fire"
+
+
+def test_the_teachers_experiment_prints_a_row_per_driver(capsys):
+    from experiments.alongside_teachers import main
+
+    assert main(["--episodes", "1", "--steps", "60", "--pairs", "4"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [r.split(" | ")[0] for r in rows[1:]] == ["| random", "| fire", "| follower"]
+    with pytest.raises(SystemExit):
+        main(["--steps", "10"])
