@@ -93,11 +93,11 @@ def shm_entries() -> set[str]:
         return set()
 
 
-def shm_mapped() -> set[int]:
-    """The inodes of the /dev/shm files some live process has mapped (another run's, beside this
-    one). By inode, not name: a semaphore is mapped under a temporary name, then given its own."""
+def shm_inodes(pids: list[int]) -> set[int]:
+    """The inodes of the /dev/shm files these processes have mapped. By inode, not name: a
+    semaphore is mapped under a temporary name, then given its own."""
     inodes = set()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in pids:
         try:
             maps = Path(f"/proc/{pid}/maps").read_text()
         except OSError:
@@ -107,15 +107,13 @@ def shm_mapped() -> set[int]:
     return inodes
 
 
-def shm_leaked(before: set[str]) -> list[str]:
-    """What appeared in /dev/shm since `before` and no live process holds: what a run that has
-    ended left behind. Entries of other runs alive beside it are mapped by them, so they do not
-    count."""
-    mapped = shm_mapped()
+def shm_left(before: set[str], made: set[int]) -> list[str]:
+    """What appeared in /dev/shm since `before` that the run's processes had mapped (`made`):
+    what it left behind. Entries of other runs beside it do not count."""
     left = []
     for name in sorted(shm_entries() - before):
         try:
-            if os.stat(f"/dev/shm/{name}").st_ino not in mapped:
+            if os.stat(f"/dev/shm/{name}").st_ino in made:
                 left.append(name)
         except OSError:  # unlinked since it was listed
             pass
@@ -166,6 +164,7 @@ class RunUnderTest:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
         self.pgid = self.proc.pid
+        self.made: set[int] = set()  # /dev/shm inodes its processes mapped (`look`)
         self.lines: list[str] = []
         self.phase: str | None = None
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -178,10 +177,17 @@ class RunUnderTest:
                 if line.startswith(mark):
                     self.phase = phase
 
+    def look(self) -> list[str]:
+        """Its live processes; what they have mapped in /dev/shm is added to `made`."""
+        alive = group_processes(self.pgid)
+        self.made |= shm_inodes([int(entry.split(" ", 1)[0]) for entry in alive])
+        return alive
+
     def wait_for(self, phase: str, timeout_s: float = 120.0) -> bool:
         order = PHASES.index(phase)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and self.proc.poll() is None:
+            self.look()
             if self.phase is not None and PHASES.index(self.phase) >= order:
                 return self.phase == phase
             time.sleep(0.05)
@@ -192,7 +198,7 @@ class RunUnderTest:
         `result`."""
         deadline = t_signal + STOP_LIMIT_S
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None and not group_processes(self.pgid):
+            if self.proc.poll() is not None and not self.look():
                 break
             time.sleep(0.05)
         result.stop_s = time.monotonic() - t_signal
@@ -205,7 +211,7 @@ class RunUnderTest:
         self._reader.join(5.0)
         result.stderr = "".join(self.lines)
         time.sleep(0.2)  # the resource tracker is the last to go; it unlinks what was leaked
-        result.shm_left = shm_leaked(shm_before)
+        result.shm_left = shm_left(shm_before, self.made)
         return result
 
 
@@ -228,6 +234,7 @@ def one_try(workdir: Path, phase: str, rng: random.Random, wrapper: bool = False
         result.left = [f"phase {phase} never came"]
         return result
     time.sleep(delay)
+    run.look()
     t_signal = time.monotonic()
     if kill_child:
         pid = None

@@ -113,3 +113,22 @@ def test_the_wrapper_ends_the_callers_loop_when_a_child_is_killed(tmp_path):
                 kill_child="reward_predictor")
     assert t.exit_status == 1 and "a process of the preference loop failed" in t.stderr, t.stderr
     assert not t.left and not t.shm_left and t.stop_s <= 15.0, (t.left, t.shm_left, t.stop_s)
+
+
+def test_the_leftover_check_sees_what_a_run_killed_outright_left_in_dev_shm(tmp_path):
+    """SIGKILL to every process of a run leaves its semaphores in /dev/shm, and the check that the
+    stop tests rely on finds them (and only its own: it is run beside other tests)."""
+    from benchmarks.stop_under_signals import RunUnderTest, shm_entries, shm_left
+
+    before = shm_entries()
+    run = RunUnderTest(tmp_path, epochs=3)
+    try:
+        assert run.wait_for("gather") and run.made
+    finally:
+        os.killpg(run.pgid, signal.SIGKILL)
+        run.proc.wait()
+    time.sleep(0.5)  # the killed processes gone (their resource tracker too)
+    leaked = shm_left(before, run.made)
+    for name in leaked:
+        os.unlink(f"/dev/shm/{name}")
+    assert leaked and all(n.startswith("sem.") for n in leaked)
