@@ -196,6 +196,7 @@ class Settings:
         "faster, from fewer episodes)", choices=("rotate", "every_env"))
     teacher: str = setting(
         LabellingConfig.teacher, "prefs", "synthetic labeller: oracle, alongside, "
+        "alongside_shaped:closing=C (Enduro: level steps, plus C for closing in on a car), "
         "boltzmann:beta=B, mistake:eps=E, skip:threshold=X, equal:threshold=X or myopic:gamma=G "
         "(B-Pref teachers)", check=teacher_spec)
     episode_end_penalty: float | None = setting(
