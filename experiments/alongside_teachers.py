@@ -4,6 +4,7 @@ ways of driving, before any learning.
 
     python -m experiments.alongside_teachers                  # 3 episodes of 3,000 steps each
     python -m experiments.alongside_teachers --episodes 1 --steps 1000
+    python -m experiments.alongside_teachers --gif follower.gif  # also the follower, drawn
 
 The three drivers: random play, always accelerating, and a scripted follower that steers beside
 the nearest car ahead, speeds up to reach it and then brakes or accelerates as that car drifts
@@ -96,11 +97,27 @@ def clips_of(frames: np.ndarray) -> list[Clip]:
             for i in range(n)]
 
 
+def marked(frames: np.ndarray) -> list[np.ndarray]:
+    """RGB copies of grey frames with the cars the teachers see: level with the player in red,
+    ahead of it in green."""
+    out = []
+    for frame in frames:
+        rgb = np.repeat(frame[..., None], 3, axis=2)
+        rgb[cars_ahead(frame)] = (40, 200, 40)
+        rgb[other_cars(frame)] = (230, 40, 40)
+        out.append(rgb)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--episodes", type=int, default=3, help="episodes of each driver (seeds 0..)")
     p.add_argument("--steps", type=int, default=3000, help="steps of each episode")
     p.add_argument("--pairs", type=int, default=300, help="pairs of clips asked of each teacher")
+    p.add_argument("--gif", help="write the follower's first episode here, the cars the teachers "
+                   "see marked (level: red, ahead: green)")
+    p.add_argument("--gif_start", type=int, default=0, help="the first step drawn")
+    p.add_argument("--gif_steps", type=int, default=600, help="steps of that episode drawn")
     a = p.parse_args(argv)
     if a.episodes < 1 or a.steps < CLIP_STEPS * 2 or a.pairs < 1:
         p.error(f"--episodes and --pairs must be >= 1 and --steps >= {CLIP_STEPS * 2}")
@@ -125,6 +142,12 @@ def main(argv: list[str] | None = None) -> int:
                     for _ in range(a.pairs)]
             cells.append(f"{np.mean(np.array(own) != 0.5):.0%} / {np.mean(over):.2f}")
         print(f"| {driver} | {level:.1%} | " + " | ".join(cells) + " |", flush=True)
+        if driver == "follower" and a.gif:
+            from runtime.video import write_gif
+
+            start = STACK - 1 + a.gif_start
+            write_gif(marked(episodes[0][start:start + a.gif_steps]), a.gif)
+            print(f"wrote {a.gif}")
     return 0
 
 

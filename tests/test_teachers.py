@@ -341,11 +341,17 @@ def test_the_scripted_follower_closes_in_beside_a_car_then_holds_its_speed():
     assert names[Follower()(enduro_frame())] == "fire"
 
 
-def test_the_teachers_experiment_prints_a_row_per_driver(capsys):
+def test_the_teachers_experiment_prints_a_row_per_driver_and_draws_the_follower(capsys, tmp_path):
+    from PIL import Image
+
     from experiments.alongside_teachers import main
 
-    assert main(["--episodes", "1", "--steps", "60", "--pairs", "4"]) == 0
+    gif = tmp_path / "follower.gif"
+    assert main(["--episodes", "1", "--steps", "60", "--pairs", "4", "--gif", str(gif),
+                 "--gif_steps", "12"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert [r.split(" | ")[0] for r in rows[1:]] == ["| random", "| fire", "| follower"]
+    with Image.open(gif) as drawn:
+        assert drawn.n_frames == 12 and drawn.size == (84 * 3, 84 * 3)
     with pytest.raises(SystemExit):
         main(["--steps", "10"])
