@@ -12,8 +12,9 @@ Plays the run's env, scores every step with the run's saved predictor exactly as
 - clip agreement: for random pairs of clips whose true returns differ, how often the predicted
   returns order them the same way (the synthetic labeller's answer on this policy's clips);
 - the mean predicted reward in the steps around true reward events (a miss in Pong is -1).
-For a run taught by `--teacher alongside` (Enduro), r̂ is compared with what that teacher counts,
-the steps level with another car, instead of the game's reward. With `--out` it draws the last
+For a run taught by one of Enduro's teachers, r̂ is compared with that teacher's score of each step
+instead of the game's reward: the steps level with another car (`alongside`), plus the credit for
+closing in on one (`alongside_shaped`). With `--out` it draws the last
 two. Comparing `--policy random` with `--policy run` shows reward hacking: the policy's own clips
 scored well by r̂ but badly by the game. `--policy fixed` plays each action held at every step,
 from the same starts, and prints one line each: r̂'s mean a step and the true reward's (or the
@@ -25,23 +26,25 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
+
+from pref_interface.labellers.teachers import AlongsideTeacher
 
 if TYPE_CHECKING:
     from launch.rundir import Run
 
 CLIP = 25  # App. A: clips of 25 agent steps
 LAGS = np.arange(-20, 6)  # steps around an event, negative before it
-TRUE_REWARD, LEVEL_STEPS = "the true reward", "steps level with a car"  # what r̂ is compared with
+TRUE_REWARD, LEVEL_STEPS = "the true reward", AlongsideTeacher.measure  # what r̂ is compared with
 
 
 @dataclass
 class Probe:
     """Predicted (T, N) and true (T, N) rewards of T steps of N envs, and what they tell. For a
-    run taught by Enduro's "alongside" teacher, `true` is what that teacher counts instead: 1 for
-    each step level with another car."""
+    run taught by one of Enduro's teachers, `true` is that teacher's score of each step instead
+    (`target` names it)."""
 
     predicted: np.ndarray
     true: np.ndarray
@@ -92,26 +95,23 @@ def _corr(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def collect(env, reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
-            act: Callable[[np.ndarray], np.ndarray], steps: int, alongside: bool = False
-            ) -> Probe:
+            act: Callable[[np.ndarray], np.ndarray], steps: int, teacher: Any = None) -> Probe:
     """Play `steps` steps of a vector env, scoring each observation before it is acted on, as
-    A2C's rollout does. `alongside`: compare r̂ with the alongside teacher's count (each
-    observation's newest frame judged, as `clip_alongside` judges a clip) instead of the reward."""
-    from pref_interface.labellers.alongside import alongside_steps
-
+    A2C's rollout does. With one of Enduro's teachers (`teachers.ENDURO_TEACHERS`), r̂ is compared
+    with that teacher's score of each step (`step_scores`) instead of the reward."""
     obs = env.reset()
     predicted, true = [], []
     for _ in range(steps):
         actions = act(obs)
         predicted.append(reward_fn(obs, actions))
-        if alongside:
-            true.append(alongside_steps(obs[:, -1]))
+        if teacher is not None:
+            true.append(teacher.step_scores(obs))
         result = env.step(actions)
-        if not alongside:
+        if teacher is None:
             true.append(result.rewards)
         obs = result.obs
     return Probe(np.array(predicted, dtype=np.float64), np.array(true, dtype=np.float64),
-                 LEVEL_STEPS if alongside else TRUE_REWARD)
+                 TRUE_REWARD if teacher is None else teacher.measure)
 
 
 def load_run(run: Run, policy: str, n_envs: int, seed: int):
@@ -143,14 +143,14 @@ def load_run(run: Run, policy: str, n_envs: int, seed: int):
 
 def each_action(make_env: Callable[[], object],
                 reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray], names: list[str],
-                steps: int, alongside: bool = False) -> dict[str, Probe]:
+                steps: int, teacher: Any = None) -> dict[str, Probe]:
     """A probe per action, that action held at every step of a fresh env (the same starts)."""
     probes = {}
     for k, name in enumerate(names):
         env = make_env()
         try:
             probes[name] = collect(env, reward_fn, lambda obs, k=k: np.full(len(obs), k), steps,
-                                   alongside)
+                                   teacher)
         finally:
             env.close()
     return probes
@@ -162,7 +162,7 @@ def each_action_report(probes: dict[str, Probe]) -> str:
     for name, probe in probes.items():
         mean = probe.true.mean()
         target = (f"level with a car in {mean:.1%} of steps" if probe.target == LEVEL_STEPS
-                  else f"true reward {mean:+.4f} a step")
+                  else f"{probe.target} {mean:+.4f} a step")
         lines.append(f"always {name:<10} r̂ {probe.predicted.mean():+.4f} a step, {target}")
     return "\n".join(lines)
 
@@ -243,9 +243,10 @@ def main(argv: list[str] | None = None) -> int:
                                        a.seed)
     except (CheckpointError, UsageError) as e:
         p.error(str(e))
-    from pref_interface.labellers.teachers import ENDURO_TEACHERS, teacher_kind
+    from pref_interface.labellers.teachers import ENDURO_TEACHERS, make_teacher, teacher_kind
 
-    alongside = teacher_kind(run.settings.teacher) in ENDURO_TEACHERS
+    teacher = (make_teacher(run.settings.teacher)
+               if teacher_kind(run.settings.teacher) in ENDURO_TEACHERS else None)
     print(f"{run_dir} ({a.policy} play, {a.steps} steps x {a.n_envs} envs)")
     if a.policy == "fixed":
         from envs import action_names, make_vec_env
@@ -253,10 +254,10 @@ def main(argv: list[str] | None = None) -> int:
         env_id = run.settings.env_id
         print(each_action_report(each_action(
             lambda: make_vec_env(env_id, a.n_envs, seed=a.seed, num_threads=1), reward_fn,
-            action_names(env_id), a.steps, alongside)))
+            action_names(env_id), a.steps, teacher)))
         return 0
     try:
-        probe = collect(env, reward_fn, act, a.steps, alongside=alongside)
+        probe = collect(env, reward_fn, act, a.steps, teacher)
     finally:
         env.close()
     print(report(probe))

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from experiments.probe_predictor import LAGS, Probe, collect, main, report
+from pref_interface.labellers.teachers import AlongsideTeacher, ShapedAlongsideTeacher
 
 
 def _events(seed: int = 0, steps: int = 400, n: int = 4) -> np.ndarray:
@@ -106,10 +107,25 @@ def test_for_the_alongside_teacher_collect_counts_the_steps_level_with_a_car():
                                    rewards=np.ones(2, np.float32))
 
     probe = collect(Env(), lambda obs, a: np.zeros(len(obs)), lambda obs: np.zeros(len(obs), int),
-                    len(level), alongside=True)
+                    len(level), AlongsideTeacher())
     assert probe.true[:, 0].tolist() == [float(v) for v in level] and not probe.true[:, 1].any()
     assert probe.target == "steps level with a car"
     assert "share of steps level with a car: 25.0%" in report(probe)
+
+
+def test_the_shaped_teachers_step_scores_add_up_to_its_judgement_of_a_clip():
+    """The shaped teacher's score per step (what the probe compares r̂ with) sums over a clip to
+    the level steps plus `closing` times the change in nearness from before its first step."""
+    from pref_interface.labellers.alongside import clip_alongside, nearness
+    from tests.test_teachers import closing_clip
+
+    teacher = ShapedAlongsideTeacher(closing=10)
+    clip = closing_clip([None] * 4 + list(range(36, 56, 2)) + [56] * 14)  # closes in, then level
+    frames = clip.frames()
+    stacks = np.lib.stride_tricks.sliding_window_view(frames, 4, axis=0).transpose(0, 3, 1, 2)
+    total = sum(teacher.step_scores(stacks[t:t + 1])[0] for t in range(len(stacks)))
+    expected = clip_alongside(clip) + 10 * (nearness(frames[-1]) - nearness(frames[2]))
+    assert total == pytest.approx(expected) and clip_alongside(clip) > 0 and expected > 10
 
 
 def test_a_probe_where_the_true_reward_never_changes_says_so_instead_of_nan():

@@ -17,7 +17,7 @@ from typing import Callable, Protocol, runtime_checkable
 import numpy as np
 
 from clips.clip import Clip
-from pref_interface.labellers.alongside import clip_alongside, clip_closing
+from pref_interface.labellers.alongside import alongside_steps, clip_alongside, clip_closing, nearness
 
 
 @runtime_checkable
@@ -197,8 +197,15 @@ class AlongsideTeacher(OracleTeacher):
     more steps level with another car (pref_interface/labellers/alongside.py), 0.5 on equal counts. The
     true reward and episode ends are ignored: only what the frames show counts."""
 
+    measure = "steps level with a car"  # what `step_scores` gives, for reports
+
     def returns(self, left: Clip, right: Clip) -> tuple[float, float]:
         return float(clip_alongside(left)), float(clip_alongside(right))
+
+    def step_scores(self, obs: np.ndarray) -> np.ndarray:
+        """(N,): what one step of N envs adds to a clip's worth, from their observations
+        (N, STACK, 84, 84): 1 where the newest frame is level with a car."""
+        return alongside_steps(obs[:, -1]).astype(np.float64)
 
 
 class ShapedAlongsideTeacher(AlongsideTeacher):
@@ -215,8 +222,17 @@ class ShapedAlongsideTeacher(AlongsideTeacher):
             raise ValueError(f"closing must be >= 0, got {closing}")
         self.closing = float(closing)
 
+    measure = "the shaped alongside score"
+
     def returns(self, left: Clip, right: Clip) -> tuple[float, float]:
         return tuple(clip_alongside(c) + self.closing * clip_closing(c) for c in (left, right))
+
+    def step_scores(self, obs: np.ndarray) -> np.ndarray:
+        """The level step plus `closing` times the change in nearness from the frame before
+        (summed over a clip, the change telescopes to what `clip_closing` measures, without its
+        medians)."""
+        closer = [nearness(f[-1]) - nearness(f[-2]) for f in obs]
+        return super().step_scores(obs) + self.closing * np.array(closer)
 
 
 # kind -> (class, its one parameter and that parameter's default); "oracle", "alongside": none.
