@@ -9,9 +9,10 @@ that were not clean.
 Each try starts `run.py train_policy_with_preferences MovingDotNoFrameskip-v0` with a few labels
 (or a script stepping `PreferenceVecEnv`), waits for a phase (gather, pretrain, train), then a
 random 0 to `--max_delay_s` seconds, and sends the signal. A clean stop: the main process exits
-with the documented status within STOP_LIMIT_S and prints its summary, no process of the run and
-nothing it made in /dev/shm is left, no resource warning is printed, and in training run.py's
-policy checkpoint is written. Prints one line per try and the counts per phase.
+with the documented status within STOP_LIMIT_S and prints its summary, no process of the run is
+left nor anything in /dev/shm that its processes were seen mapping (their maps are read every
+50 ms while it runs), no resource warning is printed, and in training run.py's policy checkpoint
+is written. Prints one line per try and the counts per phase.
 """
 from __future__ import annotations
 
@@ -233,7 +234,10 @@ def one_try(workdir: Path, phase: str, rng: random.Random, wrapper: bool = False
         result.stderr = "".join(run.lines)
         result.left = [f"phase {phase} never came"]
         return result
-    time.sleep(delay)
+    until = time.monotonic() + delay
+    while time.monotonic() < until:
+        run.look()
+        time.sleep(min(0.05, max(0.0, until - time.monotonic())))
     run.look()
     t_signal = time.monotonic()
     if kill_child:

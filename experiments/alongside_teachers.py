@@ -11,8 +11,9 @@ the nearest car ahead, speeds up to reach it and then brakes or accelerates as t
 back or ahead, reading the frames with the teachers' own detector
 (`pref_interface.labellers.alongside`). Per driver it prints the share of steps level with
 another car, and for pairs of 25-step clips: how many pairs of its own clips each teacher can
-decide (a tie teaches the predictor nothing), and each teacher's mean answer for the driver's
-clip against one of random play (1: always the driver's, 0.5: ties or an even split). The
+decide (a tie teaches the predictor nothing), each teacher's mean answer for the driver's clip
+against one of random play (1: always the driver's, 0.5: ties or an even split), and how often
+the two teachers give the same answer to the same pair of the driver's clips. The
 follower shows that the behaviour is within reach of a policy that sees only the frames, and
 which teacher says so more clearly.
 """
@@ -26,11 +27,11 @@ import numpy as np
 from clips.clip import STACK, Clip
 from envs import action_names, make_vec_env
 from pref_interface.labellers.alongside import CAR_WIDTH, cars_ahead, find_player, is_alongside, other_cars
-from pref_interface.labellers.teachers import make_teacher
+from pref_interface.labellers.teachers import ENDURO_TEACHERS, make_teacher
 
 ENV_ID = "EnduroNoFrameskip-v4"
 CLIP_STEPS = 25  # App. A: clips of 25 agent steps (1.7 s) in Atari
-TEACHERS = ("alongside", "alongside_shaped")
+TEACHERS = tuple(sorted(ENDURO_TEACHERS))  # the count first, then the shaped one
 _ACTIONS = {name: i for i, name in enumerate(action_names(ENV_ID))}
 # (speed, steer) -> Enduro's action: +1 accelerate / steer right, -1 brake / steer left
 _DRIVE = {(0, 0): "noop", (1, 0): "fire", (-1, 0): "down", (0, 1): "right", (0, -1): "left",
@@ -70,20 +71,21 @@ class Follower:
 
 
 def play(driver: str, steps: int, seed: int) -> np.ndarray:
-    """The newest frame of every observation of one episode's first `steps` steps, plus the
-    three before the first step: uint8 (steps + STACK - 1, 84, 84)."""
+    """The newest frame of the observation each of one episode's first `steps` steps acts on
+    (the frame a clip's step is judged by), after the three before the first step: uint8
+    (steps + STACK - 1, 84, 84)."""
     env = make_vec_env(ENV_ID, 1, seed=seed)
     rng = np.random.default_rng(seed)
     follower = Follower()
     try:
         obs = env.reset()
-        frames = list(obs[0])[:STACK - 1]
+        frames = list(obs[0, :STACK - 1])
         for _ in range(steps):
-            frame = obs[0, -1]
+            frame = obs[0, -1].copy()
+            frames.append(frame)
             action = (int(rng.integers(len(_ACTIONS))) if driver == "random" else
                       _ACTIONS["fire"] if driver == "fire" else follower(frame))
             obs = env.step(np.array([action])).obs
-            frames.append(obs[0, -1].copy())
     finally:
         env.close()
     return np.stack(frames)
@@ -127,21 +129,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{ENV_ID}: {a.episodes} episode(s) of {a.steps:,} steps per driver, "
           f"{a.pairs} pairs of {CLIP_STEPS}-step clips per teacher")
     print("| driver | level with a car | " + " | ".join(
-        f"{t}: decided / against random" for t in TEACHERS) + " |")
-    print("|---|---|" + "---|" * len(TEACHERS))
+        f"{t}: decided / against random" for t in TEACHERS) + " | same answer |")
+    print("|---|---|" + "---|" * len(TEACHERS) + "---|")
     for driver in ("random", "fire", "follower"):
         episodes = [play(driver, a.steps, seed) for seed in range(a.episodes)]
         level = np.mean([is_alongside(f) for e in episodes for f in e[STACK - 1:]])
         clips[driver] = [c for e in episodes for c in clips_of(e)]
-        cells = []
         mine, theirs = clips[driver], clips["random"]
-        for teacher in teachers.values():
-            own = [teacher.label(*(mine[i] for i in rng.choice(len(mine), 2, replace=False)))
+        own_pairs = [tuple(mine[i] for i in rng.choice(len(mine), 2, replace=False))
+                     for _ in range(a.pairs)]
+        against = [(mine[rng.integers(len(mine))], theirs[rng.integers(len(theirs))])
                    for _ in range(a.pairs)]
-            over = [teacher.label(mine[rng.integers(len(mine))], theirs[rng.integers(len(theirs))])
-                    for _ in range(a.pairs)]
-            cells.append(f"{np.mean(np.array(own) != 0.5):.0%} / {np.mean(over):.2f}")
-        print(f"| {driver} | {level:.1%} | " + " | ".join(cells) + " |", flush=True)
+        own = {name: np.array([t.label(*pair) for pair in own_pairs]) for name, t in teachers.items()}
+        cells = [f"{np.mean(own[name] != 0.5):.0%} / "
+                 f"{np.mean([t.label(*pair) for pair in against]):.2f}"
+                 for name, t in teachers.items()]
+        same = np.mean(own[TEACHERS[0]] == own[TEACHERS[1]])
+        print(f"| {driver} | {level:.1%} | " + " | ".join(cells) + f" | {same:.0%} |", flush=True)
         if driver == "follower" and a.gif:
             from runtime.video import write_gif
 

@@ -30,7 +30,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from pref_interface.labellers.teachers import AlongsideTeacher
+from pref_interface.labellers.teachers import (
+    ENDURO_TEACHERS,
+    AlongsideTeacher,
+    make_teacher,
+    teacher_kind,
+)
 
 if TYPE_CHECKING:
     from launch.rundir import Run
@@ -172,16 +177,20 @@ def plot(probe: Probe, out: str, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
-    for sign, name, colour in ((-1, "true reward < 0", "C3"), (1, "true reward > 0", "C2")):
-        mean, se, n = probe.around_events(sign)
-        if n:
-            ax.errorbar(LAGS, mean, yerr=se, color=colour, capsize=2, label=f"{name} ({n} events)")
-    ax.axhline(0, color="grey", lw=1)
-    ax.axvline(0, color="grey", lw=1, ls="--")
-    ax.set(xlabel="steps from the event", ylabel="predicted reward − its mean",
-           title="r̂ around the game's rewards")
-    ax.legend()
+    events = probe.target == TRUE_REWARD  # a teacher's score has no game events to look around
+    fig, axes = plt.subplots(1, 2 if events else 1, figsize=(11 if events else 5.5, 4))
+    ax, bx = axes if events else (None, axes)
+    if events:
+        for sign, name, colour in ((-1, "true reward < 0", "C3"), (1, "true reward > 0", "C2")):
+            mean, se, n = probe.around_events(sign)
+            if n:
+                ax.errorbar(LAGS, mean, yerr=se, color=colour, capsize=2,
+                            label=f"{name} ({n} events)")
+        ax.axhline(0, color="grey", lw=1)
+        ax.axvline(0, color="grey", lw=1, ls="--")
+        ax.set(xlabel="steps from the event", ylabel="predicted reward − its mean",
+               title="r̂ around the game's rewards")
+        ax.legend()
     pred, true = probe.clip_returns()
     bx.scatter(true + np.random.default_rng(0).uniform(-0.15, 0.15, len(true)), pred, s=2, alpha=0.2)
     bx.set(xlabel=f"{probe.target} over a {CLIP}-step clip (jittered)",
@@ -206,6 +215,7 @@ def report(probe: Probe) -> str:
               f"{probe.clip_agreement():.3f}"]
     if probe.target == LEVEL_STEPS:
         lines.append(f"share of {LEVEL_STEPS}: {probe.true.mean():.1%}")
+    if probe.target != TRUE_REWARD:  # a teacher's score: no game events to look around
         return "\n".join(lines)
     for sign, name in ((-1, "negative"), (1, "positive")):
         mean, _, n = probe.around_events(sign)
@@ -243,8 +253,6 @@ def main(argv: list[str] | None = None) -> int:
                                        a.seed)
     except (CheckpointError, UsageError) as e:
         p.error(str(e))
-    from pref_interface.labellers.teachers import ENDURO_TEACHERS, make_teacher, teacher_kind
-
     teacher = (make_teacher(run.settings.teacher)
                if teacher_kind(run.settings.teacher) in ENDURO_TEACHERS else None)
     print(f"{run_dir} ({a.policy} play, {a.steps} steps x {a.n_envs} envs)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import shlex
 import shutil
 import subprocess
@@ -121,11 +122,17 @@ def xvfb():
                              "-dpi", "96", "-wr", "-nolisten", "tcp"], pass_fds=(write,),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     os.close(write)
-    with os.fdopen(read) as chosen:
-        n = int(chosen.readline())
-    yield f":{n}"
-    proc.terminate()
-    proc.wait(5)
+    try:
+        with os.fdopen(read) as chosen:
+            ready = select.select([chosen], [], [], 10.0)[0]
+            number = chosen.readline().strip() if ready else ""
+        if not number.isdigit():
+            raise RuntimeError(f"Xvfb gave no display number within 10 s (exit status "
+                               f"{proc.poll()})")
+        yield f":{number}"
+    finally:
+        proc.terminate()
+        proc.wait(5)
 
 
 def screenshot(display: str, path: Path) -> np.ndarray:

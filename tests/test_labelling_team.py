@@ -188,6 +188,7 @@ def test_a_left_out_labellers_labels_are_skipped_as_they_arrive_and_still_counte
         assert training.stats.labels_received.value == 9  # ... yet received
     finally:
         training.telemetry.close()
+        channels.reward_weights.release()
 
 
 def test_agreement_with_the_ensemble_and_from_the_stored_labels():

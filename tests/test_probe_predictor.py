@@ -113,9 +113,10 @@ def test_for_the_alongside_teacher_collect_counts_the_steps_level_with_a_car():
     assert "share of steps level with a car: 25.0%" in report(probe)
 
 
-def test_the_shaped_teachers_step_scores_add_up_to_its_judgement_of_a_clip():
+def test_the_shaped_teachers_step_scores_sum_to_the_level_steps_and_the_nearness_gained():
     """The shaped teacher's score per step (what the probe compares r̂ with) sums over a clip to
-    the level steps plus `closing` times the change in nearness from before its first step."""
+    the level steps plus `closing` times the nearness gained since the frame before its first
+    step."""
     from pref_interface.labellers.alongside import clip_alongside, nearness
     from tests.test_teachers import closing_clip
 

@@ -14,6 +14,7 @@ from pref_interface.labellers.alongside import (
     find_player,
     gap_ahead,
     is_alongside,
+    nearness,
 )
 from pref_interface.labellers.teachers import (
     AlongsideTeacher,
@@ -182,6 +183,13 @@ def test_the_gap_to_the_nearest_car_ahead_in_rows(cars, gap):
     assert gap_ahead(with_road(enduro_frame(cars=cars))) == gap  # road edges change nothing
 
 
+def test_nearness_falls_from_level_to_nothing_at_the_top_of_the_rows_searched():
+    assert nearness(enduro_frame(cars=((15, 57, 5, 8, 100),))) == 1.0
+    assert nearness(enduro_frame(cars=((20, 34, 1, 7, 100),))) == 0.0  # in row 34 (AHEAD_TOP)
+    assert nearness(enduro_frame(cars=((20, 44, 3, 6, 100),))) == pytest.approx(1 - 11 / 23)
+    assert nearness(enduro_frame()) == 0.0
+
+
 def closing_clip(tops: list[int | None]) -> Clip:
     """A clip whose frames (the stack's first three, then one per step) show a car ahead with its
     top row at tops[i] (None: no car)."""
@@ -196,8 +204,9 @@ def test_a_clip_closing_in_on_a_car_is_preferred_where_counting_level_steps_ties
     falls_back = approach[::-1]
     flicker = approach[:-1] + [None]  # missed in its last frame only
     assert clip_closing(closing_clip(none)) == 0.0
-    assert clip_closing(closing_clip(approach)) == pytest.approx(1 - 6 / 24)
-    assert clip_closing(closing_clip(falls_back)) == pytest.approx(-(1 - 6 / 24))
+    # the player's top row is 57, so a gap runs from 0 (level) to 57 - AHEAD_TOP = 23 rows
+    assert clip_closing(closing_clip(approach)) == pytest.approx(1 - 6 / 23)
+    assert clip_closing(closing_clip(falls_back)) == pytest.approx(-(1 - 6 / 23))
     assert clip_closing(closing_clip(flicker)) == clip_closing(closing_clip(approach))
     counted, shaped = AlongsideTeacher(), make_teacher("alongside_shaped")
     pairs = [(approach, none), (none, falls_back), (approach, falls_back)]

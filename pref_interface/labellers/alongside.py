@@ -36,7 +36,6 @@ MAX_GAP = 2  # gaps this narrow inside a run are closed (night: a car's two tail
 MIN_CAR_WIDTH = 4  # a car in two rows is this wide; a road edge is 1-3 wide
 MIN_LONE_WIDTH = 6  # ... in one row (night: its taillights); a road edge's kink is 4-5 wide
 AHEAD_TOP = 34  # cars ahead are looked for from this row down: above it they are 1-3 pixels wide
-AHEAD_DEPTH = 24  # rows: from AHEAD_TOP to the player's usual top row (57) and a little more
 
 
 def find_player(frame: np.ndarray) -> tuple[int, int, int] | None:
@@ -127,25 +126,29 @@ def cars_ahead(frame: np.ndarray) -> np.ndarray:
     return _cars_in_rows(frame, range(AHEAD_TOP, player[0]), _ground(frame))
 
 
+def _gap_ahead(frame: np.ndarray) -> tuple[int | None, int]:
+    """`gap_ahead`, and the most it can be: the rows from AHEAD_TOP to the player's top row."""
+    player = find_player(frame)
+    if player is None:
+        return None, 1
+    top, ground = player[0], _ground(frame)
+    if _level(frame, player, ground).any():
+        return 0, top - AHEAD_TOP
+    rows = np.flatnonzero(_cars_in_rows(frame, range(AHEAD_TOP, top), ground).any(axis=1))
+    return (int(top - rows.max()) if len(rows) else None), top - AHEAD_TOP
+
+
 def gap_ahead(frame: np.ndarray) -> int | None:
     """Rows between the player's car and the nearest other car ahead of it (0: one is level with
     it); None when none is seen between AHEAD_TOP and the player, or there is no player."""
-    player = find_player(frame)
-    if player is None:
-        return None
-    ground = _ground(frame)
-    if _level(frame, player, ground).any():
-        return 0
-    ahead = _cars_in_rows(frame, range(AHEAD_TOP, player[0]), ground)
-    rows = np.flatnonzero(ahead.any(axis=1))
-    return int(player[0] - rows.max()) if len(rows) else None
+    return _gap_ahead(frame)[0]
 
 
 def nearness(frame: np.ndarray) -> float:
     """1 when another car is level with the player, falling linearly with the gap to the nearest
-    car ahead, to 0 when no car is seen ahead."""
-    gap = gap_ahead(frame)
-    return 0.0 if gap is None else max(0.0, 1.0 - gap / AHEAD_DEPTH)
+    car ahead, to 0 for a car at AHEAD_TOP and when no car is seen ahead."""
+    gap, most = _gap_ahead(frame)
+    return 0.0 if gap is None else 1.0 - gap / most
 
 
 def is_alongside(frame: np.ndarray) -> bool:

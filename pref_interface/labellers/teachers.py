@@ -228,9 +228,9 @@ class ShapedAlongsideTeacher(AlongsideTeacher):
         return tuple(clip_alongside(c) + self.closing * clip_closing(c) for c in (left, right))
 
     def step_scores(self, obs: np.ndarray) -> np.ndarray:
-        """The level step plus `closing` times the change in nearness from the frame before
-        (summed over a clip, the change telescopes to what `clip_closing` measures, without its
-        medians)."""
+        """The level step plus `closing` times the change in nearness from the frame before.
+        Summed over a clip, the changes come to the nearness of its last frame less that of the
+        frame before its first step (`clip_closing` compares medians of frames at each end)."""
         closer = [nearness(f[-1]) - nearness(f[-2]) for f in obs]
         return super().step_scores(obs) + self.closing * np.array(closer)
 
@@ -262,7 +262,7 @@ def make_teacher(spec: str, rng: np.random.Generator | int | None = None,
     """The synthetic teacher a CLI value names: "KIND" or "KIND:PARAM=VALUE" (e.g.
     "mistake:eps=0.1"); an omitted parameter takes its default. Raises ValueError with a one-line
     message listing the valid kinds."""
-    kind, _, params = spec.strip().partition(":")
+    kind, params = teacher_kind(spec), spec.strip().partition(":")[2]
     if kind not in TEACHERS:
         raise ValueError(f"unknown teacher {spec!r}; expected one of: {TEACHER_SPECS}")
     cls, name, default = TEACHERS[kind]

@@ -7,6 +7,9 @@ from http import HTTPStatus
 from typing import Any
 
 
+FIRST_NOTICE = "waiting for the first pair of clips"  # every page's line before the first pair
+
+
 class RequestError(Exception):
     """A request the page refuses: its HTTP status and a one-line reason."""
 

@@ -8,7 +8,7 @@ import secrets
 from http import HTTPStatus
 
 from pref_interface.labellers.keys import PairAnswer, ReinsertClip
-from pref_interface.labellers.web.core import PageCore, RequestError, not_found
+from pref_interface.labellers.web.core import FIRST_NOTICE, PageCore, RequestError, not_found
 from pref_interface.labellers.web.player import parse_clip_name
 
 SPRITES_KEPT = 4  # pairs whose clips can still be fetched (a slow tab may ask for the last one)
@@ -22,7 +22,7 @@ class OnePersonView:
         self.token = token or secrets.token_urlsafe(18)
         self._state: dict = {"version": 1, "pair": None, "next": None, "answered": False,
                              "status": [], "history": [], "order": None,
-                             "notice": "waiting for the first pair of clips"}
+                             "notice": FIRST_NOTICE}
         self._sprites: dict[str, tuple[bytes, bytes]] = {}
         self._thumbs: dict[str, bytes] = {}  # the sorted clips' sprites, by clip name
 
@@ -85,10 +85,11 @@ class OnePersonView:
 
     def listed_label(self, body: dict, label_id: int, labeller: str | None,
                      mu: float | None) -> None:
-        """Refuse a label the page does not list (lock held by the caller)."""
-        if all(entry["id"] != label_id for entry in self._state["history"]):
-            raise not_found(f"label {label_id} is not listed")
-        self.core.use_nonce(body)
+        """Refuse a label the page does not list."""
+        with self.core.cond:
+            if all(entry["id"] != label_id for entry in self._state["history"]):
+                raise not_found(f"label {label_id} is not listed")
+            self.core.use_nonce(body)
 
     def reinsert(self, body: dict) -> None:
         name = body.get("clip")

@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from clips.clip import LabelEdit
 from pref_interface.labellers.keys import ANSWER_KEYS, ENTER, ReopenLabel
-from pref_interface.labellers.web.core import PageCore, RequestError
+from pref_interface.labellers.web.core import PageCore, RequestError, not_found
 from pref_interface.labellers.web.one_person import OnePersonView
 from pref_interface.labellers.web.team_view import TeamView
 
@@ -150,7 +150,7 @@ class LabellingPage:
         """A clip of a pair; in team mode only of a pair given to `labeller` now."""
         sprites = self.view.sprite(pair_id, labeller)
         if sprites is None or side not in ("left", "right"):
-            raise RequestError(HTTPStatus.NOT_FOUND, "no such clip")
+            raise not_found()
         return sprites[side == "right"]
 
     def thumb(self, name: str) -> bytes:
@@ -192,8 +192,7 @@ class LabellingPage:
         label_id = body.get("label")
         if not isinstance(label_id, int) or isinstance(label_id, bool):
             raise RequestError(HTTPStatus.BAD_REQUEST, "a label id is a number")
-        with self.core.cond:
-            self.view.listed_label(body, label_id, labeller, mu)
+        self.view.listed_label(body, label_id, labeller, mu)
         return label_id
 
     def _one_person_only(self, what: str) -> None:

@@ -22,7 +22,7 @@ from typing import Callable
 
 from pref_interface.labellers.keys import PairAnswer
 from pref_interface.labellers.team import check_labellers
-from pref_interface.labellers.web.core import PageCore, RequestError
+from pref_interface.labellers.web.core import FIRST_NOTICE, PageCore, RequestError, not_found
 
 WAITING = "waiting for a pair: the open ones are with the others"
 HISTORY_SHOWN = 10  # a person's labels listed for editing, as many as one person's page lists
@@ -76,7 +76,7 @@ class TeamView:
         self.timeout_s = timeout_s
         self.on_presence = on_presence
         self._people = {n: Person(n, secrets.token_urlsafe(18)) for n in check_labellers(names)}
-        self._shared: dict = {"status": [], "order": None, "notice": ""}  # every page's
+        self._shared: dict = {"status": [], "order": None, "notice": FIRST_NOTICE}  # every page's
         self._pairs: dict[str, OpenPair] = {}  # oldest first
         self._reported: tuple = ()  # the names last given to on_presence
         self._report_lock = threading.Lock()  # calls on_presence one at a time, in order
@@ -176,7 +176,7 @@ class TeamView:
             return self._pairs[pair_id].sprites if held else None
 
     def thumb(self, name: str) -> bytes:
-        raise RequestError(HTTPStatus.NOT_FOUND, "no such clip")
+        raise not_found()
 
     # ---- what the people do ----------------------------------------------------------------
 
@@ -200,14 +200,15 @@ class TeamView:
     def listed_label(self, body: dict, label_id: int, labeller: str | None,
                      mu: float | None) -> None:
         """Refuse a label not on the person's own list; the list then shows the edit's answer
-        `mu` (None deletes it). Lock held by the caller."""
+        `mu` (None deletes it)."""
         person = self._person(labeller)
-        if all(entry["id"] != label_id for entry in person.history):
-            raise RequestError(HTTPStatus.NOT_FOUND, f"label {label_id} is not listed")
-        self.core.use_nonce(body)
-        person.history = [e if e["id"] != label_id else {**e, "mu": mu}
-                          for e in person.history if e["id"] != label_id or mu is not None]
-        self._changed(person)
+        with self.core.cond:
+            if all(entry["id"] != label_id for entry in person.history):
+                raise not_found(f"label {label_id} is not listed")
+            self.core.use_nonce(body)
+            person.history = [e if e["id"] != label_id else {**e, "mu": mu}
+                              for e in person.history if e["id"] != label_id or mu is not None]
+            self._changed(person)
 
     # ---- handing pairs out -----------------------------------------------------------------
 
