@@ -58,13 +58,36 @@ def time_weights(points: np.ndarray) -> np.ndarray:
 class RunLog:
     """One run's curves. Scalars logged by other processes (labels, predictor) are mapped to agent
     steps through wall-clock time, using the A2C process's own (time, step) points. Each event
-    directory is read once, when first asked for (a new RunLog sees newer points)."""
+    directory is read once, when first asked for; `refresh` reads what a running run has written
+    since."""
 
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
         self.tb = self.run_dir / "tb"
         self._loaded: dict[Path, object] = {}
         self.sps = self._scalars(self.tb, "charts/SPS")  # logged every second: the time -> step map
+
+    def refresh(self) -> "RunLog":
+        """Read the events written since the last read (TensorBoard's reader goes on from where it
+        stopped); a directory that did not exist yet is looked for again."""
+        for event_dir, events in list(self._loaded.items()):
+            if events is None:
+                del self._loaded[event_dir]
+            else:
+                events.Reload()
+        self.sps = self._scalars(self.tb, "charts/SPS")
+        return self
+
+    def progress(self, window: int = 10) -> dict[str, float]:
+        """Where the run stands: its newest agent steps, the labels in its store (while gathering,
+        too) and the mean true return of its last `window` episodes (NaN before the first)."""
+        labels = self._scalars(self.tb / "labels", "labels/total")
+        if not len(labels):
+            labels = self._scalars(self.tb / "gather", "labels/total")
+        returns = self._scalars(self.tb, "charts/episodic_return")[-window:, 2]
+        return {"agent_steps": float(self.sps[-1, 1]) if len(self.sps) else 0.0,
+                "labels": float(labels[-1, 2]) if len(labels) else 0.0,
+                "return": float(returns.mean()) if len(returns) else float("nan")}
 
     def _scalars(self, event_dir: Path, tag: str) -> np.ndarray:
         if event_dir not in self._loaded:

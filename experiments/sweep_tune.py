@@ -14,6 +14,7 @@ from typing import Any
 
 from ray import tune
 
+from experiments.runlog import RunLog
 from experiments.sweep import CONSOLE_DIR, RUNS_DIR, TUNE_DIR, Trial
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,10 +42,10 @@ def run_trial(config: dict[str, Any]) -> None:
     done, and one there already is not started."""
     trial = trial_of(config)
     run_dir = Path(config.get("runs_dir") or Path(config["storage"]) / RUNS_DIR) / trial.name
-    progress = Progress(run_dir)
+    log = RunLog(run_dir)  # read on as the run writes (`refresh`)
     stop_at = config.get("stop_at")
-    if _reached(run_dir, stop_at):
-        tune.report({**progress.read(), "exit_status": 0})
+    if _reached(log, stop_at):
+        tune.report({**log.progress(), "exit_status": 0})
         return
     argv = trial.run_argv(config["command"], run_dir)
     if config["gpus"] > 0:
@@ -58,29 +59,28 @@ def run_trial(config: dict[str, Any]) -> None:
                                 preexec_fn=_die_with_parent)
         try:
             while not _ended(proc, config["poll_s"]):
-                if _reached(run_dir, stop_at):
+                log.refresh()
+                if _reached(log, stop_at):
                     at_level = True
                     break
-                tune.report(progress.read())
+                tune.report(log.progress())
         finally:
             if proc.poll() is None:  # at its level, or the trial is being stopped: let run.py
                 proc.send_signal(signal.SIGTERM)  # save and end
                 proc.wait()
     status = 0 if at_level else proc.returncode
-    tune.report({**progress.read(), "exit_status": status})
+    tune.report({**log.refresh().progress(), "exit_status": status})
     if status not in (0, USAGE_STATUS):  # bad input would fail again: not retried
         raise RuntimeError(f"run.py ended with status {status}: {console_path}")
 
 
-def _reached(run_dir: Path, stop_at: list | None) -> bool:
+def _reached(log: RunLog, stop_at: list | None) -> bool:
     """Whether the run's mean true return of its last `window` episodes has reached `level`
     (`stop_at` = [level, window]) at some point."""
-    if stop_at is None or not (run_dir / "tb").is_dir():
+    if stop_at is None:
         return False
-    from experiments.runlog import RunLog
-
     level, window = stop_at
-    return RunLog(run_dir).first_time_at(level, int(window)) is not None
+    return log.first_time_at(level, int(window)) is not None
 
 
 def _ended(proc: subprocess.Popen, wait_s: float) -> bool:
@@ -89,39 +89,6 @@ def _ended(proc: subprocess.Popen, wait_s: float) -> bool:
         return True
     except subprocess.TimeoutExpired:
         return False
-
-
-class Progress:
-    """A run directory's newest agent steps, labels and mean true return, read from its
-    TensorBoard events (each read takes only the events written since the last)."""
-
-    WINDOW = 10  # episodes averaged for the return
-
-    def __init__(self, run_dir: Path):
-        self.run_dir = run_dir
-        self._events: dict[Path, Any] = {}
-
-    def _newest(self, sub: str, tag: str, n: int = 1) -> list:
-        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-        d = self.run_dir / "tb" / sub
-        if d not in self._events:
-            if not d.is_dir():
-                return []
-            # Every point kept (a sample would lose the newest episodes' order); a reload reads
-            # only the events written since the last.
-            self._events[d] = EventAccumulator(str(d), size_guidance={"scalars": 0})
-        ea = self._events[d]
-        ea.Reload()
-        return ea.Scalars(tag)[-n:] if tag in ea.Tags()["scalars"] else []
-
-    def read(self) -> dict[str, float]:
-        steps = self._newest("", "charts/SPS")
-        labels = self._newest("labels", "labels/total") or self._newest("gather", "labels/total")
-        returns = [e.value for e in self._newest("", "charts/episodic_return", self.WINDOW)]
-        return {"agent_steps": float(steps[-1].step) if steps else 0.0,
-                "labels": float(labels[-1].value) if labels else 0.0,
-                "return": sum(returns) / len(returns) if returns else math.nan}
 
 
 class ProgressLine(tune.Callback):

@@ -132,3 +132,28 @@ def test_summarise_run_says_how_well_rhat_ordered_the_policys_own_episodes(tmp_p
     first, second = (dict(zip(lines[0].split(), line.split())) for line in lines[1:])
     assert float(first["rhat_corr"]) > 0.9 and float(second["rhat_corr"]) < -0.9
     assert float(first["rhat_step_corr"]) > 0.9 and float(second["rhat_step_corr"]) > 0.9
+
+
+def test_a_running_runs_progress_is_read_on_as_it_writes(tmp_path):
+    """The sweep's view of a trial: steps, labels (gathering's, then training's) and the mean
+    return of the last episodes, read again as the run goes on, its tb/ made after the first look."""
+    log = RunLog(tmp_path)
+    assert log.progress()["agent_steps"] == 0.0 and np.isnan(log.progress()["return"])
+    gather = ScalarWriter(str(tmp_path / "tb" / "gather"))
+    gather.add_scalar("labels/total", 40, 0)
+    gather.close()
+    a2c = ScalarWriter(str(tmp_path / "tb"))
+    for step in (100, 200):
+        a2c.add_scalar("charts/SPS", 50.0, step)
+    a2c.add_scalar("charts/episodic_return", -21.0, 200)
+    a2c.flush()
+    assert log.refresh().progress() == {"agent_steps": 200.0, "labels": 40.0, "return": -21.0}
+    labels = ScalarWriter(str(tmp_path / "tb" / "labels"))
+    labels.add_scalar("labels/total", 55, 0)
+    labels.close()
+    for step, ret in ((300, -19.0), (400, -17.0)):
+        a2c.add_scalar("charts/SPS", 50.0, step)
+        a2c.add_scalar("charts/episodic_return", ret, step)
+    a2c.close()
+    assert log.refresh().progress(window=2) == {"agent_steps": 400.0, "labels": 55.0,
+                                                "return": -18.0}
