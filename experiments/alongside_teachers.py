@@ -13,7 +13,8 @@ back or ahead, reading the frames with the teachers' own detector
 another car, and for pairs of 25-step clips: how many pairs of its own clips each teacher can
 decide (a tie teaches the predictor nothing), each teacher's mean answer for the driver's clip
 against one of random play (1: always the driver's, 0.5: ties or an even split), and how often
-the two teachers give the same answer to the same pair of the driver's clips. The
+the two teachers give the same answer to the same pair of the driver's clips; then the time a
+label takes each teacher. The
 follower shows that the behaviour is within reach of a policy that sees only the frames, and
 which teacher says so more clearly.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import numpy as np
 
@@ -131,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| driver | level with a car | " + " | ".join(
         f"{t}: decided / against random" for t in TEACHERS) + " | same answer |")
     print("|---|---|" + "---|" * len(TEACHERS) + "---|")
+    label_s: dict[str, list[float]] = {name: [] for name in teachers}  # a label's time, per driver
     for driver in ("random", "fire", "follower"):
         episodes = [play(driver, a.steps, seed) for seed in range(a.episodes)]
         level = np.mean([is_alongside(f) for e in episodes for f in e[STACK - 1:]])
@@ -140,7 +143,11 @@ def main(argv: list[str] | None = None) -> int:
                      for _ in range(a.pairs)]
         against = [(mine[rng.integers(len(mine))], theirs[rng.integers(len(theirs))])
                    for _ in range(a.pairs)]
-        own = {name: np.array([t.label(*pair) for pair in own_pairs]) for name, t in teachers.items()}
+        own = {}
+        for name, t in teachers.items():
+            start = time.perf_counter()
+            own[name] = np.array([t.label(*pair) for pair in own_pairs])
+            label_s[name].append((time.perf_counter() - start) / len(own_pairs))
         cells = [f"{np.mean(own[name] != 0.5):.0%} / "
                  f"{np.mean([t.label(*pair) for pair in against]):.2f}"
                  for name, t in teachers.items()]
@@ -152,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             start = STACK - 1 + a.gif_start
             write_gif(marked(episodes[0][start:start + a.gif_steps]), a.gif)
             print(f"wrote {a.gif}")
+    print("a label takes " + ", ".join(f"{np.mean(v) * 1000:.0f} ms ({name})"
+                                       for name, v in label_s.items()))
     return 0
 
 
