@@ -123,7 +123,11 @@ def cars_ahead(frame: np.ndarray) -> np.ndarray:
     player = find_player(frame)
     if player is None:
         return np.zeros(frame.shape, dtype=bool)
-    return _cars_in_rows(frame, range(AHEAD_TOP, player[0]), _ground(frame))
+    return _ahead(frame, player, _ground(frame))
+
+
+def _ahead(frame: np.ndarray, player: tuple[int, int, int], ground: int) -> np.ndarray:
+    return _cars_in_rows(frame, range(AHEAD_TOP, player[0]), ground)
 
 
 def _gap_ahead(frame: np.ndarray) -> tuple[int | None, int]:
@@ -134,7 +138,7 @@ def _gap_ahead(frame: np.ndarray) -> tuple[int | None, int]:
     top, ground = player[0], _ground(frame)
     if _level(frame, player, ground).any():
         return 0, top - AHEAD_TOP
-    rows = np.flatnonzero(_cars_in_rows(frame, range(AHEAD_TOP, top), ground).any(axis=1))
+    rows = np.flatnonzero(_ahead(frame, player, ground).any(axis=1))
     return (int(top - rows.max()) if len(rows) else None), top - AHEAD_TOP
 
 
