@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -35,6 +36,7 @@ SWEEP_FILE = "sweep.json"  # the sweep's own command line, for --resume
 TUNE_DIR = "tune"  # Tune's experiment state, under the storage
 RUNS_DIR = "runs"  # the trials' run directories, under the storage (unless given elsewhere)
 CONSOLE_DIR = "console"  # what each trial's run.py printed, one file per trial
+SAVE_WAIT_S = 300  # after a stop, how long the driver waits for the trials' runs to save
 
 
 class SweepError(Exception):
@@ -192,7 +194,10 @@ def run_sweep(command: list[str], all_trials: list[Trial], storage: Path, *,
     from experiments.sweep_tune import tuner
 
     storage.mkdir(parents=True, exist_ok=True)
-    ray.init(address=address, include_dashboard=False, configure_logging=False)
+    # A trial's worker that ends (the trial stopped, Ctrl-C) must not kill its run.py outright:
+    # the run gets SIGTERM as its worker goes (sweep_tune), and saves its work.
+    ray.init(address=address, include_dashboard=False, configure_logging=False,
+             runtime_env={"env_vars": {"RAY_kill_child_processes_on_worker_exit": "0"}})
     try:
         results = tuner(command, all_trials, storage, runs_dir,
                         restore and (storage / TUNE_DIR).is_dir(), progress_s,
@@ -200,10 +205,29 @@ def run_sweep(command: list[str], all_trials: list[Trial], storage: Path, *,
                         max_failures=max_failures, poll_s=poll_s, stop_at=stop_at).fit()
     finally:
         ray.shutdown()
+        wait_for_saves([runs_dir / t.name for t in all_trials])
     done = [r for r in results if r.error is None and (r.metrics or {}).get("exit_status") == 0]
     print(f"sweep: {len(done)} of {len(results)} trials done; the runs are in {runs_dir} "
           f"(tensorboard --logdir {runs_dir})")
     return 0 if len(done) == len(results) else 1
+
+
+def wait_for_saves(run_dirs: list[Path], timeout_s: float = SAVE_WAIT_S) -> None:
+    """After a stop: wait while the trials' runs save their work and end (each holds its run
+    directory until then), so that nothing is cut short and a resumed sweep finds them ended."""
+    from launch.rundir import run_dir_holder
+
+    deadline = time.monotonic() + timeout_s
+    busy = [d for d in run_dirs if run_dir_holder(d)]
+    if busy:
+        print(f"sweep: waiting for {len(busy)} run{'s' if len(busy) > 1 else ''} to save "
+              "their work", flush=True)
+    while busy and time.monotonic() < deadline:
+        time.sleep(1)
+        busy = [d for d in busy if run_dir_holder(d)]
+    for d in busy:
+        print(f"sweep: {d} is still held by {run_dir_holder(d)} after {timeout_s:.0f} s; "
+              "resume it once that process has ended", flush=True)
 
 
 def add_sweep_flags(p: argparse.ArgumentParser) -> None:

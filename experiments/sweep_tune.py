@@ -16,9 +16,11 @@ from ray import tune
 
 from experiments.runlog import RunLog
 from experiments.sweep import CONSOLE_DIR, RUNS_DIR, TUNE_DIR, Trial
+from launch.rundir import run_dir_holder
 
 ROOT = Path(__file__).resolve().parent.parent
 USAGE_STATUS = 2  # run.py refused its command line
+EARLIER_RUN_WAIT_S = 600  # how long a trial waits for its run's earlier process to save and end
 
 
 def _die_with_parent() -> None:
@@ -54,6 +56,7 @@ def run_trial(config: dict[str, Any]) -> None:
     console_path.parent.mkdir(parents=True, exist_ok=True)
     at_level = False
     with open(console_path, "a") as console:
+        _wait_for_earlier_process(run_dir, console)
         proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), *argv], cwd=ROOT,
                                 stdout=console, stderr=subprocess.STDOUT, start_new_session=True,
                                 preexec_fn=_die_with_parent)
@@ -72,6 +75,20 @@ def run_trial(config: dict[str, Any]) -> None:
     tune.report({**log.refresh().progress(), "exit_status": status})
     if status not in (0, USAGE_STATUS):  # bad input would fail again: not retried
         raise RuntimeError(f"run.py ended with status {status}: {console_path}")
+
+
+def _wait_for_earlier_process(run_dir: Path, console) -> None:
+    """Where the trial's earlier run.py still holds its run directory (its worker or node died
+    and it is saving its work), wait for it to end before resuming the run."""
+    deadline = time.monotonic() + EARLIER_RUN_WAIT_S
+    holder = run_dir_holder(run_dir)
+    if holder:
+        print(f"waiting for {holder} to save its work and end", file=console, flush=True)
+    while holder:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{run_dir} still held by {holder} after {EARLIER_RUN_WAIT_S} s")
+        time.sleep(1)
+        holder = run_dir_holder(run_dir)
 
 
 def _reached(log: RunLog, stop_at: list | None) -> bool:

@@ -2,8 +2,11 @@
 what it holds, and its creation with the command and settings recorded."""
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shlex
+import socket
 import sys
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
@@ -17,6 +20,7 @@ PREFS_FILE = "prefs.sqlite"  # a run's label store
 PREDICTOR_FILE = "reward_predictor.pt"  # a run's predictor checkpoint, under reward_predictor/
 COMMAND_FILE = "command.txt"  # one line per start: the exact command
 MACHINES_FILE = "machines.txt"  # one line per start: when, the processor, the devices
+LOCK_FILE = "run.lock"  # locked (flock) by the process whose run works in the directory
 
 
 @dataclass
@@ -44,13 +48,57 @@ class Run:
                 and not s.synthetic_prefs and not s.frozen_reward_predictor)
 
 
-def make_run_dir(run: Run) -> Path:
-    """Create the run directory and record the exact command, the machine and the settings (a
-    resumed run appends its command and machine and writes the flags it overrode into the
-    settings file, so that the next resume keeps them)."""
+class RunDirBusy(Exception):
+    """The run directory is held by another process: its run still goes, or still saves."""
+
+
+class RunDirLock:
+    """A run directory taken by this process for its run, so that a second run in it (a
+    `--resume` while the run still goes or still saves its work) is refused. Released by
+    `release()`, or when the process ends however it ends: the kernel drops a dead process's
+    flock, so a crash leaves nothing to clean up."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self._file = open(run_dir / LOCK_FILE, "a+")
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.seek(0)
+            holder = self._file.read().strip() or "another process"
+            self._file.close()
+            raise RunDirBusy(f"{run_dir} is in use by {holder}: a run still going or saving "
+                             "there; stop it (Ctrl-C or SIGTERM) and let it end first") from None
+        self._file.truncate(0)
+        self._file.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        self._file.flush()
+
+    def release(self) -> None:
+        self._file.close()
+
+
+def run_dir_holder(run_dir: Path) -> str | None:
+    """Who holds the run directory (e.g. "pid 123 on node1"), or None when no process does."""
+    try:
+        f = open(run_dir / LOCK_FILE)
+    except FileNotFoundError:
+        return None
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return f.read().strip() or "another process"
+    return None
+
+
+def make_run_dir(run: Run) -> RunDirLock:
+    """Create (or, resumed, take) the run directory, held by this process until the returned
+    lock is released, and record the exact command, the machine and the settings (a resumed run
+    appends its command and machine and writes the flags it overrode into the settings file, so
+    that the next resume keeps them). RunDirBusy when another process holds it."""
     from runtime.machine import processor
 
     run.dir.mkdir(parents=True, exist_ok=run.resumed)
+    lock = RunDirLock(run.dir)
     with open(run.dir / COMMAND_FILE, "a") as f:
         f.write(shlex.join([sys.executable] + sys.argv) + "\n")
     with open(run.dir / MACHINES_FILE, "a") as f:
@@ -60,4 +108,4 @@ def make_run_dir(run: Run) -> Path:
     tmp = run.dir / "settings.json.tmp"
     tmp.write_text(json.dumps(run.settings.to_json(), indent=2) + "\n")
     tmp.replace(run.dir / "settings.json")  # never a half-written settings file
-    return run.dir
+    return lock

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from launch.cli import UsageError
 
 if TYPE_CHECKING:
-    from launch.rundir import Run
+    from launch.rundir import Run, RunDirLock
 
 
 def open_labelling_page(run: Run):
@@ -43,12 +43,14 @@ def episode_window() -> bool:
 class Session:
     """The main process's own part of a run: when a person labels, the terminal's key reader
     (the children have stdin on /dev/null) and the labelling page, with the queues they fill
-    (`answers`, `page_updates`); and whether the episode window can open (`show_episodes`).
-    `close()` gives the terminal its settings back and stops the page."""
+    (`answers`, `page_updates`); whether the episode window can open (`show_episodes`); and the
+    run directory's lock. `close()` gives the terminal its settings back, stops the page and
+    lets the run directory go."""
 
-    def __init__(self, run: Run, ctx, page=None):
+    def __init__(self, run: Run, ctx, page=None, lock: RunDirLock | None = None):
         self.answers = self.page_updates = self.reader = None
         self.page = page
+        self.lock = lock
         if run.labels_by_person:
             from pref_interface.labellers.keys import KeyReader
 
@@ -73,17 +75,21 @@ class Session:
             self.reader.stop()
         if self.page is not None:
             self.page.stop()
+        if self.lock is not None:
+            self.lock.release()
 
 
 def start_run(run: Run, page=None):
-    """Make the run directory (UsageError if it cannot be made), open what the main process owns
-    and start the run's report: returns the processes' context (`run_context`), the Session and
-    the RunReport."""
-    from launch.rundir import make_run_dir
+    """Make (or take) the run directory, UsageError if it cannot be made or another process
+    holds it; open what the main process owns and start the run's report: returns the processes'
+    context (`run_context`), the Session and the RunReport."""
+    from launch.rundir import RunDirBusy, make_run_dir
     from launch.summary import RunReport
 
     try:
-        make_run_dir(run)
+        lock = make_run_dir(run)
+    except RunDirBusy as e:
+        raise UsageError(str(e)) from None
     except OSError as e:
         raise UsageError(f"cannot make the run directory {run.dir}: "
                          f"{e.strerror or type(e).__name__}") from None
@@ -91,4 +97,4 @@ def start_run(run: Run, page=None):
     from runtime.process_setup import run_context
 
     ctx = run_context()
-    return ctx, Session(run, ctx, page), RunReport(run.dir, run.settings.env_id, page=page)
+    return ctx, Session(run, ctx, page, lock), RunReport(run.dir, run.settings.env_id, page=page)

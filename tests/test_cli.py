@@ -58,6 +58,16 @@ def test_original_rewards_smoke_run_writes_the_run_directory_and_resumes(tmp_pat
     for newer in ("device", "reward_predictor_device"):
         del first[newer]
     (d / "settings.json").write_text(json.dumps(first))
+    # While another process holds the directory (its run still going or saving), a resume is
+    # refused in one line and writes nothing; the run's own end let the directory go.
+    from launch.rundir import RunDirLock
+
+    held = RunDirLock(d)
+    r = run("run.py", "--resume", str(d), "--million_timesteps", "0.004")
+    held.release()
+    assert r.return_code == 2 and "\n" not in r.stderr, r.stderr
+    assert f"is in use by pid {os.getpid()}" in r.stderr, r.stderr
+    assert len((d / "command.txt").read_text().splitlines()) == 1
     r = run("run.py", "--resume", str(d), "--million_timesteps", "0.004", "--ent_coef", "0.02")
     assert r.return_code == 0, r.stderr
     newest = sorted((d / "policy").glob("policy-*.pt"))[-1]

@@ -92,6 +92,34 @@ def test_where_a_run_reached_its_level_is_read_from_its_directory(tmp_path):
     assert level_reached(tmp_path / "none", 5.0) is None
 
 
+def test_after_a_stop_the_driver_and_a_restarted_trial_wait_for_the_run_to_save(tmp_path,
+                                                                                capsys):
+    """A run still saving holds its directory: the driver waits for it (and says which it
+    left, past its patience), and a trial started again waits before resuming it."""
+    import io
+    import threading
+
+    from experiments.sweep import wait_for_saves
+    from experiments.sweep_tune import _wait_for_earlier_process
+    from launch.rundir import RunDirLock
+
+    saving, idle = tmp_path / "saving", tmp_path / "idle"
+    saving.mkdir(), idle.mkdir()
+    held = RunDirLock(saving)
+    threading.Timer(1.0, held.release).start()
+    wait_for_saves([saving, idle], timeout_s=30)
+    out = capsys.readouterr().out
+    assert out.startswith("sweep: waiting for 1 run to save") and "still held" not in out, out
+    held = RunDirLock(saving)
+    wait_for_saves([saving], timeout_s=0.5)
+    assert f"{saving} is still held by pid {os.getpid()}" in capsys.readouterr().out
+    threading.Timer(1.0, held.release).start()
+    console = io.StringIO()
+    _wait_for_earlier_process(saving, console)
+    assert console.getvalue().startswith(f"waiting for pid {os.getpid()} ")
+    _wait_for_earlier_process(idle, console)  # nobody there: at once
+
+
 @pytest.mark.parametrize("item", ["ent_coef", "ent_coef=", "ent_coef=0.1,", "bogus=1",
                                   "seed=1,2", "log_dir=x"])
 def test_a_bad_grid_is_refused(item):
@@ -227,6 +255,8 @@ def test_a_stopped_sweep_goes_on_with_resume_and_keeps_its_finished_trials(tmp_p
         if driver.poll() is None:
             driver.kill()
     assert not (runs / "seed1" / "policy" / "policy-000000030000.pt").exists(), out
+    # the stopped run saved and printed its summary: its worker's end did not kill it outright
+    assert "run stopped by" in (storage / "console" / "seed1.txt").read_text(), out
     r = subprocess.run([*command, "--resume", str(storage)], cwd=ROOT, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
