@@ -130,12 +130,18 @@ class ProgressLine(tune.Callback):
 
 
 def status_line(trials: list, latest: dict[str, dict]) -> str:
-    """`sweep: 1 running, 2 queued, 3 done, 0 failed | seed0: 1.20M steps, 900 labels, -3.4`."""
+    """`sweep: 1 running, 2 queued, 3 done, 0 failed | seed0: 1.20M steps, 900 labels, -3.4`;
+    after Ctrl-C, the trials stopped before their end are counted apart (`, 1 stopped`)."""
     count: dict[str, int] = {}
     for t in trials:
-        count[t.status] = count.get(t.status, 0) + 1
+        status = t.status
+        last = latest.get(t.trial_id) or getattr(t, "last_result", None) or {}
+        if status == "TERMINATED" and last.get("exit_status") is None:
+            status = "STOPPED"  # ended by the sweep's stop, not by its run's end
+        count[status] = count.get(status, 0) + 1
     parts = [f"sweep: {count.get('RUNNING', 0)} running, {count.get('PENDING', 0)} queued, "
-             f"{count.get('TERMINATED', 0)} done, {count.get('ERROR', 0)} failed"]
+             f"{count.get('TERMINATED', 0)} done, {count.get('ERROR', 0)} failed"
+             + (f", {count['STOPPED']} stopped" if count.get("STOPPED") else "")]
     for t in trials:
         r = latest.get(t.trial_id)
         if t.status == "RUNNING" and r and "agent_steps" in r:

@@ -120,6 +120,24 @@ def test_after_a_stop_the_driver_and_a_restarted_trial_wait_for_the_run_to_save(
     _wait_for_earlier_process(idle, console)  # nobody there: at once
 
 
+def test_the_progress_line_counts_trials_stopped_by_the_sweeps_stop_apart_from_done():
+    from types import SimpleNamespace
+
+    from experiments.sweep_tune import status_line
+
+    def trial(i, status, last=None):
+        config = {"trial": {"seed": i, "flags": []}}
+        return SimpleNamespace(trial_id=str(i), status=status, config=config, last_result=last)
+
+    trials = [trial(0, "TERMINATED", {"exit_status": 0}), trial(1, "TERMINATED"),
+              trial(2, "RUNNING"), trial(3, "PENDING"), trial(4, "ERROR")]
+    latest = {"1": {"agent_steps": 2e5, "labels": 900, "return": -3.4},
+              "2": {"agent_steps": 1.2e6, "labels": 900, "return": float("nan")}}
+    assert status_line(trials, latest) == ("sweep: 1 running, 1 queued, 1 done, 1 failed, "
+                                           "1 stopped | seed2: 1.20M steps, 900 labels, return -")
+    assert "stopped" not in status_line(trials[:1], {})
+
+
 @pytest.mark.parametrize("item", ["ent_coef", "ent_coef=", "ent_coef=0.1,", "bogus=1",
                                   "seed=1,2", "log_dir=x"])
 def test_a_bad_grid_is_refused(item):
@@ -257,6 +275,7 @@ def test_a_stopped_sweep_goes_on_with_resume_and_keeps_its_finished_trials(tmp_p
     assert not (runs / "seed1" / "policy" / "policy-000000030000.pt").exists(), out
     # the stopped run saved and printed its summary: its worker's end did not kill it outright
     assert "run stopped by" in (storage / "console" / "seed1.txt").read_text(), out
+    assert "1 done, 0 failed, 1 stopped" in out, out
     r = subprocess.run([*command, "--resume", str(storage)], cwd=ROOT, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
