@@ -56,7 +56,8 @@ class RunDirLock:
     """A run directory taken by this process for its run, so that a second run in it (a
     `--resume` while the run still goes or still saves its work) is refused. Released by
     `release()`, or when the process ends however it ends: the kernel drops a dead process's
-    flock, so a crash leaves nothing to clean up."""
+    flock, so a crash leaves nothing to clean up. On a filesystem without flock (some cluster
+    filesystems) the directory goes unguarded."""
 
     def __init__(self, run_dir: Path) -> None:
         self._file = open(run_dir / LOCK_FILE, "a+")
@@ -68,6 +69,8 @@ class RunDirLock:
             self._file.close()
             raise RunDirBusy(f"{run_dir} is in use by {holder}: a run still going or saving "
                              "there; stop it (Ctrl-C or SIGTERM) and let it end first") from None
+        except OSError:  # no flock here (e.g. ENOLCK, EOPNOTSUPP): run unguarded
+            pass
         self._file.truncate(0)
         self._file.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
         self._file.flush()
@@ -87,6 +90,8 @@ def run_dir_holder(run_dir: Path) -> str | None:
             fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return f.read().strip() or "another process"
+        except OSError:  # no flock on this filesystem: nobody can be seen holding it
+            return None
     return None
 
 

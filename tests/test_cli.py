@@ -184,6 +184,22 @@ def test_another_games_policy_or_a_weights_file_is_refused_before_the_run(tmp_pa
         assert not (tmp_path / "r").exists()
 
 
+def test_a_run_directory_goes_unguarded_where_the_filesystem_has_no_flock(tmp_path,
+                                                                          monkeypatch):
+    import errno
+    import fcntl
+
+    from launch.rundir import RunDirLock, run_dir_holder
+
+    def no_flock(*args):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    lock = RunDirLock(tmp_path)  # taken, unguarded: the run goes on
+    assert run_dir_holder(tmp_path) is None
+    lock.release()
+
+
 def test_existing_run_directory_is_never_overwritten(tmp_path):
     d = tmp_path / "run"
     d.mkdir()
