@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -213,21 +212,24 @@ def run_sweep(command: list[str], all_trials: list[Trial], storage: Path, *,
 
 
 def wait_for_saves(run_dirs: list[Path], timeout_s: float = SAVE_WAIT_S) -> None:
-    """After a stop: wait while the trials' runs save their work and end (each holds its run
-    directory until then), so that nothing is cut short and a resumed sweep finds them ended."""
-    from launch.rundir import run_dir_holder
+    """After a stop: wait (at most `timeout_s`) while the trials' runs save their work and end
+    (each holds its run directory until then), so that nothing is cut short and a resumed sweep
+    finds them ended; a second Ctrl-C stops the wait, not the saving."""
+    from launch.rundir import run_dir_holder, wait_released
 
-    deadline = time.monotonic() + timeout_s
-    busy = [d for d in run_dirs if run_dir_holder(d)]
-    if busy:
-        print(f"sweep: waiting for {len(busy)} run{'s' if len(busy) > 1 else ''} to save "
-              "their work", flush=True)
-    while busy and time.monotonic() < deadline:
-        time.sleep(1)
-        busy = [d for d in busy if run_dir_holder(d)]
-    for d in busy:
-        print(f"sweep: {d} is still held by {run_dir_holder(d)} after {timeout_s:.0f} s; "
-              "resume it once that process has ended", flush=True)
+    held = [d for d in run_dirs if run_dir_holder(d)]
+    if not held:
+        return
+    print(f"sweep: waiting for {len(held)} run{'s' if len(held) > 1 else ''} to save their "
+          "work", flush=True)
+    try:
+        held = wait_released(held, timeout_s)
+    except KeyboardInterrupt:
+        pass
+    for d in held:
+        if holder := run_dir_holder(d):
+            print(f"sweep: {d} is still held by {holder}; resume it once that process has "
+                  "ended", flush=True)
 
 
 def add_sweep_flags(p: argparse.ArgumentParser) -> None:

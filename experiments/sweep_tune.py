@@ -16,7 +16,7 @@ from ray import tune
 
 from experiments.runlog import RunLog
 from experiments.sweep import CONSOLE_DIR, RUNS_DIR, TUNE_DIR, Trial
-from launch.rundir import run_dir_holder
+from launch.rundir import run_dir_holder, wait_released
 
 ROOT = Path(__file__).resolve().parent.parent
 USAGE_STATUS = 2  # run.py refused its command line
@@ -80,15 +80,12 @@ def run_trial(config: dict[str, Any]) -> None:
 def _wait_for_earlier_process(run_dir: Path, console) -> None:
     """Where the trial's earlier run.py still holds its run directory (its worker or node died
     and it is saving its work), wait for it to end before resuming the run."""
-    deadline = time.monotonic() + EARLIER_RUN_WAIT_S
     holder = run_dir_holder(run_dir)
     if holder:
         print(f"waiting for {holder} to save its work and end", file=console, flush=True)
-    while holder:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{run_dir} still held by {holder} after {EARLIER_RUN_WAIT_S} s")
-        time.sleep(1)
-        holder = run_dir_holder(run_dir)
+        if wait_released([run_dir], EARLIER_RUN_WAIT_S):
+            raise RuntimeError(f"{run_dir} still held by {run_dir_holder(run_dir)} after "
+                               f"{EARLIER_RUN_WAIT_S} s")
 
 
 def _reached(log: RunLog, stop_at: list | None) -> bool:
@@ -109,8 +106,8 @@ def _ended(proc: subprocess.Popen, wait_s: float) -> bool:
 
 
 class ProgressLine(tune.Callback):
-    """Prints the sweep's state every `every_s` seconds: trials running, queued, done and failed,
-    and each running trial's agent steps, labels and mean return."""
+    """Prints the sweep's state every `every_s` seconds: trials running, queued, done, failed and
+    (after Ctrl-C) stopped, and each running trial's agent steps, labels and mean return."""
 
     def __init__(self, every_s: float) -> None:
         self.every_s = every_s

@@ -15,7 +15,7 @@ from a2c.entry_points import check_policy
 from launch.env_settings import describe as env_settings_help
 from launch.env_settings import env_settings
 from launch.preflight import first_error
-from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run
+from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run, busy_message, run_dir_holder
 from launch.settings import MODES, TRAINING_MODES, Settings, invalid_setting, unused_settings
 from launch.settings import build_parser as settings_parser
 from pref_interface.labellers.teachers import ENDURO_TEACHERS, teacher_kind
@@ -104,6 +104,9 @@ def resume(run_dir: Path, given: dict[str, Any]) -> Run:
     """--resume: the run's saved settings, overridden by the flags given now, started from the
     run's own checkpoints and label store."""
     saved = load_settings(run_dir)
+    holder = run_dir_holder(run_dir)  # checked again as the run takes it (`make_run_dir`)
+    if holder:
+        raise UsageError(busy_message(run_dir, holder))
     for positional in ("mode", "env_id"):
         if given.get(positional) not in (None, getattr(saved, positional)):
             raise UsageError(f"--resume: this run's {positional} is {getattr(saved, positional)}")

@@ -205,6 +205,7 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         finally:
             self._side.close(self._steps)  # the clip source, then the scalars
         self._loop.sup.stop()
+        self._session.release_run_dir()  # every child has stopped: a resume may take it now
         self._loop.ch.reward_weights.remove_left_block()
         self._session.close()
         # what ends the caller's loop: closed from its `finally`, or at exit after it was unhandled

@@ -8,6 +8,7 @@ import os
 import shlex
 import socket
 import sys
+import time
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,31 +53,43 @@ class RunDirBusy(Exception):
     """The run directory is held by another process: its run still goes, or still saves."""
 
 
+TAKE_TRIES = 5  # a holder check (`run_dir_holder`) holds the lock for an instant: try again
+
+
 class RunDirLock:
     """A run directory taken by this process for its run, so that a second run in it (a
     `--resume` while the run still goes or still saves its work) is refused. Released by
-    `release()`, or when the process ends however it ends: the kernel drops a dead process's
-    flock, so a crash leaves nothing to clean up. On a filesystem without flock (some cluster
-    filesystems) the directory goes unguarded."""
+    `release()`, or when the process ends however it ends (the kernel drops a dead process's
+    flock). On a filesystem without flock the directory goes unguarded; on one that keeps a lost
+    machine's locks (NFS), deleting the lock file frees it."""
 
     def __init__(self, run_dir: Path) -> None:
         self._file = open(run_dir / LOCK_FILE, "a+")
-        try:
-            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._file.seek(0)
-            holder = self._file.read().strip() or "another process"
-            self._file.close()
-            raise RunDirBusy(f"{run_dir} is in use by {holder}: a run still going or saving "
-                             "there; stop it (Ctrl-C or SIGTERM) and let it end first") from None
-        except OSError:  # no flock here (e.g. ENOLCK, EOPNOTSUPP): run unguarded
-            pass
+        for attempt in range(TAKE_TRIES):
+            try:
+                fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if attempt == TAKE_TRIES - 1:
+                    self._file.seek(0)
+                    holder = self._file.read().strip() or "another process"
+                    self._file.close()
+                    raise RunDirBusy(busy_message(run_dir, holder)) from None
+                time.sleep(0.1)
+            except OSError:  # no flock here (e.g. ENOLCK, EOPNOTSUPP): run unguarded
+                break
         self._file.truncate(0)
         self._file.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
         self._file.flush()
 
     def release(self) -> None:
         self._file.close()
+
+
+def busy_message(run_dir: Path, holder: str) -> str:
+    return (f"{run_dir} is in use by {holder}: a run still going or saving there; stop it "
+            f"(Ctrl-C or SIGTERM) and let it end first (a machine gone for good: delete "
+            f"{run_dir / LOCK_FILE})")
 
 
 def run_dir_holder(run_dir: Path) -> str | None:
@@ -95,6 +108,17 @@ def run_dir_holder(run_dir: Path) -> str | None:
     return None
 
 
+def wait_released(run_dirs: list[Path], timeout_s: float) -> list[Path]:
+    """Wait (checking every second) until no process holds these run directories, or at most
+    `timeout_s`; returns those still held."""
+    deadline = time.monotonic() + timeout_s
+    held = [d for d in run_dirs if run_dir_holder(d)]
+    while held and time.monotonic() < deadline:
+        time.sleep(1)
+        held = [d for d in held if run_dir_holder(d)]
+    return held
+
+
 def make_run_dir(run: Run) -> RunDirLock:
     """Create (or, resumed, take) the run directory, held by this process until the returned
     lock is released, and record the exact command, the machine and the settings (a resumed run
@@ -104,13 +128,17 @@ def make_run_dir(run: Run) -> RunDirLock:
 
     run.dir.mkdir(parents=True, exist_ok=run.resumed)
     lock = RunDirLock(run.dir)
-    with open(run.dir / COMMAND_FILE, "a") as f:
-        f.write(shlex.join([sys.executable] + sys.argv) + "\n")
-    with open(run.dir / MACHINES_FILE, "a") as f:
-        started = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        f.write(f"{started}\t{processor()}\tpolicy on {run.policy_device}, "
-                f"predictor on {run.predictor_device}\n")
-    tmp = run.dir / "settings.json.tmp"
-    tmp.write_text(json.dumps(run.settings.to_json(), indent=2) + "\n")
-    tmp.replace(run.dir / "settings.json")  # never a half-written settings file
+    try:
+        with open(run.dir / COMMAND_FILE, "a") as f:
+            f.write(shlex.join([sys.executable] + sys.argv) + "\n")
+        with open(run.dir / MACHINES_FILE, "a") as f:
+            started = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            f.write(f"{started}\t{processor()}\tpolicy on {run.policy_device}, "
+                    f"predictor on {run.predictor_device}\n")
+        tmp = run.dir / "settings.json.tmp"
+        tmp.write_text(json.dumps(run.settings.to_json(), indent=2) + "\n")
+        tmp.replace(run.dir / "settings.json")  # never a half-written settings file
+    except BaseException:
+        lock.release()
+        raise
     return lock

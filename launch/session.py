@@ -1,5 +1,5 @@
-"""What the main process owns for a person who labels: the terminal's key reader, the labelling
-page's server and the episode window's check."""
+"""What the main process owns: the run directory's lock and, for a person who labels, the
+terminal's key reader, the labelling page's server and the episode window's check."""
 from __future__ import annotations
 
 import sys
@@ -44,8 +44,9 @@ class Session:
     """The main process's own part of a run: when a person labels, the terminal's key reader
     (the children have stdin on /dev/null) and the labelling page, with the queues they fill
     (`answers`, `page_updates`); whether the episode window can open (`show_episodes`); and the
-    run directory's lock. `close()` gives the terminal its settings back, stops the page and
-    lets the run directory go."""
+    run directory's lock. `close()` gives the terminal its settings back and stops the page; the
+    run directory stays held until the process ends (children stopped at exit save first) or
+    `release_run_dir()`, once every child has stopped."""
 
     def __init__(self, run: Run, ctx, page=None, lock: RunDirLock | None = None):
         self.answers = self.page_updates = self.reader = None
@@ -75,6 +76,8 @@ class Session:
             self.reader.stop()
         if self.page is not None:
             self.page.stop()
+
+    def release_run_dir(self) -> None:
         if self.lock is not None:
             self.lock.release()
 
@@ -96,5 +99,10 @@ def start_run(run: Run, page=None):
     print(f"run directory: {run.dir}", file=sys.stderr)
     from runtime.process_setup import run_context
 
-    ctx = run_context()
-    return ctx, Session(run, ctx, page, lock), RunReport(run.dir, run.settings.env_id, page=page)
+    try:  # no child runs yet: a failure here lets the directory go at once
+        ctx = run_context()
+        session = Session(run, ctx, page, lock)
+    except BaseException:
+        lock.release()
+        raise
+    return ctx, session, RunReport(run.dir, run.settings.env_id, page=page)

@@ -200,6 +200,26 @@ def test_a_run_directory_goes_unguarded_where_the_filesystem_has_no_flock(tmp_pa
     lock.release()
 
 
+def test_a_run_directory_that_cannot_be_written_is_one_line_and_not_left_held(tmp_path,
+                                                                              monkeypatch):
+    import errno
+
+    import runtime.machine
+    from launch.cli import UsageError, parse_args
+    from launch.rundir import run_dir_holder
+    from launch.session import start_run
+
+    def disk_full():
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runtime.machine, "processor", disk_full)
+    d = tmp_path / "run"
+    with pytest.raises(UsageError, match="cannot make the run directory .*No space left"):
+        start_run(parse_args(["train_policy_with_original_rewards", "MovingDot-v0",
+                              "--log_dir", str(d)]))
+    assert run_dir_holder(d) is None
+
+
 def test_existing_run_directory_is_never_overwritten(tmp_path):
     d = tmp_path / "run"
     d.mkdir()

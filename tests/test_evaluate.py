@@ -178,7 +178,7 @@ def _dot_run_with_predictor(d: Path) -> Path:
 
     run = parse_args(["train_policy_with_preferences", "MovingDotNoFrameskip-v0",
                       "--log_dir", str(d)])
-    make_run_dir(run)
+    make_run_dir(run).release()
     torch.manual_seed(0)
     ensemble = build_ensemble(trainer_config(run, load_from=None, save=False))
     RewardPredictorTrainer(ensemble).save(str(d / "reward_predictor" / PREDICTOR_FILE))

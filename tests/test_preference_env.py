@@ -170,6 +170,9 @@ def test_a_failure_in_the_callers_loop_is_summarised_as_one(tmp_path, capsys):
     assert "run stopped: the caller's loop raised ZeroDivisionError" in err, err
     assert re.search(r"agent steps +204\n", err), err  # the steps of the block cut short count
     assert "resume:            PreferenceVecEnv(env, resume=" in err
+    from launch.rundir import run_dir_holder
+
+    assert run_dir_holder(tmp_path / "r") is None  # closed: a resume may take it, here too
 
 
 def _resize_84(frame: np.ndarray) -> np.ndarray:
