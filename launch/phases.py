@@ -105,11 +105,16 @@ def pretrain_reward_predictor(run: Run, ctx, session: Session, report: RunReport
 
 def train_policy_with_preferences(run: Run, ctx, session: Session, report: RunReport) -> int:
     """Gather (unless loaded), pretrain (unless loaded), then A2C, labelling and predictor
-    training all at once; or, with --frozen_reward_predictor, A2C alone on a fixed predictor."""
-    if run.settings.frozen_reward_predictor:
+    training all at once; or, with --frozen_reward_predictor, A2C alone on a fixed predictor,
+    and with --teacher_reward, on the synthetic teacher's own per-step score."""
+    s = run.settings
+    if s.frozen_reward_predictor:
         return a2c_alone(run, ctx, session, report, partial(
             predictor.frozen_reward, trainer_config(run, load_from=None, save=False),
             run.reward_ckpt_path))
+    if s.teacher_reward:
+        return a2c_alone(run, ctx, session, report,
+                         partial(predictor.teacher_reward, s.teacher, s.reward_std))
 
     code, prefs_path, predictor_path = prepare_predictor(run, ctx, session, report)
     if code or prefs_path is None:

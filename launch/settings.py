@@ -252,6 +252,11 @@ class Settings:
     frozen_reward_predictor: bool = setting(
         False, "predictor", "train the policy on the loaded predictor without collecting labels "
         "or training the predictor")
+    teacher_reward: bool = setting(
+        False, "predictor", "with --synthetic_prefs and an Enduro teacher (--teacher alongside or "
+        "alongside_shaped): train the policy on the teacher's own per-step score, normalised as "
+        "r̂ is, without labels or a predictor (what a predictor that learnt the teacher "
+        "perfectly would give)")
     adaptive_l2: bool = setting(
         TrainerConfig.adaptive_l2, "predictor", "adjust each member's L2 weight, from 1e-4, to "
         "keep its validation loss at 1.1-1.5x its training loss (App. A)",

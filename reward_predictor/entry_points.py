@@ -36,6 +36,14 @@ def frozen_reward(config: Any, ckpt_path: str):
     return make(config, ckpt_path)
 
 
+def teacher_reward(teacher: str, reward_std: float):
+    """The teacher's per-step score as the agent's reward, normalised as r̂ is
+    (`--teacher_reward`; `reward_fn.TeacherReward`)."""
+    from reward_predictor.reward_fn import TeacherReward
+
+    return TeacherReward(teacher, reward_std)
+
+
 def check_predictor(config: Any, ckpt_path: str) -> None:
     """Load a predictor checkpoint (CheckpointError, one line, if it fails)."""
     from reward_predictor.reward_fn import load_ensemble

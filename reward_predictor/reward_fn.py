@@ -39,6 +39,27 @@ class PreferencePredictor(_SharedEnsemble):
         return self.ensemble.predict_preference(left, right)
 
 
+class TeacherReward:
+    """A2C's reward from a synthetic teacher's own per-step score (an Enduro teacher's
+    `step_scores`), normalised as r̂ is (App. A.2: mean 0, std `reward_std`, running statistics):
+    what a predictor that learnt the teacher perfectly would give (`--teacher_reward`)."""
+
+    def __init__(self, teacher: str, reward_std: float) -> None:
+        import torch
+
+        from pref_interface.labellers.teachers import make_teacher
+        from reward_predictor.normaliser import RunningNormaliser
+
+        self._torch = torch
+        self.teacher = make_teacher(teacher)
+        self.normaliser = RunningNormaliser(reward_std)
+
+    def __call__(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        raw = self._torch.from_numpy(self.teacher.step_scores(obs))
+        self.normaliser.update(raw)
+        return self.normaliser(raw).numpy().astype(np.float32)
+
+
 def load_ensemble(config: TrainerConfig, ckpt_path: str) -> RewardPredictorEnsemble:
     """An ensemble restored from a trainer checkpoint; raises CheckpointError."""
     from reward_predictor.trainer import RewardPredictorTrainer

@@ -233,6 +233,45 @@ def test_teacher_alongside_shaped_is_a_command_line_choice_for_enduro(tmp_path):
         cli.parse_args(argv)
 
 
+def test_teacher_reward_is_the_teachers_step_score_normalised_as_r_hat_is(tmp_path):
+    """`--teacher_reward`: A2C's reward is the counting teacher's level steps, at mean 0 and std
+    --reward_std over the steps seen; the flag is refused without an Enduro teacher."""
+    from launch import cli
+    from reward_predictor.entry_points import teacher_reward
+
+    beside, alone = enduro_frame(cars=((62, 57, 5, 8, 100),)), enduro_frame()
+    obs = np.stack([np.stack([f] * STACK) for f in [beside, alone, alone, beside] * 8])
+    reward = teacher_reward("alongside", 0.05)
+    r = reward(obs, np.zeros(len(obs), np.int64))
+    assert r.dtype == np.float32 and r.shape == (32,)
+    np.testing.assert_allclose(r[::4], 0.05, rtol=1e-4)  # level: one std above the mean of 0.5
+    np.testing.assert_allclose(r[1::4], -0.05, rtol=1e-4)
+    argv = ["train_policy_with_preferences", "EnduroNoFrameskip-v4", "--synthetic_prefs",
+            "--teacher_reward", "--log_dir", str(tmp_path / "never")]
+    assert cli.parse_args([*argv, "--teacher", "alongside_shaped"]).settings.teacher_reward
+    for refused in ([], ["--teacher", "oracle"]):  # the default teacher scores no step
+        with pytest.raises(cli.UsageError, match="--teacher_reward trains on"):
+            cli.parse_args([*argv, *refused])
+    with pytest.raises(cli.UsageError, match="--teacher_reward trains on"):
+        cli.parse_args([a for a in argv if a != "--synthetic_prefs"] + ["--teacher", "alongside"])
+
+
+def test_a_run_on_the_teachers_reward_trains_a2c_alone_with_no_labels(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    d = tmp_path / "run"
+    r = subprocess.run(
+        [sys.executable, "run.py", "train_policy_with_preferences", "EnduroNoFrameskip-v4",
+         "--synthetic_prefs", "--teacher", "alongside_shaped", "--teacher_reward", "--n_envs", "2",
+         "--million_timesteps", "0.001", "--log_dir", str(d)],
+        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "run finished" in r.stderr and "labels" not in r.stderr.split("run finished")[1]
+    assert list((d / "policy").glob("policy-*.pt")) and not (d / "prefs.sqlite").exists()
+
+
 # ---- scripted teachers (B-Pref, Lee et al. 2021) -----------------------------------------------
 
 def random_pairs(rng: np.random.Generator, n: int, steps: int = 1, scale: float = 2.0):
