@@ -135,6 +135,8 @@ def status_line(trials: list, latest: dict[str, dict]) -> str:
         last = latest.get(t.trial_id) or getattr(t, "last_result", None) or {}
         if status == "TERMINATED" and last.get("exit_status") is None:
             status = "STOPPED"  # ended by the sweep's stop, not by its run's end
+        elif status == "TERMINATED" and last["exit_status"] != 0:
+            status = "ERROR"  # its command line refused (not retried)
         count[status] = count.get(status, 0) + 1
     parts = [f"sweep: {count.get('RUNNING', 0)} running, {count.get('PENDING', 0)} queued, "
              f"{count.get('TERMINATED', 0)} done, {count.get('ERROR', 0)} failed"

@@ -130,10 +130,11 @@ def test_the_progress_line_counts_trials_stopped_by_the_sweeps_stop_apart_from_d
         return SimpleNamespace(trial_id=str(i), status=status, config=config, last_result=last)
 
     trials = [trial(0, "TERMINATED", {"exit_status": 0}), trial(1, "TERMINATED"),
-              trial(2, "RUNNING"), trial(3, "PENDING"), trial(4, "ERROR")]
+              trial(2, "RUNNING"), trial(3, "PENDING"), trial(4, "ERROR"),
+              trial(5, "TERMINATED", {"exit_status": 2})]  # refused: not retried
     latest = {"1": {"agent_steps": 2e5, "labels": 900, "return": -3.4},
               "2": {"agent_steps": 1.2e6, "labels": 900, "return": float("nan")}}
-    assert status_line(trials, latest) == ("sweep: 1 running, 1 queued, 1 done, 1 failed, "
+    assert status_line(trials, latest) == ("sweep: 1 running, 1 queued, 1 done, 2 failed, "
                                            "1 stopped | seed2: 1.20M steps, 900 labels, return -")
     assert "stopped" not in status_line(trials[:1], {})
 
