@@ -3,8 +3,10 @@ date from the trainer's shared weights."""
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from reward_predictor.ensemble import RewardPredictorEnsemble
+from reward_predictor.normaliser import RunningNormaliser
 from reward_predictor.process import TrainerConfig, build_ensemble
 from reward_predictor.shared import SharedWeights
 
@@ -45,17 +47,13 @@ class TeacherReward:
     what a predictor that learnt the teacher perfectly would give (`--teacher_reward`)."""
 
     def __init__(self, teacher: str, reward_std: float) -> None:
-        import torch
-
         from pref_interface.labellers.teachers import make_teacher
-        from reward_predictor.normaliser import RunningNormaliser
 
-        self._torch = torch
         self.teacher = make_teacher(teacher)
         self.normaliser = RunningNormaliser(reward_std)
 
     def __call__(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        raw = self._torch.from_numpy(self.teacher.step_scores(obs))
+        raw = torch.from_numpy(self.teacher.step_scores(obs))
         self.normaliser.update(raw)
         return self.normaliser(raw).numpy().astype(np.float32)
 
