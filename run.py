@@ -51,8 +51,7 @@ def end_of_run(run: Run, report: RunReport, code: int) -> str:
     """The summary printed when the run ends, however it ends."""
     s = run.settings
     trains = s.mode in TRAINING_MODES
-    labels = (s.mode != "train_policy_with_original_rewards" and not s.frozen_reward_predictor
-              and not s.teacher_reward)
+    labels = s.mode != "train_policy_with_original_rewards" and not s.frozen_reward_predictor
     d = shlex.quote(str(run.dir))
     return report.summary(
         code, run.dir / PREFS_FILE if labels else None, trained=trains,

@@ -165,11 +165,14 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
     if s.labellers and s.queries == "sort":
         raise UsageError("--labellers: sorting asks one comparison at a time; several people "
                          "label --queries pairs")
-    if s.teacher_reward and (not s.synthetic_prefs or s.frozen_reward_predictor
-                             or teacher_kind(s.teacher) not in ENDURO_TEACHERS):
-        raise UsageError("--teacher_reward trains on a synthetic teacher's per-step score: give "
-                         "--synthetic_prefs and --teacher alongside or alongside_shaped, and not "
-                         "--frozen_reward_predictor")
+    if s.teacher_reward and (s.mode != "train_policy_with_preferences" or not s.synthetic_prefs
+                             or teacher_kind(s.teacher) not in ENDURO_TEACHERS
+                             or s.frozen_reward_predictor or s.load_prefs_dir
+                             or s.load_reward_predictor_ckpt_dir):
+        raise UsageError("--teacher_reward trains a policy on a synthetic teacher's per-step score "
+                         "alone: train_policy_with_preferences with --synthetic_prefs and --teacher "
+                         "alongside or alongside_shaped, and no --frozen_reward_predictor or "
+                         "--load_* of labels or a predictor")
     if teacher_kind(s.teacher) in ENDURO_TEACHERS and not s.env_id.startswith("Enduro"):
         raise UsageError(f"--teacher {teacher_kind(s.teacher)} reads Enduro's frames; this run is "
                          f"{s.env_id}")

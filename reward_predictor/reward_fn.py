@@ -43,14 +43,20 @@ class PreferencePredictor(_SharedEnsemble):
 
 class TeacherReward:
     """A2C's reward from a synthetic teacher's own per-step score (an Enduro teacher's
-    `step_scores`), normalised as r̂ is (App. A.2: mean 0, std `reward_std`, running statistics):
-    what a predictor that learnt the teacher perfectly would give (`--teacher_reward`)."""
+    `step_scores`), scaled as r̂ is (App. A.2: mean 0, std `reward_std`), with running statistics
+    of the policy's own steps (r̂'s come from its training clips; a resumed run gathers them
+    again): about what a predictor that learnt the teacher perfectly would give
+    (`--teacher_reward`)."""
+
+    # A floor on the score's variance, so that the first level steps after a stretch of none
+    # are not scaled up without bound: a level step (score 1) is then at most 10 stds.
+    VAR_FLOOR = 0.01
 
     def __init__(self, teacher: str, reward_std: float) -> None:
         from pref_interface.labellers.teachers import make_teacher
 
         self.teacher = make_teacher(teacher)
-        self.normaliser = RunningNormaliser(reward_std)
+        self.normaliser = RunningNormaliser(reward_std, eps=self.VAR_FLOOR)
 
     def __call__(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
         raw = torch.from_numpy(self.teacher.step_scores(obs))

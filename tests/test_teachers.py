@@ -244,16 +244,24 @@ def test_teacher_reward_is_the_teachers_step_score_normalised_as_r_hat_is(tmp_pa
     reward = teacher_reward("alongside", 0.05)
     r = reward(obs, np.zeros(len(obs), np.int64))
     assert r.dtype == np.float32 and r.shape == (32,)
-    np.testing.assert_allclose(r[::4], 0.05, rtol=1e-4)  # level: one std above the mean of 0.5
-    np.testing.assert_allclose(r[1::4], -0.05, rtol=1e-4)
+    # level: half a step above the mean of 0.5, over the std of 0.5 (and the variance's floor)
+    np.testing.assert_allclose(r[::4], 0.05 * 0.5 / math.sqrt(0.25 + 0.01), rtol=1e-5)
+    np.testing.assert_allclose(r[1::4], -0.05 * 0.5 / math.sqrt(0.25 + 0.01), rtol=1e-5)
+    # the statistics run on: 32 more steps, none level, bring the mean to 0.25, the variance
+    # to 0.1875
+    r = reward(np.stack([np.stack([alone] * STACK)] * 32), np.zeros(32, np.int64))
+    np.testing.assert_allclose(r, -0.05 * 0.25 / math.sqrt(0.1875 + 0.01), rtol=1e-5)
     argv = ["train_policy_with_preferences", "EnduroNoFrameskip-v4", "--synthetic_prefs",
             "--teacher_reward", "--log_dir", str(tmp_path / "never")]
     assert cli.parse_args([*argv, "--teacher", "alongside_shaped"]).settings.teacher_reward
-    for refused in ([], ["--teacher", "oracle"]):  # the default teacher scores no step
-        with pytest.raises(cli.UsageError, match="--teacher_reward trains on"):
-            cli.parse_args([*argv, *refused])
-    with pytest.raises(cli.UsageError, match="--teacher_reward trains on"):
-        cli.parse_args([a for a in argv if a != "--synthetic_prefs"] + ["--teacher", "alongside"])
+    shaped = [*argv, "--teacher", "alongside_shaped"]
+    for refused in (argv,  # the default teacher, the game's reward, scores no step
+                    [*argv, "--teacher", "oracle"],
+                    [a for a in shaped if a != "--synthetic_prefs"],
+                    ["gather_initial_prefs", *shaped[1:]],
+                    [*shaped, "--load_prefs_dir", str(tmp_path)]):
+        with pytest.raises(cli.UsageError, match="--teacher_reward trains a policy on"):
+            cli.parse_args(refused)
 
 
 def test_a_run_on_the_teachers_reward_trains_a2c_alone_with_no_labels(tmp_path):
@@ -270,6 +278,7 @@ def test_a_run_on_the_teachers_reward_trains_a2c_alone_with_no_labels(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "run finished" in r.stderr and "labels" not in r.stderr.split("run finished")[1]
     assert list((d / "policy").glob("policy-*.pt")) and not (d / "prefs.sqlite").exists()
+    assert not (d / "reward_predictor").exists()
 
 
 # ---- scripted teachers (B-Pref, Lee et al. 2021) -----------------------------------------------
