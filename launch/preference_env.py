@@ -230,6 +230,10 @@ def settings_argv(env_id: str, num_envs: int, settings: dict[str, Any]) -> list[
     """run.py's command line for these keyword settings (ValueError for an unknown one, a
     boolean that cannot be set so, or n_envs that is not the env's)."""
     settings = {"n_envs": num_envs, **settings}
+    own_reward = sorted(k for k in ("frozen_reward_predictor", "teacher_reward") if settings.get(k))
+    if own_reward:  # the caller's agent learns from the wrapper's r̂, which these would replace
+        raise ValueError(f"PreferenceVecEnv: {', '.join(own_reward)}: run.py's A2C alone on a "
+                         "fixed reward; the wrapper trains the predictor beside your agent")
     if settings["n_envs"] != num_envs:
         raise ValueError(f"PreferenceVecEnv: n_envs={settings['n_envs']} but the env has "
                          f"{num_envs}")

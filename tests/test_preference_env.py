@@ -32,6 +32,9 @@ def test_settings_are_run_py_flags_as_keywords():
         settings_argv("PongNoFrameskip-v4", 8, dict(n_envs=4))
     with pytest.raises(ValueError, match="batchnorm is True or False, got 'no'"):
         settings_argv("PongNoFrameskip-v4", 8, dict(batchnorm="no"))
+    for own_reward in ("frozen_reward_predictor", "teacher_reward"):
+        with pytest.raises(ValueError, match=f"{own_reward}: run.py's A2C alone"):
+            settings_argv("EnduroNoFrameskip-v4", 8, {own_reward: True})
 
 
 class _NextStepEnv(gymnasium.vector.VectorEnv):
