@@ -206,8 +206,11 @@ def run_sweep(command: list[str], all_trials: list[Trial], storage: Path, *,
         ray.shutdown()
         wait_for_saves([runs_dir / t.name for t in all_trials])
     done = [r for r in results if r.error is None and (r.metrics or {}).get("exit_status") == 0]
-    print(f"sweep: {len(done)} of {len(results)} trials done; the runs are in {runs_dir} "
-          f"(tensorboard --logdir {runs_dir})")
+    stopped = [r for r in results if r.error is None and "exit_status" not in (r.metrics or {})]
+    print(f"sweep: {len(done)} of {len(results)} trials done"
+          + (f", {len(stopped)} stopped before their end (resuming the sweep takes each on from "
+             "its run directory)" if stopped else "")
+          + f"; the runs are in {runs_dir} (tensorboard --logdir {runs_dir})")
     return 0 if len(done) == len(results) else 1
 
 

@@ -276,7 +276,7 @@ def test_a_stopped_sweep_goes_on_with_resume_and_keeps_its_finished_trials(tmp_p
     assert not (runs / "seed1" / "policy" / "policy-000000030000.pt").exists(), out
     # the stopped run saved and printed its summary: its worker's end did not kill it outright
     assert "run stopped by" in (storage / "console" / "seed1.txt").read_text(), out
-    assert "1 done, 0 failed, 1 stopped" in out, out
+    assert "1 done, 0 failed, 1 stopped" in out and "1 of 2 trials done, 1 stopped" in out, out
     r = subprocess.run([*command, "--resume", str(storage)], cwd=ROOT, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
