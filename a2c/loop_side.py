@@ -82,6 +82,8 @@ class LoopSide:
             t.record_each("charts/episodic_length", ep.length)
             if self.predicted:
                 t.record_each("charts/predicted_return", ep.train_return)
+            if ep.alongside_share is not None:
+                t.record_each("charts/alongside_share", ep.alongside_share)
         if self.stats is not None:
             self.stats.timesteps.value = timesteps
             if rollout.finished:

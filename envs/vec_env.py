@@ -14,6 +14,7 @@ class EpisodeRecord:
     true_return: float
     length: int
     train_return: float | None = None  # the summed reward the agent trained on (set by A2C)
+    alongside_share: float | None = None  # Enduro: its share of steps level with another car
 
 
 @dataclass

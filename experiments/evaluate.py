@@ -147,7 +147,7 @@ def play(env_id: str, weights: dict, episodes: int, greedy: bool, noop_max: int,
     from a2c.policies import make_policy
     from a2c.rollout import sample_actions
     from envs import action_names, env_kind, make_vec_env
-    from pref_interface.labellers.alongside import is_alongside
+    from pref_interface.labellers.alongside import is_alongside, judges
 
     env = make_vec_env(env_id, episodes, seed=seed, num_threads=1, noop_max=noop_max)
     policy = make_policy(env_kind(env_id), env.num_actions)
@@ -158,7 +158,7 @@ def play(env_id: str, weights: dict, episodes: int, greedy: bool, noop_max: int,
     done = np.zeros(episodes, dtype=bool)
     frames: list[list] = [[] for _ in range(record)]
     taken = np.zeros(env.num_actions, dtype=np.int64)
-    alongside = 0 if env_id.startswith("Enduro") else None
+    alongside = 0 if judges(env_id) else None
     with torch.no_grad():
         for _ in range(max_steps):
             for i in range(record):

@@ -18,6 +18,7 @@ from launch.preflight import first_error
 from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run, busy_message, run_dir_holder
 from launch.settings import MODES, TRAINING_MODES, Settings, invalid_setting, unused_settings
 from launch.settings import build_parser as settings_parser
+from pref_interface.labellers.alongside import judges
 from pref_interface.labellers.teachers import ENDURO_TEACHERS, teacher_kind
 from reward_predictor.entry_points import check_predictor
 
@@ -173,7 +174,7 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
                          "alone: train_policy_with_preferences with --synthetic_prefs and --teacher "
                          "alongside or alongside_shaped, and no --frozen_reward_predictor or "
                          "--load_* of labels or a predictor")
-    if teacher_kind(s.teacher) in ENDURO_TEACHERS and not s.env_id.startswith("Enduro"):
+    if teacher_kind(s.teacher) in ENDURO_TEACHERS and not judges(s.env_id):
         raise UsageError(f"--teacher {teacher_kind(s.teacher)} reads Enduro's frames; this run is "
                          f"{s.env_id}")
     if not 0 <= s.seed <= MAX_SEED - s.n_envs + 1:  # env i gets seed + i; ale-py takes int32

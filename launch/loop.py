@@ -232,14 +232,16 @@ class Channels:
                    ctx.Queue(maxsize=EPISODE_QUEUE_MAXSIZE) if session.show_episodes else None,
                    wanted)
 
-    def a2c_observers(self, labelling_stats=None, every_env: bool = False, hold: bool = False):
-        """The agent's rollout observers (clip source, episode recorder) as one picklable
-        factory; `every_env`: clips cut from every env at once (gathering the first labels);
-        `hold`: the agent waits while labelling wants no clips (gathering)."""
+    def a2c_observers(self, env_id: str, labelling_stats=None, every_env: bool = False,
+                      hold: bool = False):
+        """The agent's rollout observers (clip source, episode recorder, Enduro's level share)
+        as one picklable factory; `every_env`: clips cut from every env at once (gathering the
+        first labels); `hold`: the agent waits while labelling wants no clips (gathering)."""
         from clips.observer import make_clip_observers
+        from pref_interface.labellers.alongside import judges, make_level_share_observers
         from pref_interface.labellers.episodes import chain_observers, make_episode_observers
 
-        factories = []
+        factories = [make_level_share_observers] if judges(env_id) else []
         if labelling_stats is not None:
             factories.append(partial(make_clip_observers, self.clips,
                                      labelling_stats.clips_dropped, every_env=every_env,
@@ -290,7 +292,7 @@ class PreferenceLoop:
                                          tconfig),
                   agent_steps=self.agent_stats.timesteps)
         self.reward_fn = partial(predictor.predicted_reward, ch.reward_weights, tconfig)
-        self.observers = ch.a2c_observers(self.labelling_stats)
+        self.observers = ch.a2c_observers(run.settings.env_id, self.labelling_stats)
         self.pace = partial(PredictorPace, ch.reward_weights,
                             labels_per_member(s.min_predictor_labels_per_step,
                                               s.predictor_pace_unit, s.ensemble_size))

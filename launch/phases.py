@@ -37,7 +37,8 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
               labelling_config(run, session.page_updates, n_labels), ch, stats=labelling_stats,
               store_path=store_path, log_dir=str(run.dir / "tb" / "labels"))
     start_agent(sup, ch, config, log_dir=str(run.dir / "tb" / "gather"), stats=a2c_stats,
-                make_observers=ch.a2c_observers(labelling_stats, every_env, hold=True))
+                make_observers=ch.a2c_observers(run.settings.env_id, labelling_stats, every_env,
+                                                hold=True))
     print(f"gathering {n_labels} labels from the untrained policy", file=sys.stderr)
     if ch.answers is not None and run.player_kind == "web" and not sys.stdin.isatty():
         print("answer on the page; Ctrl-C stops the run", file=sys.stderr)
@@ -173,7 +174,8 @@ def a2c_alone(run: Run, ctx, session: Session, report: RunReport,
     ch = Channels.for_run(ctx, session, sup.stop_event, trainer=False)
     stats = report.agent_stats = agent_stats(ctx, run)
     start_agent(sup, ch, a2c_config(run), log_dir=str(run.dir / "tb"), stats=stats,
-                make_reward_fn=make_reward_fn, make_observers=ch.a2c_observers())
+                make_reward_fn=make_reward_fn,
+                make_observers=ch.a2c_observers(run.settings.env_id))
     return sup.wait(progress=training_progress(run, stats, lambda: a2c_status(stats, False)),
                     until=lambda: not sup.procs["a2c"].is_alive())
 

@@ -347,7 +347,7 @@ from reward_predictor.shared import SharedWeights
 sup = Supervisor(ctx)
 ch = Channels.for_run(ctx, Session(run, ctx), sup.stop_event, SharedWeights(ctx))
 configs.a2c_config(run), configs.trainer_config(run, None), configs.labelling_config(run)
-A2CStats(ctx), TrainerStats.create(ctx), LabellingStats.create(ctx), ch.a2c_observers()
+A2CStats(ctx), TrainerStats.create(ctx), LabellingStats.create(ctx), ch.a2c_observers(run.settings.env_id)
 labels_per_member(0.1, "ensemble", 3)
 print("torch" in sys.modules)
 """

@@ -281,6 +281,33 @@ def test_a_run_on_the_teachers_reward_trains_a2c_alone_with_no_labels(tmp_path):
     assert not (d / "reward_predictor").exists()
 
 
+def test_an_enduro_runs_episodes_record_their_share_of_level_steps(tmp_path):
+    """The level-share observer reads one step in `every` of each env, sets each ended
+    episode's share on its record, and the agent's side writes it to TensorBoard."""
+    from types import SimpleNamespace
+
+    from a2c.loop_side import LoopSide
+    from envs.vec_env import EpisodeRecord
+    from experiments.runlog import scalars
+    from pref_interface.labellers.alongside import LevelShare
+
+    beside, alone = enduro_frame(cars=((62, 57, 5, 8, 100),)), enduro_frame()
+    stack = {True: np.stack([beside] * STACK), False: np.stack([alone] * STACK)}
+    # two envs, eight steps: env 0 level on steps 0-3, env 1 on steps 0 and 2; env 0's episode
+    # ends at step 5, env 1's at step 7; the observer reads steps 0, 2, 4 and 6
+    level = [[t < 4, t in (0, 2)] for t in range(8)]
+    obs = np.stack([np.stack([stack[a], stack[b]]) for a, b in level + [[False, False]]])
+    dones = np.zeros((8, 2), bool)
+    dones[5, 0] = dones[7, 1] = True
+    finished = [EpisodeRecord(0, 0.0, 6), EpisodeRecord(1, 0.0, 8)]
+    LevelShare(2, every=2)(SimpleNamespace(obs=obs, dones=dones, finished=finished))
+    assert [ep.alongside_share for ep in finished] == [2 / 3, 2 / 4]
+    side = LoopSide(tmp_path, every_s=0.0)
+    side.record(SimpleNamespace(finished=finished, rewards=np.zeros((8, 2))), 16)
+    side.close(16)
+    assert list(scalars(tmp_path, "charts/alongside_share")[:, 2]) == pytest.approx([2 / 3, 0.5])
+
+
 # ---- scripted teachers (B-Pref, Lee et al. 2021) -----------------------------------------------
 
 def random_pairs(rng: np.random.Generator, n: int, steps: int = 1, scale: float = 2.0):

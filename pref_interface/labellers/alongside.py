@@ -170,6 +170,43 @@ def alongside_share(frames: np.ndarray) -> float:
     return float(alongside_steps(frames).mean()) if len(frames) else 0.0
 
 
+def judges(env_id: str) -> bool:
+    """Whether the detector reads this env's frames (Enduro's)."""
+    return env_id.startswith("Enduro")
+
+
+SHARE_EVERY = 8  # the training curve's share reads one agent step in this many (~1 ms a frame)
+
+
+class LevelShare:
+    """A rollout observer for Enduro runs: each finished episode's share of its steps level with
+    another car, read on one step in `every`, set on its record (`alongside_share`) for the
+    training curve (charts/alongside_share)."""
+
+    def __init__(self, n_envs: int, every: int = SHARE_EVERY) -> None:
+        self.level = np.zeros(n_envs)
+        self.seen = np.zeros(n_envs)
+        self.every, self.step = every, 0
+
+    def __call__(self, rollout) -> None:
+        """Its records come in step order and, within a step, in env order."""
+        records = iter(rollout.finished)
+        for t in range(rollout.dones.shape[0]):
+            if self.step % self.every == 0:
+                self.level += alongside_steps(rollout.obs[t][:, -1])
+                self.seen += 1
+            self.step += 1
+            for i in np.flatnonzero(rollout.dones[t]):
+                next(records).alongside_share = (float(self.level[i] / self.seen[i])
+                                                 if self.seen[i] else None)
+                self.level[i] = self.seen[i] = 0
+
+
+def make_level_share_observers(n_envs: int) -> list[LevelShare]:
+    """The observer as an A2C process attaches it (`launch.loop.Channels.a2c_observers`)."""
+    return [LevelShare(n_envs)]
+
+
 def clip_alongside(clip: Clip) -> int:
     """How many of a clip's steps end level with a car: each step's newest frame is judged."""
     return int(alongside_steps(clip.frames()[STACK - 1:]).sum())
