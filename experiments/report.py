@@ -28,6 +28,7 @@ import numpy as np
 from envs.scores import MOVING_DOT_LEVEL
 from experiments.reproduction import (RunRow, draw, name_by_flags, plot, read_run,
                                       stretch_table, table_head)
+from experiments.runlog import smooth
 from experiments.runrecord import RunRecord
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,10 +181,46 @@ def enduro(records: Path, figures: Path | None) -> str:
                       commands(rows)])
 
 
+ALONGSIDE_TARGET = 0.34  # twice random play's share of level steps (17.4%, alongside_teachers)
+
+
 def alongside(records: Path, figures: Path | None) -> str:
     rows = runs(records, None, WINDOW, "Enduro", prefs="enduro_alongside*.json")
     name_by_flags(rows)
-    return "\n".join([run_table(rows, None), "", commands(rows)])
+    shared = [r for r in rows if r.record.alongside_shares is not None]
+    lines = [run_table(rows, None), ""]
+    if shared:
+        lines += ["Each run's share of steps level with another car, the mean of its last "
+                  f"{WINDOW} training episodes: "
+                  + "; ".join(f"{r.title}, seed {r.seed}: "
+                              f"{np.mean(r.record.alongside_shares[-WINDOW:]):.1%}"
+                              for r in shared) + ".", "",
+                  "![Enduro, stay alongside: each run's share of steps level with another car "
+                  f"(mean of {WINDOW} episodes) against agent steps, the target dashed]"
+                  "(enduro_alongside_share.png)", ""]
+        if figures:
+            plot_shares(shared, str(figures / "enduro_alongside_share.png"))
+    return "\n".join([*lines, commands(rows)])
+
+
+def plot_shares(rows: list[RunRow], out: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for row in rows:
+        rec = row.record
+        ax.plot(rec.alongside_steps, smooth(rec.alongside_shares, WINDOW), lw=1.3,
+                label=f"{row.title}, seed {row.seed}")
+    ax.axhline(ALONGSIDE_TARGET, color="grey", ls="--", lw=1,
+               label=f"target {ALONGSIDE_TARGET:.0%} (twice random play's)")
+    ax.set(xlabel="agent steps", ylabel=f"share of steps level with a car (mean of {WINDOW})",
+           title="Enduro: stay alongside other cars")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), frameon=False)
+    fig.savefig(out, dpi=80, bbox_inches="tight")
+    plt.close(fig)
+    print(f"wrote {out}")
 
 
 def ablation_table(results: list[dict], settings: dict[str, list[str]], level: float,

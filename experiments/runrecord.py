@@ -2,8 +2,9 @@
 so that the reproduction's table and figure survive a machine that loses `~/runs`.
 
 A record holds what `experiments.reproduction` reads: the run's seed, its commands and machines,
-every episode's true return with the agent steps and seconds of training at its end, and the
-number of labels against agent steps. It does not hold the policy (see `models/`).
+every episode's true return with the agent steps and seconds of training at its end (in Enduro
+also its share of steps level with another car, where the run recorded it), and the number of
+labels against agent steps. It does not hold the policy (see `models/`).
 
     python -m experiments.reproduction Pong --prefs ~/runs/pong_prefs_seed1 \\
         --save_records docs/run_records
@@ -46,6 +47,10 @@ class RunRecord:
     label_steps: np.ndarray  # agent steps at which the labels in the store were counted
     label_totals: np.ndarray
     settings: dict[str, Any] | None = None  # settings.json: every setting, as the run last ran
+    # Enduro: each episode's share of steps level with another car (charts/alongside_share), and
+    # the agent steps at its end; None where the run did not record it
+    alongside_steps: np.ndarray | None = None
+    alongside_shares: np.ndarray | None = None
 
     @classmethod
     def read(cls, path: Path) -> "RunRecord":
@@ -64,13 +69,16 @@ class RunRecord:
         log = RunLog(path)
         steps, returns = log.returns()
         label_steps, label_totals = log.labels()
+        share_steps, shares = log.curve("charts/alongside_share")
         last_step = max(steps[-1] if len(steps) else 0.0, log.sps[-1, 1] if len(log.sps) else 0.0)
         return cls(name=path.name, seed=settings.get("seed"), env_id=settings.get("env_id"),
                    commands=_lines(path / COMMAND_FILE), machines=_lines(path / MACHINES_FILE),
                    agent_steps=float(last_step), training_s=log.wall_clock_s(),
                    episode_steps=steps, episode_returns=returns,
                    episode_training_s=log.episode_training_s(),
-                   label_steps=label_steps, label_totals=label_totals, settings=settings)
+                   label_steps=label_steps, label_totals=label_totals, settings=settings,
+                   alongside_steps=share_steps if len(share_steps) else None,
+                   alongside_shares=shares if len(shares) else None)
 
     @classmethod
     def load(cls, path: Path) -> "RunRecord":
@@ -82,7 +90,7 @@ class RunRecord:
             raise ValueError(f"{path}: a run record of format "
                              f"{d.get('format') if isinstance(d, dict) else None}, "
                              f"this code reads {FORMAT}")
-        ep, lab = d["episodes"], d["labels"]
+        ep, lab, along = d["episodes"], d["labels"], d.get("alongside")
         return cls(name=d["name"], seed=d["seed"], env_id=d["env_id"], commands=d["commands"],
                    machines=d["machines"], agent_steps=d["agent_steps"],
                    training_s=d["training_s"],
@@ -90,7 +98,9 @@ class RunRecord:
                    episode_returns=np.array(ep["returns"], float),
                    episode_training_s=np.array(ep["training_s"], float),
                    label_steps=np.array(lab["steps"], float),
-                   label_totals=np.array(lab["totals"], float), settings=d.get("settings"))
+                   label_totals=np.array(lab["totals"], float), settings=d.get("settings"),
+                   alongside_steps=np.array(along["steps"], float) if along else None,
+                   alongside_shares=np.array(along["shares"], float) if along else None)
 
     def save(self, path: Path) -> None:
         """Write the record; the label count is kept only where it changes (a few thousand
@@ -105,6 +115,9 @@ class RunRecord:
              "labels": {"steps": [int(s) for s in self.label_steps[changed]],
                         "totals": [int(n) for n in self.label_totals[changed]]},
              "settings": self.settings}
+        if self.alongside_shares is not None:
+            d["alongside"] = {"steps": [int(s) for s in self.alongside_steps],
+                              "shares": [round(float(v), 4) for v in self.alongside_shares]}
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(d, separators=(",", ":")) + "\n")
 

@@ -69,3 +69,24 @@ def test_the_ablation_tables_give_each_seed_and_the_medians_of_those_that_reache
     head, _, row = table.splitlines()  # a setting with no result has no row
     assert "labels at 19.6, seeds 0 / 1 / 2" in head
     assert row == "| baseline | - | 2/3 | not reached / 100 / 300 | 200 | 3,000 | 2.0 |"
+
+
+def test_an_enduro_alongside_record_with_level_shares_gives_their_figure_and_last_share(tmp_path):
+    """A run that recorded each episode's share of level steps keeps it in its record (saved and
+    read back), and the alongside block gives its last 10 episodes' mean and its figure."""
+    steps = np.arange(1, 21) * 1e5
+    shares = np.linspace(0.1, 0.5, 20)
+    RunRecord("enduro_alongside_teacher_reward", 0, "EnduroNoFrameskip-v4",
+              ["/venv/bin/python run.py train_policy_with_preferences EnduroNoFrameskip-v4 "
+               "--synthetic_prefs --teacher alongside_shaped --teacher_reward"],
+              ["2026-11-29T14:19:00Z\tAMD EPYC, 2 cores, avx2\tpolicy on cpu, predictor on cpu"],
+              float(steps[-1]), 3600.0, steps, np.zeros(20), steps / 1e3, steps[:0], steps[:0],
+              alongside_steps=steps, alongside_shares=shares
+              ).save(tmp_path / "enduro_alongside_teacher_reward.json")
+    back = RunRecord.load(tmp_path / "enduro_alongside_teacher_reward.json")
+    np.testing.assert_allclose(back.alongside_shares, shares, atol=1e-4)
+    figures = tmp_path / "figures"
+    figures.mkdir()
+    text = report.alongside(tmp_path, figures)
+    assert f"seed 0: {np.mean(shares[-10:]):.1%}" in text and "enduro_alongside_share.png" in text
+    assert (figures / "enduro_alongside_share.png").stat().st_size > 0
