@@ -216,7 +216,7 @@ def plot_shares(rows: list[RunRow], out: str) -> None:
     ax.axhline(ALONGSIDE_TARGET, color="grey", ls="--", lw=1,
                label=f"target {ALONGSIDE_TARGET:.0%} (twice random play's)")
     ax.set(xlabel="agent steps", ylabel=f"share of steps level with a car (mean of {WINDOW})",
-           title="Enduro: stay alongside other cars")
+           title="Enduro: stay alongside other cars", ylim=(0, 1))
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), frameon=False)
     fig.savefig(out, dpi=80, bbox_inches="tight")
     plt.close(fig)
