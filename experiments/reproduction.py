@@ -63,7 +63,10 @@ class RunRow:
 
     @property
     def title(self) -> str:
-        return ", ".join(filter(None, (KINDS[self.kind][0], self.flags, self.name)))
+        # a run on a teacher's own score (--teacher_reward) learns from no labels
+        kind = ("on the teacher's own score" if self.record.start_flags.get("teacher_reward")
+                else KINDS[self.kind][0])
+        return ", ".join(filter(None, (kind, self.flags, self.name)))
 
     def markdown(self, with_level: bool = True) -> str:
         """The table row; without a milestone level it has no columns for reaching one."""
