@@ -26,8 +26,8 @@ import numpy as np
 
 
 from envs.scores import MOVING_DOT_LEVEL
-from experiments.reproduction import (RunRow, draw, name_by_flags, plot, read_run,
-                                      stretch_table, table_head)
+from experiments.reproduction import (RunRow, draw, legend_below, name_by_flags, plot,
+                                      read_run, stretch_table, table_head)
 from experiments.runlog import smooth
 from experiments.runrecord import RunRecord
 
@@ -217,7 +217,7 @@ def plot_shares(rows: list[RunRow], out: str) -> None:
                label=f"target {ALONGSIDE_TARGET:.0%} (twice random play's)")
     ax.set(xlabel="agent steps", ylabel=f"share of steps level with a car (mean of {WINDOW})",
            title="Enduro: stay alongside other cars", ylim=(0, 1))
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), frameon=False)
+    legend_below(ax)
     fig.savefig(out, dpi=80, bbox_inches="tight")
     plt.close(fig)
     print(f"wrote {out}")

@@ -207,7 +207,7 @@ def draw(ax, rows: list[RunRow], window: int, level: float | None,
     """Each run's curve on `ax`, the mean of `window` episodes against agent steps: runs of a kind
     in its colour, told apart by the line's style, or (`colour_each`) each run from preferences
     in a colour of its own and the true-reward runs dashed in theirs; the legend below the axes
-    (with a few runs any place inside hides some curve)."""
+    (`legend_below`)."""
     from matplotlib.ticker import EngFormatter
 
     own = itertools.cycle(("tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:pink",
@@ -225,6 +225,12 @@ def draw(ax, rows: list[RunRow], window: int, level: float | None,
         ax.axhline(level, color="grey", ls="--", lw=1, label=f"level {level:g}")
     ax.set(xlabel="agent steps", ylabel=f"true episode return (mean of {window})")
     ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    legend_below(ax)
+
+
+def legend_below(ax) -> None:
+    """The legend under the axes (with a few runs any place inside hides some curve), in two
+    columns where the names are short."""
     labels = ax.get_legend_handles_labels()[1]
     if labels:
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), frameon=False,
