@@ -6,7 +6,7 @@ is the same one the A2C loss needs: keeping its graph saves running the network 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 import numpy as np
 import torch
@@ -119,14 +119,20 @@ class TrainReturns:
         self.sums = np.zeros(n_envs, dtype=np.float64)
 
     def __call__(self, rollout: Rollout) -> None:
-        """Account the rollout's rewards; its records come in step order and, within a step, in
-        env order."""
-        records = iter(rollout.finished)
-        for t in range(rollout.rewards.shape[0]):
+        """Account the rollout's rewards, each step's before the episodes that end on it."""
+        for t, ends in episode_ends(rollout):
             self.sums += rollout.rewards[t]
-            for i in np.flatnonzero(rollout.dones[t]):
-                next(records).train_return = float(self.sums[i])
+            for i, record in ends:
+                record.train_return = float(self.sums[i])
                 self.sums[i] = 0.0
+
+
+def episode_ends(rollout: Rollout) -> Iterator[tuple[int, list[tuple[int, EpisodeRecord]]]]:
+    """Each step t of a rollout with the episodes that ended on it, as (env index, record): the
+    rollout's `finished` records come in step order and, within a step, in env order."""
+    records = iter(rollout.finished)
+    for t in range(rollout.dones.shape[0]):
+        yield t, [(int(i), next(records)) for i in np.flatnonzero(rollout.dones[t])]
 
 
 def sample_actions(policy: torch.nn.Module, obs: np.ndarray, greedy: bool = False) -> np.ndarray:

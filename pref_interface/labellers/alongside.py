@@ -189,16 +189,17 @@ class LevelShare:
         self.every, self.step = every, 0
 
     def __call__(self, rollout) -> None:
-        """Its records come in step order and, within a step, in env order."""
-        records = iter(rollout.finished)
-        for t in range(rollout.dones.shape[0]):
+        """Judge the rollout's steps, each before the episodes that end on it."""
+        from a2c.rollout import episode_ends
+
+        for t, ends in episode_ends(rollout):
             if self.step % self.every == 0:
                 self.level += alongside_steps(rollout.obs[t][:, -1])
                 self.seen += 1
             self.step += 1
-            for i in np.flatnonzero(rollout.dones[t]):
-                next(records).alongside_share = (float(self.level[i] / self.seen[i])
-                                                 if self.seen[i] else None)
+            for i, record in ends:
+                record.alongside_share = (float(self.level[i] / self.seen[i])
+                                          if self.seen[i] else None)
                 self.level[i] = self.seen[i] = 0
 
 
