@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Sequence
 
 import torch
 
@@ -16,15 +16,18 @@ class CheckpointError(Exception):
 
 
 def save_policy(ckpt_dir: str | Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                timesteps: int, updates: int, keep: int = 3) -> Path:
+                timesteps: int, updates: int, keep: int = 3, episodes: int = 0,
+                recent_returns: Sequence[float] = ()) -> Path:
     """Write `policy-<timesteps>.pt` atomically and keep only the newest `keep` checkpoints
-    (0: all of them)."""
+    (0: all of them). `episodes` and `recent_returns` (the latest episodes' true returns) let a
+    resumed run's status line and summary go on from where it stopped."""
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     path = ckpt_dir / f"{PREFIX}{timesteps:012d}.pt"
     tmp = path.with_suffix(".tmp")
     torch.save({"policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
-                "timesteps": timesteps, "updates": updates}, tmp)
+                "timesteps": timesteps, "updates": updates, "episodes": episodes,
+                "recent_returns": torch.tensor(list(recent_returns), dtype=torch.float64)}, tmp)
     os.replace(tmp, path)
     for old in checkpoints(ckpt_dir)[:-keep] if keep else []:
         old.unlink()
@@ -94,8 +97,9 @@ def load_policy(ckpt_dir: str | Path) -> dict:
 
 
 def read_checkpoint(path: str | Path) -> dict:
-    """One training checkpoint file: {'policy', 'optimizer', 'timesteps', 'updates'};
-    CheckpointError for a weights file alone or a damaged one."""
+    """One training checkpoint file: {'policy', 'optimizer', 'timesteps', 'updates'}, and
+    'episodes' and 'recent_returns' where it was written with them; CheckpointError for a
+    weights file alone or a damaged one."""
     return _read(Path(path), {"policy", "optimizer", "timesteps", "updates"})
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import collections
 import os
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 import numpy as np
 
@@ -48,17 +48,22 @@ class LoopSide:
         observers: see each block of steps (the clip source); closed by `close`.
         pace: may hold each block back.
         predicted: the rewards are r̂: each episode's r̂ sum and r̂'s spread are recorded.
+        episodes, recent_returns: a resumed run's episodes so far and its latest true returns.
     """
 
     def __init__(self, log_dir: str | os.PathLike | None, *, purge_step: int | None = None,
                  every_s: float = 1.0, timesteps: int = 0, stats: A2CStats | None = None,
                  observers: list[RolloutObserver] = (), pace: Pace | None = None,
-                 predicted: bool = False) -> None:
+                 predicted: bool = False, episodes: int = 0,
+                 recent_returns: Sequence[float] = ()) -> None:
         self.telemetry = Telemetry(log_dir, purge_step, every_s=every_s)
         self.stats, self.pace, self.predicted = stats, pace, predicted
         self.observers = list(observers)
         self.start_timesteps = self.steps_at_dump = timesteps
-        self.recent_returns: collections.deque[float] = collections.deque(maxlen=RECENT_EPISODES)
+        self.episodes = episodes
+        self.recent_returns: collections.deque[float] = collections.deque(
+            recent_returns, maxlen=RECENT_EPISODES)
+        self._share_episodes()
         self.waited = 0.0  # seconds held back by the pace since the last dump
         self.rewards_since_dump: list[np.ndarray] = []  # r̂ given to the agent (for its spread)
 
@@ -84,15 +89,22 @@ class LoopSide:
                 t.record_each("charts/predicted_return", ep.train_return)
             if ep.alongside_share is not None:
                 t.record_each("charts/alongside_share", ep.alongside_share)
+        self.episodes += len(rollout.finished)
         if self.stats is not None:
             self.stats.timesteps.value = timesteps
-            if rollout.finished:
-                self.stats.episodes.value += len(rollout.finished)
-                self.stats.recent_return.value = float(np.mean(self.recent_returns))
+        if rollout.finished:
+            self._share_episodes()
         if self.predicted:
             self.rewards_since_dump.append(rollout.rewards)
         if t.due():
             self._dump(timesteps)
+
+    def _share_episodes(self) -> None:
+        """The episodes so far and the mean of the latest returns, to the status line."""
+        if self.stats is not None:
+            self.stats.episodes.value = self.episodes
+            if self.recent_returns:
+                self.stats.recent_return.value = float(np.mean(self.recent_returns))
 
     def _dump(self, timesteps: int) -> None:
         t = self.telemetry

@@ -47,6 +47,7 @@ class A2CAgent:
         # No optimiser while only acting: making one imports torch._dynamo, which is slow.
         self.algo = A2C(self.policy, c) if config.learn else None
         self.timesteps = self.updates = 0
+        state: dict = {}
         if config.load_ckpt_dir:
             state = load_policy(config.load_ckpt_dir)
             load_weights_into(self.policy, state["policy"], config.load_ckpt_dir)
@@ -62,7 +63,9 @@ class A2CAgent:
             log_dir, purge_step=self.timesteps if config.load_ckpt_dir else None,
             timesteps=self.timesteps, stats=stats,
             observers=make_observers(c.n_envs) if make_observers else [],
-            pace=make_pace() if make_pace else None, predicted=self.reward_fn is not None)
+            pace=make_pace() if make_pace else None, predicted=self.reward_fn is not None,
+            episodes=state.get("episodes", 0),
+            recent_returns=state["recent_returns"].tolist() if "recent_returns" in state else ())
         self.telemetry = self.side.telemetry  # the learner's scalars are written with the side's
         self.reviver = None  # a2c.revive.Reviver, made at the first death (--revive_dead_policy)
 
@@ -116,7 +119,8 @@ class A2CAgent:
         save it: the newest checkpoint is the policy the run goes on with."""
         self.check_alive(revive=self.config.revive_dead and not final)
         save_policy(self.config.ckpt_dir, self.policy, self.algo.optimizer, self.timesteps,
-                    self.updates, keep=self.config.ckpt_keep)
+                    self.updates, keep=self.config.ckpt_keep, episodes=self.side.episodes,
+                    recent_returns=self.side.recent_returns)
 
     def check_alive(self, revive: bool = False) -> None:
         """Each layer's share of live units on the last rollout's screens, to TensorBoard; while

@@ -499,3 +499,29 @@ def test_a_resumed_run_checks_its_policy_after_its_first_update(tmp_path):
         assert stats.dead_since.value == 160
     finally:
         resumed.close()
+
+
+def test_a_resumed_run_goes_on_counting_episodes_and_their_recent_return(tmp_path):
+    # The status line and the end summary of a resumed run start from the stopped run's
+    # episodes and latest returns, not from nothing.
+    import multiprocessing as mp
+
+    from a2c.config import A2CStats
+    from a2c.train import A2CAgent
+
+    config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=16_000, seed=0,
+                          ckpt_dir=str(tmp_path / "p"), torch_threads=1)
+    first = A2CStats(mp.get_context("spawn"))
+    assert run_agent(config, log_dir=str(tmp_path / "tb"), stats=first) == 16_000
+    assert first.episodes.value == 64  # 1,000 frames, 250 agent steps, an episode in 16 envs
+    saved = load_policy(config.ckpt_dir)
+    assert saved["episodes"] == 64 and len(saved["recent_returns"]) == 64
+    stats = A2CStats(mp.get_context("spawn"))
+    config.load_ckpt_dir = config.ckpt_dir
+    resumed = A2CAgent(config, log_dir=str(tmp_path / "tb"), stats=stats)
+    try:
+        assert stats.episodes.value == 64
+        assert stats.recent_return.value == pytest.approx(first.recent_return.value)
+        assert list(resumed.side.recent_returns) == saved["recent_returns"].tolist()
+    finally:
+        resumed.close()
