@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Whether a Pong run holds its milestone's level: each condition measured and judged.
+
+    python -m experiments.held ~/runs/pong_prefs_seed3
+    python -m experiments.held ~/runs/pong_prefs_seed3 --episodes 20
+
+The milestone comes from the run's mode and env (`experiments.milestone`: `pong_prefs`, or
+`pong_true` for a run on the game's reward). The conditions, with L its level (+19) and
+HELD_MARGIN (2):
+- reached: the mean of 10 training episodes first at L within the milestone's agent steps (6M)
+  and, from preferences, its labels (3,300);
+- held in training: the mean of every training episode after that at least L - 2;
+- the final policy (the newest checkpoint) over `--episodes` episodes, each started with 0-30
+  no-ops (App. A.2), on env seeds apart from training's: greedy play's mean at least L, sampled
+  play's at least L - 2 (`experiments.evaluate` plays them);
+- alive: no kept checkpoint has a layer with no unit firing on random play's screens
+  (`experiments.probe_policy`); a run that kept only its newest checkpoints is judged on those,
+  and says how many it kept.
+It prints one row per condition and the verdict. Exit status: 0 held, 1 not held (or not yet
+reached), 2 for a bad argument.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from experiments.evaluate import EVAL_SEED, EXIT_USAGE
+from experiments.milestone import HELD_MARGIN, MILESTONES, Milestone
+
+NOOP_MAX = 30  # App. A.2: each evaluation episode starts with 0-30 no-ops
+
+
+@dataclass
+class Condition:
+    name: str
+    needed: str
+    measured: str
+    met: bool
+
+    def row(self) -> str:
+        return f"| {self.name} | {self.needed} | {self.measured} | {'yes' if self.met else 'NO'} |"
+
+
+def milestone_of(run_dir: Path) -> tuple[str, Milestone]:
+    """The held milestone of the run's mode and env; ValueError (one line) where none is."""
+    if not (run_dir / "settings.json").is_file():
+        raise ValueError(f"{run_dir} is not a run directory (no settings.json)")
+    settings = json.loads((run_dir / "settings.json").read_text())
+    mode, env_id = settings.get("mode"), settings.get("env_id")
+    for name, m in MILESTONES.items():
+        if m.budget is not None and (m.mode, m.env_id) == (mode, env_id):
+            return name, m
+    held = ", ".join(n for n, m in MILESTONES.items() if m.budget is not None)
+    raise ValueError(f"{run_dir} is a {mode} run of {env_id}: a held level is defined only for "
+                     f"the milestones {held}")
+
+
+def training_conditions(run_dir: Path, m: Milestone) -> list[Condition]:
+    """Reached within the budget, and held through the training episodes after it."""
+    from experiments.reproduction import read_run
+
+    row = read_run("true" if m.mode == "train_policy_with_original_rewards" else "prefs",
+                   run_dir, m.level, m.window)
+    steps, labels = m.budget
+    needed = f"within {steps / 1e6:g}M agent steps" + (f" and {labels:,} labels" if labels else "")
+    if row.reached is None:
+        return [Condition(f"reached {m.level:+g} (mean of {m.window})", needed,
+                          f"not yet, at {row.steps / 1e6:.2f}M steps", False)]
+    at_steps, at_labels = row.reached
+    within = at_steps <= steps and (labels is None or (at_labels or 0) <= labels)
+    shown = f"at {at_steps / 1e6:.2f}M" + ("" if at_labels is None else f", {at_labels:,.0f} labels")
+    after = row.record.episode_returns[row.record.episode_steps > at_steps]
+    floor = m.level - HELD_MARGIN
+    return [Condition(f"reached {m.level:+g} (mean of {m.window})", needed, shown, within),
+            Condition("held in training", f"every episode after: mean ≥ {floor:+g}",
+                      f"{row.after:+.1f} over {len(after):,} episodes, to "
+                      f"{row.steps / 1e6:.2f}M" if row.after is not None else "no episode after",
+                      row.after is not None and row.after >= floor)]
+
+
+def policy_conditions(run_dir: Path, env_id: str, m: Milestone, episodes: int,
+                      max_steps: int) -> Iterator[Condition]:
+    """The final policy's greedy play, then its sampled play."""
+    from a2c.checkpoint import latest_checkpoint, load_policy_weights
+    from experiments.evaluate import play
+
+    final = latest_checkpoint(run_dir / "policy")
+    state = load_policy_weights(final)
+    for actions, floor in (("greedy", m.level), ("sampled", m.level - HELD_MARGIN)):
+        played = play(env_id, state["policy"], episodes, actions == "greedy", NOOP_MAX,
+                      EVAL_SEED, max_steps)
+        mean = sum(played.returns) / len(played.returns)
+        cut = f", {played.cut} cut at {max_steps:,} steps" if played.cut else ""
+        yield Condition(f"final policy ({state['timesteps'] / 1e6:.2f}M), {actions}",
+                        f"mean of {episodes} ≥ {floor:+g}, 0–{NOOP_MAX} no-ops",
+                        f"{mean:+.1f} (min {min(played.returns):+g}{cut})", mean >= floor)
+
+
+def alive_condition(run_dir: Path, env_id: str) -> Condition:
+    """No kept checkpoint dead on random play's screens."""
+    from a2c.checkpoint import load_policy_weights, load_weights_into
+    from a2c.config import checkpoints
+    from a2c.policies import make_policy
+    from a2c.revive import random_play
+    from envs import env_kind
+    from experiments.probe_policy import probe
+
+    kept = checkpoints(run_dir / "policy")
+    obs = random_play(env_id)
+    dead = []
+    for path in kept:
+        state = load_policy_weights(path)
+        net = make_policy(env_kind(env_id), int(state["policy"]["policy.weight"].shape[0]))
+        load_weights_into(net, state["policy"], path)
+        if probe(net, obs, state["timesteps"]).dead:
+            dead.append(state["timesteps"])
+    measured = (f"{len(kept) - len(dead)} of {len(kept)} alive" +
+                (f"; dead at {', '.join(f'{s / 1e6:.2f}M' for s in dead[:5])}"
+                 + (" ..." if len(dead) > 5 else "") if dead else ""))
+    return Condition("policy network alive", "at every kept checkpoint", measured,
+                     bool(kept) and not dead)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.held",
+                                description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("run_dir", type=Path, help="a Pong run's directory")
+    p.add_argument("--episodes", type=int, default=10,
+                   help="evaluation episodes of the final policy, greedy and sampled")
+    p.add_argument("--max_steps", type=int, default=27_000,
+                   help="agent steps at most per evaluation episode (108,000 frames)")
+    a = p.parse_args(argv)
+    from a2c.checkpoint import CheckpointError, latest_checkpoint
+
+    run_dir = a.run_dir.expanduser()
+    try:
+        if a.episodes <= 0 or a.max_steps <= 0:
+            raise ValueError("--episodes and --max_steps must be positive")
+        name, m = milestone_of(run_dir)
+        latest_checkpoint(run_dir / "policy")  # a run with no checkpoint yet is refused here
+        training = training_conditions(run_dir, m)
+    except (ValueError, CheckpointError) as e:
+        print(f"held: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"{run_dir.name}: {m.env_id}, milestone {name} ({m.note})")
+    print("| condition | needed | measured | met |\n|---|---|---|---|")
+    for c in training:
+        print(c.row(), flush=True)
+    reached = len(training) > 1  # the held row follows a level reached
+    played = []
+    for c in policy_conditions(run_dir, m.env_id, m, a.episodes, a.max_steps) if reached else ():
+        played.append(c)
+        print(c.row(), flush=True)
+    alive = alive_condition(run_dir, m.env_id)
+    print(alive.row())
+    if not reached:  # a policy below the level can play all of --max_steps
+        print("(the final policy is played once the level is reached)")
+    failed = [c.name for c in [*training, *played, alive] if not c.met]
+    print("held" if not failed else f"not held: {'; '.join(failed)}")
+    return 0 if not failed else 1
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""experiments.held: a Pong run's milestone conditions, each measured and judged."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from experiments import held
+from experiments.milestone import MILESTONES, Milestone
+from tests.test_reproduction import fake_run
+
+ROOT = Path(__file__).resolve().parent.parent
+PONG = MILESTONES["pong_prefs"]
+
+
+def pong_run(d: Path, returns, monkeypatch, labels=100) -> Path:
+    """A fake Pong run from preferences: an episode every 100k agent steps, `labels` more labels
+    with each."""
+    fake_run(d, 3, returns, starts=1, monkeypatch=monkeypatch, labels=labels)
+    (d / "settings.json").write_text(json.dumps({"seed": 3, "mode": PONG.mode,
+                                                 "env_id": PONG.env_id}))
+    return d
+
+
+def test_reached_within_the_budget_and_held_through_the_episodes_after(tmp_path, monkeypatch):
+    m = Milestone(PONG.env_id, PONG.mode, [], 19.0, 2, "", (6e5, 450))
+    kept = held.training_conditions(pong_run(tmp_path / "a", [-21, 19, 20, 18, 19], monkeypatch), m)
+    assert [(c.measured, c.met) for c in kept] == [
+        ("at 0.30M, 300 labels", True), ("+18.5 over 2 episodes, to 0.50M", True)]
+    # touched, then lost: the episodes after it average 16, below 19 - 2
+    lost = held.training_conditions(pong_run(tmp_path / "b", [-21, 19, 20, 17, 15], monkeypatch), m)
+    assert [c.met for c in lost] == [True, False] and lost[1].measured.startswith("+16.0 over 2")
+    # reached, but with more labels than the budget allows
+    late = held.training_conditions(pong_run(tmp_path / "c", [-21, 19, 20], monkeypatch, 200), m)
+    assert (late[0].measured, late[0].met) == ("at 0.30M, 600 labels", False)
+    never = held.training_conditions(pong_run(tmp_path / "d", [-21, -20], monkeypatch), m)
+    assert [(c.measured, c.met) for c in never] == [("not yet, at 0.20M steps", False)]
+
+
+def test_the_final_policy_is_judged_on_greedy_and_sampled_play(tmp_path, monkeypatch):
+    # A policy that reached +19 against a fresh one, over the first 300 steps of one episode
+    # each (cut, counted as they stand), against a level of 0: greedy at least 0, sampled -2.
+    from a2c.checkpoint import save_policy_weights
+    from a2c.policies import make_policy
+
+    m = Milestone(PONG.env_id, PONG.mode, [], 0.0, 10, "", (6e6, 3300))
+    torch.manual_seed(0)
+    good, fresh = tmp_path / "good", tmp_path / "fresh"
+    (good / "policy").mkdir(parents=True)
+    shutil.copy(ROOT / "models" / "pong_prefs_seed2.pt", good / "policy" / "policy-000006000000.pt")
+    (fresh / "policy").mkdir(parents=True)
+    save_policy_weights(fresh / "policy" / "policy-000000000000.pt",
+                        {"policy": make_policy("atari", 6).state_dict(), "timesteps": 0})
+    assert [c.met for c in held.policy_conditions(good, PONG.env_id, m, 1, 300)] == [True, True]
+    judged = list(held.policy_conditions(fresh, PONG.env_id, m, 1, 300))
+    assert not judged[0].met and judged[0].name == "final policy (0.00M), greedy"
+    assert "1 cut at 300 steps" in judged[0].measured
+
+
+def test_a_run_with_a_dead_checkpoint_is_not_held(tmp_path, monkeypatch, capsys):
+    from a2c.checkpoint import save_policy_weights
+    from a2c.policies import make_policy
+
+    run = pong_run(tmp_path / "run", [-21, 19, 20, 19, 20], monkeypatch)
+    (run / "policy").mkdir()
+    shutil.copy(ROOT / "models" / "pong_prefs_seed2.pt", run / "policy" / "policy-000000500000.pt")
+    dead = make_policy("atari", 6)
+    with torch.no_grad():
+        dead.torso[0].bias.fill_(-1e3)
+    save_policy_weights(run / "policy" / "policy-000000400000.pt",
+                        {"policy": dead.state_dict(), "timesteps": 400_000})
+    assert held.main([str(run), "--episodes", "1", "--max_steps", "50"]) == 1
+    out = capsys.readouterr().out
+    assert "| policy network alive | at every kept checkpoint | 1 of 2 alive; dead at 0.40M | NO |" in out
+    assert out.rstrip().splitlines()[-1].startswith("not held: ")
+    assert "policy network alive" in out.rstrip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"mode": "train_policy_with_preferences", "env_id": "MovingDotNoFrameskip-v0"},
+     "a held level is defined only for the milestones pong_prefs, pong_true"),
+    (None, "is not a run directory"),
+])
+def test_a_run_without_a_held_level_is_refused_in_one_line(tmp_path, capsys, settings, words):
+    if settings is not None:
+        (tmp_path / "settings.json").write_text(json.dumps(settings))
+    assert held.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("held: error: ") and words in err and err.count("\n") == 1
+
+
+def test_a_run_below_the_level_is_judged_without_playing_its_policy(tmp_path, monkeypatch, capsys):
+    run = pong_run(tmp_path / "run", [-21, -20], monkeypatch)
+    (run / "policy").mkdir()
+    shutil.copy(ROOT / "models" / "pong_prefs_seed2.pt", run / "policy" / "policy-000000200000.pt")
+    assert held.main([str(run)]) == 1
+    out = capsys.readouterr().out
+    assert "| final policy" not in out and "| 1 of 1 alive | yes |" in out
+    assert out.rstrip().endswith("not held: reached +19 (mean of 10)")
