@@ -92,7 +92,7 @@ def _network_of(env_id: str) -> torch.nn.Module:
 
 
 def load_policy(ckpt_dir: str | Path) -> dict:
-    """The newest checkpoint in a directory: {'policy', 'optimizer', 'timesteps', 'updates'}."""
+    """The newest checkpoint in a directory, as `read_checkpoint` gives it."""
     return read_checkpoint(latest_checkpoint(ckpt_dir))
 
 

@@ -101,6 +101,26 @@ def clips_of(frames: np.ndarray) -> list[Clip]:
             for i in range(n)]
 
 
+def shaped_terms(episodes: list[np.ndarray], clips: list[Clip]) -> str:
+    """The shaped teacher's two terms on one driver's episodes (`play`'s frames) and their clips,
+    as table cells: per step (what `--teacher_reward` trains on) each term's variance and the
+    score's correlation with the level term; per clip (what a label compares) each term's
+    variance."""
+    from pref_interface.labellers.alongside import clip_alongside, clip_closing
+    from pref_interface.labellers.teachers import AlongsideTeacher, ShapedAlongsideTeacher
+
+    teacher = ShapedAlongsideTeacher()
+    # each step's observation, (T, STACK, 84, 84): the frame it acts on and the three before
+    obs = np.concatenate([np.moveaxis(np.lib.stride_tricks.sliding_window_view(
+        frames, STACK, axis=0), -1, 1) for frames in episodes])
+    level, score = AlongsideTeacher().step_scores(obs), teacher.step_scores(obs)
+    closing = score - level
+    per_clip = np.array([(clip_alongside(c), teacher.closing * clip_closing(c)) for c in clips])
+    corr = f"{np.corrcoef(level, score)[0, 1]:.2f}" if level.var() and score.var() else "-"
+    return (f"{level.var():.3f} / {closing.var():.3f} / {corr} | "
+            f"{per_clip[:, 0].var():.1f} / {per_clip[:, 1].var():.1f}")
+
+
 def marked(frames: np.ndarray) -> list[np.ndarray]:
     """RGB copies of grey frames with the cars the teachers see: level with the player in red,
     ahead of it in green."""
@@ -134,10 +154,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{t}: decided / against random" for t in TEACHERS) + " | same answer |")
     print("|---|---|" + "---|" * len(TEACHERS) + "---|")
     label_s: dict[str, list[float]] = {name: [] for name in teachers}  # a label's time, per driver
+    terms = []  # the shaped teacher's terms, per driver
     for driver in ("random", "fire", "follower"):
         episodes = [play(driver, a.steps, seed) for seed in range(a.episodes)]
         level = np.mean([is_alongside(f) for e in episodes for f in e[STACK - 1:]])
         clips[driver] = [c for e in episodes for c in clips_of(e)]
+        terms.append(f"| {driver} | {shaped_terms(episodes, clips[driver])} |")
         mine, theirs = clips[driver], clips["random"]
         own_pairs = [tuple(mine[i] for i in rng.choice(len(mine), 2, replace=False))
                      for _ in range(a.pairs)]
@@ -159,6 +181,12 @@ def main(argv: list[str] | None = None) -> int:
             start = STACK - 1 + a.gif_start
             write_gif(marked(episodes[0][start:start + a.gif_steps]), a.gif)
             print(f"wrote {a.gif}")
+    print("\nalongside_shaped's two terms, the level steps and closing in: per step, each one's "
+          "variance and the score's correlation with the level term; per clip, each one's "
+          "variance")
+    print("| driver | per step: level / closing / correlation | per clip: level / closing |")
+    print("|---|---|---|")
+    print("\n".join(terms))
     print("a label takes " + ", ".join(f"{np.mean(v) * 1000:.0f} ms ({name})"
                                        for name, v in label_s.items()))
     return 0

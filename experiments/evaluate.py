@@ -40,6 +40,7 @@ import numpy as np
 EXIT_USAGE = 2
 DEFAULT_GRID = ("greedy:30", "sampled:30", "greedy:0")
 EVAL_SEED = 10_000  # env seeds far from training's (0, 1, 2, ...)
+MAX_STEPS = 27_000  # agent steps at most per episode: 108,000 frames, ALE's own limit
 
 
 @dataclass
@@ -247,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--best_window", type=int, default=10,
                    help="consecutive training episodes whose mean picks the best checkpoint")
     p.add_argument("--seed", type=int, default=EVAL_SEED, help="env seed of the evaluation")
-    p.add_argument("--max_steps", type=int, default=27_000,
+    p.add_argument("--max_steps", type=int, default=MAX_STEPS,
                    help="agent steps at most per episode (108,000 frames, ALE's own limit)")
     p.add_argument("--videos", type=int, default=0, help="GIFs of the first K episodes per cell")
     p.add_argument("--out", help="the JSON file of every cell's figures")

@@ -17,7 +17,7 @@ HELD_MARGIN (2):
   (`experiments.probe_policy`); a run that kept only its newest checkpoints is judged on those,
   and says how many it kept.
 It prints one row per condition and the verdict. Exit status: 0 held, 1 not held (or not yet
-reached), 2 for a bad argument.
+reached), 2 for a bad argument, a run with no checkpoint yet or a checkpoint it cannot read.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from experiments.evaluate import EVAL_SEED, EXIT_USAGE
+from experiments.evaluate import EVAL_SEED, EXIT_USAGE, MAX_STEPS
 from experiments.milestone import HELD_MARGIN, MILESTONES, Milestone
 
 NOOP_MAX = 30  # App. A.2: each evaluation episode starts with 0-30 no-ops
@@ -59,39 +59,45 @@ def milestone_of(run_dir: Path) -> tuple[str, Milestone]:
                      f"the milestones {held}")
 
 
-def training_conditions(run_dir: Path, m: Milestone) -> list[Condition]:
-    """Reached within the budget, and held through the training episodes after it."""
-    from experiments.reproduction import read_run
+def training_conditions(run_dir: Path, m: Milestone) -> tuple[bool, list[Condition]]:
+    """Whether the level was reached at all, and the conditions on the training curve: reached
+    within the budget, and held through the training episodes after it."""
+    from experiments.runlog import first_reached
+    from experiments.runrecord import RunRecord
 
-    row = read_run("true" if m.mode == "train_policy_with_original_rewards" else "prefs",
-                   run_dir, m.level, m.window)
-    steps, labels = m.budget
-    needed = f"within {steps / 1e6:g}M agent steps" + (f" and {labels:,} labels" if labels else "")
-    if row.reached is None:
-        return [Condition(f"reached {m.level:+g} (mean of {m.window})", needed,
-                          f"not yet, at {row.steps / 1e6:.2f}M steps", False)]
-    at_steps, at_labels = row.reached
-    within = at_steps <= steps and (labels is None or (at_labels or 0) <= labels)
-    shown = f"at {at_steps / 1e6:.2f}M" + ("" if at_labels is None else f", {at_labels:,.0f} labels")
-    after = row.record.episode_returns[row.record.episode_steps > at_steps]
-    floor = m.level - HELD_MARGIN
-    return [Condition(f"reached {m.level:+g} (mean of {m.window})", needed, shown, within),
-            Condition("held in training", f"every episode after: mean ≥ {floor:+g}",
-                      f"{row.after:+.1f} over {len(after):,} episodes, to "
-                      f"{row.steps / 1e6:.2f}M" if row.after is not None else "no episode after",
-                      row.after is not None and row.after >= floor)]
+    rec = RunRecord.read(run_dir)
+    steps, values = rec.episode_steps, rec.episode_returns
+    budget_steps, budget_labels = m.budget
+    name = f"reached {m.level:+g} (mean of {m.window})"
+    needed = f"within {budget_steps / 1e6:g}M agent steps" + (
+        f" and {budget_labels:,} labels" if budget_labels is not None else "")
+    hit = first_reached(values, m.level, m.window)
+    if hit is None:
+        return False, [Condition(name, needed, f"not yet, at {rec.agent_steps / 1e6:.2f}M steps",
+                                 False)]
+    labels = rec.labels_at(steps[hit])
+    within = steps[hit] <= budget_steps and (
+        budget_labels is None or (labels is not None and labels <= budget_labels))
+    shown = f"at {steps[hit] / 1e6:.2f}M" + (
+        "" if budget_labels is None else ", labels unknown" if labels is None
+        else f", {labels:,.0f} labels")
+    after, floor = values[hit + 1:], m.level - HELD_MARGIN
+    held = Condition("held in training", f"every episode after: mean ≥ {floor:+g}",
+                     f"{after.mean():+.1f} over {len(after):,} episode{'s' * (len(after) != 1)}, "
+                     f"to {rec.agent_steps / 1e6:.2f}M" if len(after) else "no episode after",
+                     len(after) > 0 and after.mean() >= floor)
+    return True, [Condition(name, needed, shown, within), held]
 
 
-def policy_conditions(run_dir: Path, env_id: str, m: Milestone, episodes: int,
+def policy_conditions(run_dir: Path, m: Milestone, episodes: int,
                       max_steps: int) -> Iterator[Condition]:
     """The final policy's greedy play, then its sampled play."""
-    from a2c.checkpoint import latest_checkpoint, load_policy_weights
+    from a2c.checkpoint import load_policy_weights
     from experiments.evaluate import play
 
-    final = latest_checkpoint(run_dir / "policy")
-    state = load_policy_weights(final)
+    state = load_policy_weights(run_dir / "policy")
     for actions, floor in (("greedy", m.level), ("sampled", m.level - HELD_MARGIN)):
-        played = play(env_id, state["policy"], episodes, actions == "greedy", NOOP_MAX,
+        played = play(m.env_id, state["policy"], episodes, actions == "greedy", NOOP_MAX,
                       EVAL_SEED, max_steps)
         mean = sum(played.returns) / len(played.returns)
         cut = f", {played.cut} cut at {max_steps:,} steps" if played.cut else ""
@@ -100,23 +106,19 @@ def policy_conditions(run_dir: Path, env_id: str, m: Milestone, episodes: int,
                         f"{mean:+.1f} (min {min(played.returns):+g}{cut})", mean >= floor)
 
 
-def alive_condition(run_dir: Path, env_id: str) -> Condition:
+def alive_condition(run_dir: Path, m: Milestone) -> Condition:
     """No kept checkpoint dead on random play's screens."""
-    from a2c.checkpoint import load_policy_weights, load_weights_into
+    from a2c.checkpoint import load_policy_weights
     from a2c.config import checkpoints
-    from a2c.policies import make_policy
     from a2c.revive import random_play
-    from envs import env_kind
-    from experiments.probe_policy import probe
+    from experiments.probe_policy import probe_checkpoint
 
     kept = checkpoints(run_dir / "policy")
-    obs = random_play(env_id)
+    obs = random_play(m.env_id)
     dead = []
     for path in kept:
         state = load_policy_weights(path)
-        net = make_policy(env_kind(env_id), int(state["policy"]["policy.weight"].shape[0]))
-        load_weights_into(net, state["policy"], path)
-        if probe(net, obs, state["timesteps"]).dead:
+        if probe_checkpoint(m.env_id, state, path, obs).dead:
             dead.append(state["timesteps"])
     measured = (f"{len(kept) - len(dead)} of {len(kept)} alive" +
                 (f"; dead at {', '.join(f'{s / 1e6:.2f}M' for s in dead[:5])}"
@@ -132,37 +134,40 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dir", type=Path, help="a Pong run's directory")
     p.add_argument("--episodes", type=int, default=10,
                    help="evaluation episodes of the final policy, greedy and sampled")
-    p.add_argument("--max_steps", type=int, default=27_000,
+    p.add_argument("--max_steps", type=int, default=MAX_STEPS,
                    help="agent steps at most per evaluation episode (108,000 frames)")
     a = p.parse_args(argv)
+    import torch
+
     from a2c.checkpoint import CheckpointError, latest_checkpoint
 
+    torch.set_num_threads(1)  # beside a training run, as evaluate and probe_policy play
     run_dir = a.run_dir.expanduser()
     try:
         if a.episodes <= 0 or a.max_steps <= 0:
             raise ValueError("--episodes and --max_steps must be positive")
         name, m = milestone_of(run_dir)
         latest_checkpoint(run_dir / "policy")  # a run with no checkpoint yet is refused here
-        training = training_conditions(run_dir, m)
-    except (ValueError, CheckpointError) as e:
+        reached, conditions = training_conditions(run_dir, m)
+        print(f"{run_dir.name}: {m.env_id}, milestone {name} ({m.note})")
+        print("| condition | needed | measured | met |\n|---|---|---|---|")
+        for c in conditions:
+            print(c.row(), flush=True)
+        # a policy below the level could play all of --max_steps: it is played once reached
+        for c in policy_conditions(run_dir, m, a.episodes, a.max_steps) if reached else ():
+            conditions.append(c)
+            print(c.row(), flush=True)
+        conditions.append(alive_condition(run_dir, m))
+        print(conditions[-1].row())
+    except (ValueError, CheckpointError, OSError) as e:  # a checkpoint damaged or of another game
         print(f"held: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"{run_dir.name}: {m.env_id}, milestone {name} ({m.note})")
-    print("| condition | needed | measured | met |\n|---|---|---|---|")
-    for c in training:
-        print(c.row(), flush=True)
-    reached = len(training) > 1  # the held row follows a level reached
-    played = []
-    for c in policy_conditions(run_dir, m.env_id, m, a.episodes, a.max_steps) if reached else ():
-        played.append(c)
-        print(c.row(), flush=True)
-    alive = alive_condition(run_dir, m.env_id)
-    print(alive.row())
-    if not reached:  # a policy below the level can play all of --max_steps
+    if not reached:
         print("(the final policy is played once the level is reached)")
-    failed = [c.name for c in [*training, *played, alive] if not c.met]
+    failed = [c.name for c in conditions if not c.met]
     print("held" if not failed else f"not held: {'; '.join(failed)}")
     return 0 if not failed else 1
+
 
 if __name__ == "__main__":
     sys.exit(main())

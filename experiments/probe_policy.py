@@ -72,6 +72,18 @@ def probe(net, obs: np.ndarray, timesteps: int) -> Probe:
                  float(-(logp.exp() * logp).sum(-1).mean()))
 
 
+def probe_checkpoint(env_id: str, state: dict, source: str | Path, obs: np.ndarray) -> Probe:
+    """A checkpoint's policy (`load_policy_weights`' {'policy', 'timesteps'}) probed on `obs`;
+    CheckpointError where its weights are not `env_id`'s network."""
+    from a2c.checkpoint import load_weights_into
+    from a2c.policies import make_policy
+    from envs import env_kind
+
+    net = make_policy(env_kind(env_id), int(state["policy"]["policy.weight"].shape[0]))
+    load_weights_into(net, state["policy"], source)
+    return probe(net, obs, state["timesteps"])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("policies", nargs="+",
@@ -88,8 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     import torch
 
-    from a2c.checkpoint import CheckpointError, check_fits, load_policy_weights, load_weights_into
-    from a2c.policies import make_policy
+    from a2c.checkpoint import CheckpointError, check_fits, load_policy_weights
     from envs import UnknownEnvError, env_kind
 
     torch.set_num_threads(1)
@@ -106,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("give --env: only a run directory names its env, and all the "
                              "checkpoints must be of one env")
         env_id = env_ids.pop()
-        kind = env_kind(env_id)
+        env_kind(env_id)
         states = [(f, load_policy_weights(f)) for f in files]
         states = [(f, s) for f, s in states if a.start * 1e6 <= s["timesteps"] <= a.stop * 1e6]
         if not states:
@@ -119,11 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     obs = random_play(env_id, a.steps, a.n_envs, a.seed)
     print(f"{env_id}: {len(obs)} observations of random play; L1, L2, ...: per ReLU layer, "
           "the share of its units positive on at least one")
-    n_actions = int(states[0][1]["policy"]["policy.weight"].shape[0])  # the policy head's rows
     for k, (f, s) in enumerate(sorted(states, key=lambda fs: fs[1]["timesteps"])):
-        net = make_policy(kind, n_actions)
-        load_weights_into(net, s["policy"], f)
-        row = probe(net, obs, s["timesteps"])
+        row = probe_checkpoint(env_id, s, f, obs)
         if k == 0:
             print(header(len(row.alive)))
         print(row.row())

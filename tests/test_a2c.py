@@ -525,3 +525,12 @@ def test_a_resumed_run_goes_on_counting_episodes_and_their_recent_return(tmp_pat
         assert list(resumed.side.recent_returns) == saved["recent_returns"].tolist()
     finally:
         resumed.close()
+    # A checkpoint written before it kept them: the counts start again, as they used to.
+    from a2c.config import checkpoints
+
+    newest = checkpoints(config.ckpt_dir)[-1]
+    state = torch.load(newest, weights_only=True)
+    torch.save({k: v for k, v in state.items() if k not in ("episodes", "recent_returns")}, newest)
+    stats = A2CStats(mp.get_context("spawn"))
+    A2CAgent(config, log_dir=str(tmp_path / "tb"), stats=stats).close()
+    assert stats.episodes.value == 0 and math.isnan(stats.recent_return.value)

@@ -25,20 +25,42 @@ def pong_run(d: Path, returns, monkeypatch, labels=100) -> Path:
 
 def test_reached_within_the_budget_and_held_through_the_episodes_after(tmp_path, monkeypatch):
     m = Milestone(PONG.env_id, PONG.mode, [], 19.0, 2, "", (6e5, 450))
-    kept = held.training_conditions(pong_run(tmp_path / "a", [-21, 19, 20, 18, 19], monkeypatch), m)
-    assert [(c.measured, c.met) for c in kept] == [
-        ("at 0.30M, 300 labels", True), ("+18.5 over 2 episodes, to 0.50M", True)]
+
+    def judged(name, returns, labels=100):
+        reached, found = held.training_conditions(pong_run(tmp_path / name, returns, monkeypatch,
+                                                           labels), m)
+        return reached, [(c.measured, c.met) for c in found]
+
+    assert judged("a", [-21, 19, 20, 18, 19]) == (True, [
+        ("at 0.30M, 300 labels", True), ("+18.5 over 2 episodes, to 0.50M", True)])
     # touched, then lost: the episodes after it average 16, below 19 - 2
-    lost = held.training_conditions(pong_run(tmp_path / "b", [-21, 19, 20, 17, 15], monkeypatch), m)
-    assert [c.met for c in lost] == [True, False] and lost[1].measured.startswith("+16.0 over 2")
+    assert judged("b", [-21, 19, 20, 17, 15])[1][1] == ("+16.0 over 2 episodes, to 0.50M", False)
     # reached, but with more labels than the budget allows
-    late = held.training_conditions(pong_run(tmp_path / "c", [-21, 19, 20], monkeypatch, 200), m)
-    assert (late[0].measured, late[0].met) == ("at 0.30M, 600 labels", False)
-    never = held.training_conditions(pong_run(tmp_path / "d", [-21, -20], monkeypatch), m)
-    assert [(c.measured, c.met) for c in never] == [("not yet, at 0.20M steps", False)]
+    assert judged("c", [-21, 19, 20], labels=200) == (True, [
+        ("at 0.30M, 600 labels", False), ("no episode after", False)])
+    assert judged("d", [-21, -20]) == (False, [("not yet, at 0.20M steps", False)])
+    # no count of labels yet where it was reached: not within the budget
+    assert judged("e", [19, 20, 19], labels=None)[1][0] == ("at 0.20M, labels unknown", False)
 
 
-def test_the_final_policy_is_judged_on_greedy_and_sampled_play(tmp_path, monkeypatch):
+def test_the_episodes_after_the_level_are_counted_as_they_are_averaged(tmp_path):
+    # Episodes that end in the same second share one agent step in TensorBoard: those after the
+    # one that reached the level count even at its step.
+    from runtime.scalars import ScalarWriter
+
+    run = tmp_path / "run"
+    (run / "tb").mkdir(parents=True)
+    (run / "settings.json").write_text(json.dumps({"mode": PONG.mode, "env_id": PONG.env_id}))
+    writer = ScalarWriter(str(run / "tb"))
+    for step, ret in [(100, -21.0), (200, 19.0), (200, 20.0), (200, 18.0), (300, 16.0)]:
+        writer.add_scalar("charts/episodic_return", ret, step)
+    writer.close()
+    m = Milestone(PONG.env_id, PONG.mode, [], 19.0, 2, "", (6e6, None))
+    _, (_, after) = held.training_conditions(run, m)
+    assert after.measured == "+17.0 over 2 episodes, to 0.00M"
+
+
+def test_the_final_policy_is_judged_on_greedy_and_sampled_play(tmp_path):
     # A policy that reached +19 against a fresh one, over the first 300 steps of one episode
     # each (cut, counted as they stand), against a level of 0: greedy at least 0, sampled -2.
     from a2c.checkpoint import save_policy_weights
@@ -52,8 +74,8 @@ def test_the_final_policy_is_judged_on_greedy_and_sampled_play(tmp_path, monkeyp
     (fresh / "policy").mkdir(parents=True)
     save_policy_weights(fresh / "policy" / "policy-000000000000.pt",
                         {"policy": make_policy("atari", 6).state_dict(), "timesteps": 0})
-    assert [c.met for c in held.policy_conditions(good, PONG.env_id, m, 1, 300)] == [True, True]
-    judged = list(held.policy_conditions(fresh, PONG.env_id, m, 1, 300))
+    assert [c.met for c in held.policy_conditions(good, m, 1, 300)] == [True, True]
+    judged = list(held.policy_conditions(fresh, m, 1, 300))
     assert not judged[0].met and judged[0].name == "final policy (0.00M), greedy"
     assert "1 cut at 300 steps" in judged[0].measured
 

@@ -434,7 +434,12 @@ def test_the_teachers_experiment_prints_a_row_per_driver_and_draws_the_follower(
     assert main(["--episodes", "1", "--steps", "60", "--pairs", "4", "--gif", str(gif),
                  "--gif_steps", "12"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
-    assert [r.split(" | ")[0] for r in rows[1:]] == ["| random", "| fire", "| follower"]
+    drivers = ["| random", "| fire", "| follower"]
+    assert [r.split(" | ")[0] for r in rows[1:4] + rows[5:]] == drivers * 2
+    # the level term per step is 0 or 1: its variance is p (1 - p), p the driver's level share
+    for shares, terms in zip(rows[1:4], rows[5:]):
+        p = float(shares.split(" | ")[1].rstrip("%")) / 100
+        assert float(terms.split(" | ")[1].split(" / ")[0]) == pytest.approx(p * (1 - p), abs=2e-3)
     with Image.open(gif) as drawn:
         assert drawn.n_frames == 12 and drawn.size == (84 * 3, 84 * 3)
     with pytest.raises(SystemExit):
