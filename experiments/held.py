@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from envs.atari import NOOP_MAX
 from experiments.evaluate import EVAL_SEED, EXIT_USAGE, MAX_STEPS
 from experiments.milestone import HELD_MARGIN, MILESTONES, Milestone
-
-NOOP_MAX = 30  # App. A.2: each evaluation episode starts with 0-30 no-ops
 
 
 @dataclass
