@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 import numpy as np
 
+from a2c.config import ALONGSIDE_SHARE_TAG
 from runtime.scalars import Telemetry
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ class LoopSide:
             if self.predicted:
                 t.record_each("charts/predicted_return", ep.train_return)
             if ep.alongside_share is not None:
-                t.record_each("charts/alongside_share", ep.alongside_share)
+                t.record_each(ALONGSIDE_SHARE_TAG, ep.alongside_share)
         self.episodes += len(rollout.finished)
         if self.stats is not None:
             self.stats.timesteps.value = timesteps

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from a2c.config import ALONGSIDE_SHARE_TAG
 from experiments.runlog import RunLog
 from launch.rundir import COMMAND_FILE, MACHINES_FILE
 from launch.settings import build_parser, flag_fields
@@ -69,7 +70,7 @@ class RunRecord:
         log = RunLog(path)
         steps, returns = log.returns()
         label_steps, label_totals = log.labels()
-        share_steps, shares = log.curve("charts/alongside_share")
+        share_steps, shares = log.curve(ALONGSIDE_SHARE_TAG)
         last_step = max(steps[-1] if len(steps) else 0.0, log.sps[-1, 1] if len(log.sps) else 0.0)
         return cls(name=path.name, seed=settings.get("seed"), env_id=settings.get("env_id"),
                    commands=_lines(path / COMMAND_FILE), machines=_lines(path / MACHINES_FILE),

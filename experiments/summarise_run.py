@@ -7,7 +7,8 @@
                                                                 # first reached 0 and +19
 
 Each row gives, over the window, what tells a preference run's health at a glance: the means of the
-true episode return and length and of the policy's entropy, the largest gradient norm before
+true episode return and length (in Enduro also the share of steps level with another car,
+`level`) and of the policy's entropy, the largest gradient norm before
 clipping (`grad_max`: a blow that can kill the network's units shows as a spike), the share of each
 torso layer's units alive at the window's last check (`alive %`, layer by layer; a 0 is a dead
 layer, after which the policy can no longer learn), the spread of the reward A2C trains on
@@ -29,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 
-from a2c.config import ALIVE_TAG, GRAD_NORM_MAX_TAG
+from a2c.config import ALIVE_TAG, ALONGSIDE_SHARE_TAG, GRAD_NORM_MAX_TAG
 from experiments.runlog import RunLog, best_window
 
 
@@ -39,6 +40,7 @@ COLUMNS = [
     ("episodes", "charts/episodic_return", "", "count", "{:.0f}"),
     ("return", "charts/episodic_return", "", "mean", "{:+.1f}"),
     ("length", LENGTH_TAG, "", "mean", "{:.0f}"),
+    ("level", ALONGSIDE_SHARE_TAG, "", "mean", "{:.1%}"),  # Enduro: steps level with a car
     ("entropy", "losses/entropy", "", "mean", "{:.2f}"),
     ("grad_max", GRAD_NORM_MAX_TAG, "", "max", "{:.2f}"),
     ("r_std", "charts/reward_std", "", "mean", "{:.3f}"),

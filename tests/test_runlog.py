@@ -24,6 +24,8 @@ def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
         a2c.add_scalar("charts/SPS", 50.0 if step < 1000 else 150.0, step)
     for step, norm in ((100, 0.4), (300, 7.5), (600, 0.3), (1100, 0.2)):
         a2c.add_scalar("losses/grad_norm_max", norm, step)
+    for step, share in ((100, 0.1), (200, 0.3)):  # Enduro's share of steps level with a car
+        a2c.add_scalar("charts/alongside_share", share, step)
     a2c.close()
     assert summarise_run.main([str(tmp_path), "--every", "1000"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -34,6 +36,7 @@ def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
     assert (second["episodes"], second["return"], second["steps/s"]) == ("1", "+5.0", "150")
     assert (first["grad_max"], second["grad_max"]) == ("7.50", "0.20")  # the window's spike
     assert first["labels"] == first["val_acc"] == "-"  # not a preference run
+    assert (first["level"], second["level"]) == ("20.0%", "-")
 
 
 def test_a_resumed_runs_curve_is_read_without_tensorboards_restart_warning(tmp_path, caplog,
