@@ -14,7 +14,8 @@ run belongs outside the checkout, e.g. `--runs_dir ~/runs`); each run's output g
 reboot. The report gives, per seed, the agent steps, labels and wall-clock at which the mean true
 return of the last episodes first reached the milestone's level, and where the run stands now
 (the mean of the last episodes), and plots every seed's curve into docs/<name>.png (`--out`
-elsewhere).
+elsewhere). For Pong it then judges each seed as `experiments.held` does: the final policy played
+once the level is reached, every kept checkpoint probed.
 """
 from __future__ import annotations
 
@@ -127,6 +128,13 @@ def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR,
         out = out or ROOT / "docs" / f"{name}.png"
         plot(dirs, [f"seed {s}" for s in seeds[:len(dirs)]], str(out),
              f"{name} ({m.env_id})", max(8, m.window // 2), m.level)
+    if m.budget is not None:  # whether each seed holds the level (experiments.held)
+        from experiments.held import main as held
+
+        for d in dirs:
+            if checkpoints(Path(d) / "policy"):
+                print()
+                held([d])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -120,3 +120,16 @@ def test_a_run_below_the_level_is_judged_without_playing_its_policy(tmp_path, mo
     out = capsys.readouterr().out
     assert "| final policy" not in out and "| 1 of 1 alive | yes |" in out
     assert out.rstrip().endswith("not held: reached +19 (mean of 10)")
+
+
+def test_the_pong_milestones_report_judges_each_seed(tmp_path, monkeypatch, capsys):
+    from experiments import milestone
+
+    monkeypatch.setattr(milestone, "plot", lambda *args: None)
+    run = pong_run(milestone.run_dir("pong_prefs", 4, tmp_path), [-21, -20], monkeypatch)
+    (run / "policy").mkdir()
+    shutil.copy(ROOT / "models" / "pong_prefs_seed2.pt", run / "policy" / "policy-000000200000.pt")
+    milestone.report(PONG, "pong_prefs", [4], tmp_path)
+    out = capsys.readouterr().out
+    assert "pong_prefs-seed4: PongNoFrameskip-v4, milestone pong_prefs" in out
+    assert out.rstrip().endswith("not held: reached +19 (mean of 10)")
