@@ -108,6 +108,9 @@ class Preference:
     label_id: int | None = None  # its id in the preference store, once stored
     # The person who gave it; None for synthetic labels and those stored before names were kept.
     labeller: str | None = None
+    # The predictor ensemble's mean P[left better] when that person answered (several people
+    # labelling: how often each agrees with it); None where it was not asked.
+    ensemble_p: float | None = None
 
 
 @dataclass(frozen=True)

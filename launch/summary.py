@@ -15,7 +15,6 @@ class RunReport:
     env_id: str
     started: float = field(default_factory=time.monotonic)
     agent_stats: object | None = None  # a2c.config.A2CStats of the phase that ran last
-    page: object | None = None  # the labelling page: with several people, their live agreement
 
     def summary(self, exit_status: int, prefs_path: Path | None, trained: bool,
                 watch_cmd: str | None = None, resume_cmd: str | None = None,
@@ -35,10 +34,7 @@ class RunReport:
             from pref_interface.store import stored_labels
 
             rows.append(("labels", f"{stored_labels(str(prefs_path)):,} in {prefs_path.name}"))
-            live = [s.removeprefix("agreement ") for s in
-                    (self.page.status() if getattr(self.page, "labellers", None) else ())
-                    if s.startswith("agreement ")]
-            rows += _labellers_rows(prefs_path, live[0] if live else None)
+            rows += _labellers_rows(prefs_path)
         if stats is not None and trained:
             ret = stats.recent_return.value
             refs = ", ".join(f"{k} {v:g}" for k, v in reference_scores(self.env_id).items())
@@ -73,10 +69,10 @@ def _duration(seconds: float) -> str:
     return f"{h} h {m:02d} min" if h else f"{m} min {s:02d} s"
 
 
-def _labellers_rows(prefs_path: Path, live: str | None = None) -> list[tuple[str, str]]:
-    """Where people are named on the labels: how many each gave, and how well they agreed: as
-    labelling last measured it in this run (`live`, with the ensemble), else from the store's
-    pairs that two people labelled."""
+def _labellers_rows(prefs_path: Path) -> list[tuple[str, str]]:
+    """Where people are named on the labels: how many each gave, and how well they agreed, over
+    the whole store: on the pairs two people labelled, and with the ensemble's answer kept with
+    each label."""
     from pref_interface.labellers.team import stored_agreement
     from pref_interface.store import PreferenceStore
 
@@ -84,7 +80,7 @@ def _labellers_rows(prefs_path: Path, live: str | None = None) -> list[tuple[str
         counts = store.labellers()
         if not any(name is not None for name in counts):
             return []
-        agreement = live or stored_agreement(store.iter_latest(len(store))).described()
+        agreement = stored_agreement(store.iter_latest(len(store))).described()
     rows = [("labellers", ", ".join(f"{name or 'unnamed'} {n:,}" for name, n in
                                      sorted(counts.items(), key=lambda kv: -kv[1])))]
     return rows + ([("agreement", agreement)] if agreement else [])

@@ -238,13 +238,14 @@ class Labelling:
         for answer, pair in self.team.answered():
             if self.demand is not None:
                 self.demand.answered()
+            p_left = None
             if answer.mu is not None and self.predict is not None:
                 p_left = float(np.mean(self.predict([pair[1]], [pair[3]])))
                 self.team.agreement.add_ensemble(answer.labeller, answer.mu, p_left)
-            if answer.mu is not None:
+            if answer.mu is not None:  # the ensemble's answer is kept with it, for the summary
                 yield Preference(pair[1], pair[3], answer.mu, "human",
                                  is_validation=self.mode.split(pair[0]),
-                                 labeller=answer.labeller)
+                                 labeller=answer.labeller, ensemble_p=p_left)
 
     def label(self, pair: tuple) -> Preference | None:
         """The labeller's answer as a label; None for an incomparable pair (§2.2.2: not

@@ -6,10 +6,11 @@ process killed at any instant (SIGKILL included) leaves a file that opens with e
 `add()` had returned. Clips are kept as `.npz` blobs of their packed frames and per-step arrays,
 read back with `allow_pickle=False`; nothing in this module unpickles.
 
-Each label may name its labeller (the person who gave it). Stores of every version stay readable
-and writable by code of every version: the name is a nullable `labeller` column, added to a store
-only when the first named label is stored, and the schema version does not change (see
-`_add_labeller_column`).
+Each label may name its labeller (the person who gave it) and keep the predictor ensemble's
+P[left better] when that person answered (with several people labelling, to measure how often
+each agrees with it). Stores of every version stay readable and writable by code of every
+version: each is a nullable column (`labeller`, `ensemble_p`), added to a store only when the
+first label that has it is stored, and the schema version does not change (see `_add_column`).
 """
 from __future__ import annotations
 
@@ -47,8 +48,9 @@ CREATE TABLE labels (
 # The clip columns keep the store's first names (`seg`, for segment, is a clip): stores of every
 # version of the code, and runs of older code still writing to theirs, read the same.
 _COLUMNS = "id, source, is_validation, mu, left_seg, right_seg"
-# Added by `ALTER TABLE` to a store when a label first names its labeller (SCHEMA_VERSION stays 1).
-_LABELLER_COLUMN = "labeller TEXT"
+# Added by `ALTER TABLE` to a store when a label first has it (SCHEMA_VERSION stays 1): the
+# person who gave it, and the ensemble's mean P[left better] when they answered.
+_OPTIONAL_COLUMNS = {"labeller": "TEXT", "ensemble_p": "REAL"}
 
 
 class StoreError(Exception):
@@ -103,7 +105,7 @@ class PreferenceStore:
 
     def __init__(self, path: str | os.PathLike, create: bool = True) -> None:
         self.path = Path(path)
-        self._labeller_column = False  # seen in the table; it is never removed once added
+        self._columns: set[str] = set()  # optional columns seen in the table; never removed
         if not self.path.exists():
             if not create:
                 raise StoreError(f"preference store {self.path} does not exist")
@@ -151,7 +153,7 @@ class PreferenceStore:
             yield
         except BaseException:
             self._db.execute("ROLLBACK")
-            self._labeller_column = False  # a column added in this transaction is gone: look again
+            self._columns = set()  # a column added in this transaction is gone: look again
             raise
         self._db.execute("COMMIT")
 
@@ -161,53 +163,56 @@ class PreferenceStore:
     def add(self, pref: Preference, created: float | None = None) -> int:
         """Store a label and commit it before returning; returns its id."""
         created = time.time() if created is None else created
-        if pref.labeller is not None and not self._has_labeller_column():
-            with self._transaction(immediate=True):  # the column and the first named label, together
+        if not all(self._has_column(c) for c in _optional_values(pref)):
+            with self._transaction(immediate=True):  # the new column and its first label, together
                 return self._insert(pref, created)
         return self._insert(pref, created)
 
     def _insert(self, pref: Preference, created: float) -> int:
-        """One INSERT; a named label must come inside a write transaction if the store may
-        lack the labeller column. The columns are named, as code of every version names them."""
-        _check_label(pref.mu, pref.source, pref.labeller)
-        columns = "created, source, is_validation, mu, left_steps, right_steps, left_seg, right_seg"
+        """One INSERT; a label with an optional value must come inside a write transaction if
+        the store may lack its column. The columns are named, as code of every version names
+        them."""
+        _check_label(pref.mu, pref.source, pref.labeller, pref.ensemble_p)
+        columns = ["created", "source", "is_validation", "mu", "left_steps", "right_steps",
+                   "left_seg", "right_seg"]
         values = [created, pref.source, int(pref.is_validation), float(pref.mu), len(pref.left),
                   len(pref.right), encode_clip(pref.left), encode_clip(pref.right)]
-        if pref.labeller is not None:  # an unnamed label leaves a store without the column as it is
-            self._add_labeller_column()
-            columns += ", labeller"
-            values.append(pref.labeller)
-        cur = self._db.execute(f"INSERT INTO labels ({columns}) VALUES ({', '.join('?' * len(values))})",
-                               values)
+        for column, value in _optional_values(pref).items():  # a None leaves the schema as it is
+            self._add_column(column)
+            columns.append(column)
+            values.append(value)
+        cur = self._db.execute(f"INSERT INTO labels ({', '.join(columns)}) "
+                               f"VALUES ({', '.join('?' * len(values))})", values)
         return int(cur.lastrowid)
 
-    def _has_labeller_column(self) -> bool:
-        """Whether the table has the labeller column now (another process may have added it)."""
-        if not self._labeller_column:
-            self._labeller_column = any(
-                r[1] == "labeller" for r in self._db.execute("PRAGMA table_info(labels)"))
-        return self._labeller_column
+    def _has_column(self, column: str) -> bool:
+        """Whether the table has this optional column now (another process may have added it)."""
+        if column not in self._columns:
+            self._columns |= {r[1] for r in self._db.execute("PRAGMA table_info(labels)")
+                              if r[1] in _OPTIONAL_COLUMNS}
+        return column in self._columns
 
-    def _add_labeller_column(self) -> None:
-        """Add the nullable labeller column unless present; called inside a write transaction.
+    def _add_column(self, column: str) -> None:
+        """Add a nullable optional column unless present; called inside a write transaction.
 
-        Added when the first named label is stored, not on open: a store that only ever gets
-        unnamed labels (synthetic ones, older code's) keeps the schema it was made with, and
-        tools that only read never write to the file. Older code reads and writes a store with
-        the column unchanged: it names its columns in every SELECT and INSERT (its labels get
-        NULL), and the schema version stays 1. The check runs under the write lock, so two
-        processes adding a first named label at once add the column once.
+        Added when the first label with its value is stored, not on open: a store that only ever
+        gets labels without it (synthetic ones, older code's) keeps the schema it was made with,
+        and tools that only read never write to the file. Older code reads and writes a store
+        with the column unchanged: it names its columns in every SELECT and INSERT (its labels
+        get NULL), and the schema version stays 1. The check runs under the write lock, so two
+        processes adding a first such label at once add the column once.
         """
-        if self._labeller_column:
+        if column in self._columns:
             return
-        assert self._db.in_transaction, "the labeller column is added inside a write transaction"
-        if not self._has_labeller_column():
-            self._db.execute(f"ALTER TABLE labels ADD COLUMN {_LABELLER_COLUMN}")
-            self._labeller_column = True
+        assert self._db.in_transaction, "an optional column is added inside a write transaction"
+        if not self._has_column(column):
+            self._db.execute(f"ALTER TABLE labels ADD COLUMN {column} {_OPTIONAL_COLUMNS[column]}")
+            self._columns.add(column)
 
     def _selected(self) -> str:
-        """The columns `_to_pref` reads: NULL for the labeller where the store has no column."""
-        return f"{_COLUMNS}, {'labeller' if self._has_labeller_column() else 'NULL'}"
+        """The columns `_to_pref` reads: NULL for an optional one the store does not have."""
+        return ", ".join([_COLUMNS, *(c if self._has_column(c) else "NULL"
+                                      for c in _OPTIONAL_COLUMNS)])
 
     @_db_errors_as_store_errors
     def __len__(self) -> int:
@@ -221,7 +226,7 @@ class PreferenceStore:
     @_db_errors_as_store_errors
     def labeller_ids(self, labeller: str) -> list[int]:
         """Ids of the labels this person gave, oldest first."""
-        if not self._has_labeller_column():
+        if not self._has_column("labeller"):
             return []
         return [r[0] for r in self._db.execute(
             "SELECT id FROM labels WHERE labeller = ? ORDER BY id", (labeller,))]
@@ -230,7 +235,7 @@ class PreferenceStore:
     def labellers(self) -> dict[str | None, int]:
         """How many labels each labeller gave (None: labels that name nobody), in the order
         each first labelled; empty for an empty store."""
-        if not self._has_labeller_column():
+        if not self._has_column("labeller"):
             n = len(self)
             return {None: n} if n else {}
         return {name: int(n) for name, n, _ in self._db.execute(
@@ -292,10 +297,11 @@ class PreferenceStore:
         return "; ".join(r[0] for r in self._db.execute("PRAGMA integrity_check"))
 
     def _to_pref(self, row: tuple) -> Preference:
-        label_id, source, is_val, mu, left, right, labeller = row
+        label_id, source, is_val, mu, left, right, labeller, ensemble_p = row
         try:
             return Preference(decode_clip(left), decode_clip(right), float(mu), source,
-                              bool(is_val), int(label_id), labeller)
+                              bool(is_val), int(label_id), labeller,
+                              None if ensemble_p is None else float(ensemble_p))
         except (ValueError, OSError, KeyError, AssertionError, zipfile.BadZipFile) as e:
             raise StoreError(f"preference store {self.path}: undecodable clip ({e})") from None
 
@@ -324,7 +330,7 @@ class PreferenceStore:
         return n
 
     def _export(self, path: Path, labeller: str | None) -> int:
-        named = self._has_labeller_column()
+        named = self._has_column("labeller")
         query = (f"SELECT id, created, source, is_validation, mu, left_steps, right_steps,"
                  f" {'labeller' if named else 'NULL'} FROM labels")
         if labeller is None:
@@ -468,12 +474,21 @@ def _check_mu(mu: float) -> None:
         raise ValueError(f"mu must be a probability, got {mu}")
 
 
-def _check_label(mu: float, source: str, labeller: str | None = None) -> None:
+def _check_label(mu: float, source: str, labeller: str | None = None,
+                 ensemble_p: float | None = None) -> None:
     _check_mu(mu)
     if source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
     if labeller is not None and (not isinstance(labeller, str) or not labeller.strip()):
         raise ValueError(f"a labeller is a person's name (or None), got {labeller!r}")
+    if ensemble_p is not None and not 0.0 <= ensemble_p <= 1.0:
+        raise ValueError(f"the ensemble's P[left better] must be in [0, 1], got {ensemble_p!r}")
+
+
+def _optional_values(pref: Preference) -> dict[str, object]:
+    """The optional columns a label has values for (`_OPTIONAL_COLUMNS`)."""
+    values = {"labeller": pref.labeller, "ensemble_p": pref.ensemble_p}
+    return {c: v for c, v in values.items() if v is not None}
 
 
 def _read_npy_header(f: io.BufferedIOBase) -> tuple[int, ...]:

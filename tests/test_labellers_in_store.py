@@ -24,9 +24,10 @@ FIXTURES = ROOT / "tests" / "fixtures"
 OLD_STORE_COMMITS = ("10f39b3", "1e90ae1")
 
 
-def pref(value: int, mu: float = 1.0, labeller: str | None = None, source: str = "human") -> Preference:
+def pref(value: int, mu: float = 1.0, labeller: str | None = None, source: str = "human",
+         ensemble_p: float | None = None) -> Preference:
     return Preference(reward_clip([float(value)] * 2, value=value), reward_clip([0.0] * 3, value=value + 1),
-                      mu, source, labeller=labeller)
+                      mu, source, labeller=labeller, ensemble_p=ensemble_p)
 
 
 def columns(path: Path) -> list[str]:
@@ -99,9 +100,10 @@ def test_an_old_store_takes_named_labels_and_old_code_still_reads_and_writes_it(
                               str(path), str(tmp_path / "old_export.npz")], cwd=tmp_path,
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert child.stdout.readline() == "open\n", child.stderr.read()
-    with PreferenceStore(path) as store:
-        named = store.add(pref(2, 0.0, "ann"))
-    assert columns(path)[before:] == ["labeller"] and user_version(path) == SCHEMA_VERSION
+    with PreferenceStore(path) as store:  # with the ensemble's answer kept beside hers
+        named = store.add(pref(2, 0.0, "ann", ensemble_p=0.8))
+    assert columns(path)[before:] == ["labeller", "ensemble_p"]
+    assert user_version(path) == SCHEMA_VERSION
     out, err = child.communicate("go\n", timeout=60)
     assert child.returncode == 0, err
     seen = json.loads(out)
@@ -110,6 +112,7 @@ def test_an_old_store_takes_named_labels_and_old_code_still_reads_and_writes_it(
 
     with PreferenceStore(path, create=False) as store:  # today's code reads what old code wrote
         assert store.get(named).labeller == "ann" and store.get(seen["new_id"]).labeller is None
+        assert store.get(named).ensemble_p == 0.8 and store.get(seen["new_id"]).ensemble_p is None
         assert store.get(seen["new_id"]).mu == 0.0
         assert store.labellers() == {None: 23, "ann": 1} and store.labeller_ids("ann") == [named]
         assert [p.labeller for p in store.latest(3)] == [None, "ann", None]
@@ -129,7 +132,12 @@ def test_two_stores_naming_a_first_labeller_add_the_column_once(tmp_path):
         assert b.get(22).labeller == "ann" and a.get(23).labeller == "bob"
         with pytest.raises(ValueError):
             a.add(pref(3, labeller=" "))
-    assert columns(path).count("labeller") == 1
+        b.add(pref(4, labeller="bob", ensemble_p=0.3))
+        a.add(pref(5, labeller="ann", ensemble_p=0.6))  # b added the column: a looks again
+        assert a.get(24).ensemble_p == 0.3 and b.get(25).ensemble_p == 0.6
+        with pytest.raises(ValueError):
+            a.add(pref(6, labeller="ann", ensemble_p=1.5))
+    assert columns(path).count("labeller") == columns(path).count("ensemble_p") == 1
 
 
 def test_exports_keep_labellers_and_older_exports_import_unnamed(tmp_path):

@@ -205,3 +205,10 @@ def test_agreement_with_the_ensemble_and_from_the_stored_labels():
               Preference(x, z, 0.5, "human", labeller="cy"),
               Preference(y, z, 1.0, "human", labeller="cy")]  # one person only: no pair
     assert stored_agreement(labels).shares() == {"ann-bob": 1.0, "ann-cy": 0.0}
+    # The ensemble's answer kept with a label counts as it did live, across resumes.
+    u, v = clip(4), clip(5)  # pairs nobody else labelled
+    labels += [Preference(u, v, 1.0, "human", labeller="bob", ensemble_p=0.9),
+               Preference(v, u, 1.0, "human", labeller="bob", ensemble_p=0.3),
+               Preference(u, x, 0.5, "human", labeller="bob", ensemble_p=0.7)]  # no clear answer
+    assert stored_agreement(labels).described() == ("ann-bob 100% of 1, ann-cy 0% of 1, "
+                                                    "bob-ensemble 50% of 2")

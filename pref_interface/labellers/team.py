@@ -103,17 +103,20 @@ class Agreement:
 
 
 def stored_agreement(labels: Iterable[Preference]) -> Agreement:
-    """The agreement between labellers over the stored labels: the labels of one pair of clips
-    by two people (`--overlap`), whichever way round each was shown."""
+    """The agreement over the stored labels: between labellers, on the labels of one pair of
+    clips by two people (`--overlap`), whichever way round each was shown; and each person's
+    with the ensemble, where its answer was kept with the label."""
     by_pair: dict[tuple[bytes, bytes], list[tuple[str, float]]] = defaultdict(list)
+    agreement = Agreement()
     for pref in labels:
         if pref.labeller is None:
             continue
+        if pref.ensemble_p is not None:
+            agreement.add_ensemble(pref.labeller, pref.mu, pref.ensemble_p)
         key, mu = (pref.left.key, pref.right.key), pref.mu
         if key[0] > key[1]:
             key, mu = key[::-1], 1.0 - mu
         by_pair[key].append((pref.labeller, mu))
-    agreement = Agreement()
     for answers in by_pair.values():
         for (a, mu_a), (b, mu_b) in itertools.combinations(answers, 2):
             if a != b:
