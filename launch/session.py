@@ -105,4 +105,4 @@ def start_run(run: Run, page=None):
     except BaseException:
         lock.release()
         raise
-    return ctx, session, RunReport(run.dir, run.settings.env_id)
+    return ctx, session, RunReport(run.dir, run.settings.env_id, page=page)

@@ -15,6 +15,7 @@ class RunReport:
     env_id: str
     started: float = field(default_factory=time.monotonic)
     agent_stats: object | None = None  # a2c.config.A2CStats of the phase that ran last
+    page: object | None = None  # the labelling page: with several people, their live agreement
 
     def summary(self, exit_status: int, prefs_path: Path | None, trained: bool,
                 watch_cmd: str | None = None, resume_cmd: str | None = None,
@@ -34,7 +35,10 @@ class RunReport:
             from pref_interface.store import stored_labels
 
             rows.append(("labels", f"{stored_labels(str(prefs_path)):,} in {prefs_path.name}"))
-            rows += _labellers_rows(prefs_path)
+            live = [s.removeprefix("agreement ") for s in
+                    (self.page.status() if getattr(self.page, "labellers", None) else ())
+                    if s.startswith("agreement ")]
+            rows += _labellers_rows(prefs_path, live[0] if live else None)
         if stats is not None and trained:
             ret = stats.recent_return.value
             refs = ", ".join(f"{k} {v:g}" for k, v in reference_scores(self.env_id).items())
@@ -69,10 +73,11 @@ def _duration(seconds: float) -> str:
     return f"{h} h {m:02d} min" if h else f"{m} min {s:02d} s"
 
 
-def _labellers_rows(prefs_path: Path) -> list[tuple[str, str]]:
-    """Where people are named on the labels: how many each gave, and how well they agreed, over
-    the whole store: on the pairs two people labelled, and with the ensemble's answer kept with
-    each label."""
+def _labellers_rows(prefs_path: Path, live: str | None = None) -> list[tuple[str, str]]:
+    """Where people are named on the labels: how many each gave, and how well they agreed over
+    the whole store (on the pairs two people labelled, and with the ensemble's answer kept with
+    each label), and as the page counted it since this start (`live`: its answers "incomparable"
+    too, which are not stored)."""
     from pref_interface.labellers.team import stored_agreement
     from pref_interface.store import PreferenceStore
 
@@ -83,4 +88,5 @@ def _labellers_rows(prefs_path: Path) -> list[tuple[str, str]]:
         agreement = stored_agreement(store.iter_latest(len(store))).described()
     rows = [("labellers", ", ".join(f"{name or 'unnamed'} {n:,}" for name, n in
                                      sorted(counts.items(), key=lambda kv: -kv[1])))]
-    return rows + ([("agreement", agreement)] if agreement else [])
+    return (rows + ([("agreement", agreement)] if agreement else [])
+            + ([("this start", live)] if live else []))

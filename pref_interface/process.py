@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -241,7 +242,10 @@ class Labelling:
             p_left = None
             if answer.mu is not None and self.predict is not None:
                 p_left = float(np.mean(self.predict([pair[1]], [pair[3]])))
-                self.team.agreement.add_ensemble(answer.labeller, answer.mu, p_left)
+                if math.isfinite(p_left):
+                    self.team.agreement.add_ensemble(answer.labeller, answer.mu, p_left)
+                else:  # a diverged predictor: no answer to compare, and none kept
+                    p_left = None
             if answer.mu is not None:  # the ensemble's answer is kept with it, for the summary
                 yield Preference(pair[1], pair[3], answer.mu, "human",
                                  is_validation=self.mode.split(pair[0]),

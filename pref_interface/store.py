@@ -15,6 +15,7 @@ first label that has it is stored, and the schema version does not change (see `
 from __future__ import annotations
 
 import io
+import math
 import os
 import sqlite3
 import time
@@ -297,11 +298,10 @@ class PreferenceStore:
         return "; ".join(r[0] for r in self._db.execute("PRAGMA integrity_check"))
 
     def _to_pref(self, row: tuple) -> Preference:
-        label_id, source, is_val, mu, left, right, labeller, ensemble_p = row
+        label_id, source, is_val, mu, left, right, *optional = row
         try:
             return Preference(decode_clip(left), decode_clip(right), float(mu), source,
-                              bool(is_val), int(label_id), labeller,
-                              None if ensemble_p is None else float(ensemble_p))
+                              bool(is_val), int(label_id), **dict(zip(_OPTIONAL_COLUMNS, optional)))
         except (ValueError, OSError, KeyError, AssertionError, zipfile.BadZipFile) as e:
             raise StoreError(f"preference store {self.path}: undecodable clip ({e})") from None
 
@@ -314,6 +314,8 @@ class PreferenceStore:
 
         Arrays: `mu` (N,), `is_validation` (N,), `source` (N,) str, `created` (N,), `ids` (N,),
         `labeller` (N,) str ('' for a label that names nobody; older exports lack it),
+        `ensemble_p` (N,) float (the ensemble's P[left better] when a person answered, NaN where
+        it was not kept; older exports lack it),
         `clip_steps` (N, 2) int, and the clips left0, right0, left1, ... concatenated:
         `frames` uint8 (sum(T + 3), 84, 84), `actions` int64 (sum T), `true_rewards` float32 (sum T),
         `dones` bool (sum T) with `clip_has_dones` (N, 2) bool saying which clips have them
@@ -332,7 +334,8 @@ class PreferenceStore:
     def _export(self, path: Path, labeller: str | None) -> int:
         named = self._has_column("labeller")
         query = (f"SELECT id, created, source, is_validation, mu, left_steps, right_steps,"
-                 f" {'labeller' if named else 'NULL'} FROM labels")
+                 f" {'labeller' if named else 'NULL'},"
+                 f" {'ensemble_p' if self._has_column('ensemble_p') else 'NULL'} FROM labels")
         if labeller is None:
             meta = self._db.execute(f"{query} ORDER BY id").fetchall()
         else:
@@ -351,6 +354,7 @@ class PreferenceStore:
             "clip_steps": steps,
             # An optional array, so the format stays 2: code that predates it imports the file.
             "labeller": np.array([m[7] or "" for m in meta], dtype=str),
+            "ensemble_p": np.array([np.nan if m[8] is None else m[8] for m in meta], np.float64),
         }
         n_steps = int(steps.sum())
         actions = np.empty(n_steps, np.int64)
@@ -387,8 +391,9 @@ class PreferenceStore:
         """Add every label of a file written by `export_npz` (new ids, original times); returns
         the number added. A label the store holds already (the same time, source, answer and clip
         lengths: the file was imported before) is not added again. All or nothing: a bad file
-        raises StoreError and adds no label. Labellers come from the file's `labeller` array;
-        files without one (format 1, older format 2) give labels that name nobody."""
+        raises StoreError and adds no label. Labellers come from the file's `labeller` array
+        and the ensemble's answers from `ensemble_p`; files without them (format 1, older format
+        2) give labels that name nobody, or keep no ensemble answer."""
         try:
             z = np.load(path, allow_pickle=False)
             if not hasattr(z, "files"):  # an .npy: one array, not an archive
@@ -409,9 +414,12 @@ class PreferenceStore:
                 if has_dones:
                     small["dones"], small["clip_has_dones"] = z["dones"], z[f"{clip}_has_dones"]
                 labellers = z["labeller"] if "labeller" in z.files else None
+                ensemble_p = z["ensemble_p"] if "ensemble_p" in z.files else None
             n = len(small["mu"])
             if labellers is not None and (labellers.dtype.kind != "U" or labellers.shape != (n,)):
                 raise ValueError("labeller must be strings, one per label")
+            if ensemble_p is not None and (ensemble_p.dtype.kind != "f" or ensemble_p.shape != (n,)):
+                raise ValueError("ensemble_p must be floats, one per label")
             if small["clip_steps"].dtype.kind not in "iu":
                 raise ValueError("clip_steps must be integers")
             steps = small["clip_steps"].astype(np.int64).reshape(n, 2)
@@ -441,9 +449,11 @@ class PreferenceStore:
                                             small["true_rewards"][pos:pos + t], dones))
                         pos += t
                     name = str(labellers[k]) if labellers is not None else ""
+                    p_left = float(ensemble_p[k]) if ensemble_p is not None else math.nan
                     pref = Preference(clips[0], clips[1], float(small["mu"][k]),
                                       str(small["source"][k]), bool(small["is_validation"][k]),
-                                      labeller=name or None)
+                                      labeller=name or None,
+                                      ensemble_p=None if math.isnan(p_left) or not name else p_left)
                     # No labeller in the key: a label's creation time alone tells labels apart, and
                     # an export of older code (no names) of labels held here named adds nothing.
                     key = (float(small["created"][k]), pref.source, pref.mu, *map(int, steps[k]))
@@ -481,14 +491,15 @@ def _check_label(mu: float, source: str, labeller: str | None = None,
         raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
     if labeller is not None and (not isinstance(labeller, str) or not labeller.strip()):
         raise ValueError(f"a labeller is a person's name (or None), got {labeller!r}")
-    if ensemble_p is not None and not 0.0 <= ensemble_p <= 1.0:
-        raise ValueError(f"the ensemble's P[left better] must be in [0, 1], got {ensemble_p!r}")
+    if ensemble_p is not None and (labeller is None or not 0.0 <= ensemble_p <= 1.0):
+        raise ValueError(f"the ensemble's P[left better] is kept for a named person's label, "
+                         f"in [0, 1]; got {ensemble_p!r} for labeller {labeller!r}")
 
 
 def _optional_values(pref: Preference) -> dict[str, object]:
-    """The optional columns a label has values for (`_OPTIONAL_COLUMNS`)."""
-    values = {"labeller": pref.labeller, "ensemble_p": pref.ensemble_p}
-    return {c: v for c, v in values.items() if v is not None}
+    """The optional columns a label has values for (`_OPTIONAL_COLUMNS`, named as its fields)."""
+    values = {c: getattr(pref, c) for c in _OPTIONAL_COLUMNS}
+    return {c: float(v) if c == "ensemble_p" else v for c, v in values.items() if v is not None}
 
 
 def _read_npy_header(f: io.BufferedIOBase) -> tuple[int, ...]:

@@ -132,11 +132,26 @@ def test_two_stores_naming_a_first_labeller_add_the_column_once(tmp_path):
         assert b.get(22).labeller == "ann" and a.get(23).labeller == "bob"
         with pytest.raises(ValueError):
             a.add(pref(3, labeller=" "))
+        # a saw no ensemble_p column before b added it: it looks again under the write lock
+        # instead of adding it a second time (which SQLite refuses, losing the label)
+        assert not a._has_column("ensemble_p")
         b.add(pref(4, labeller="bob", ensemble_p=0.3))
-        a.add(pref(5, labeller="ann", ensemble_p=0.6))  # b added the column: a looks again
+        real, asked = a._has_column, []
+
+        def stale_first(column: str) -> bool:
+            asked.append(column)
+            if column == "ensemble_p" and asked.count(column) == 1:
+                return False  # what a knew before b added the column
+            return real(column)
+
+        a._has_column = stale_first
+        a.add(pref(5, labeller="ann", ensemble_p=0.6))
+        assert asked.count("ensemble_p") == 2  # before the lock, then under it
         assert a.get(24).ensemble_p == 0.3 and b.get(25).ensemble_p == 0.6
         with pytest.raises(ValueError):
             a.add(pref(6, labeller="ann", ensemble_p=1.5))
+        with pytest.raises(ValueError):  # kept for a named person's label only
+            a.add(pref(6, ensemble_p=0.5))
     assert columns(path).count("labeller") == columns(path).count("ensemble_p") == 1
 
 
@@ -150,6 +165,7 @@ def test_exports_keep_labellers_and_older_exports_import_unnamed(tmp_path):
         assert a.export_npz(tmp_path / "nobody.npz", labeller="carl") == 0
     with np.load(tmp_path / "all.npz", allow_pickle=False) as z:
         assert z["labeller"].tolist() == ["ann", "", "bob", "ann"] and int(z["format_version"]) == 2
+        assert np.isnan(z["ensemble_p"]).all()  # no ensemble answer kept
     with PreferenceStore(tmp_path / "b.sqlite") as b:
         assert b.import_npz(tmp_path / "ann.npz") == 2 and b.labellers() == {"ann": 2}
         assert [p.left.true_rewards[0] for p in b.latest(2)] == [0.0, 3.0]
@@ -200,3 +216,13 @@ def test_show_prefs_lists_filters_and_exports_by_labeller(tmp_path):
     assert r.returncode == 0 and "exported 1 labels by bob" in r.stdout, r
     with np.load(tmp_path / "bob.npz", allow_pickle=False) as z:
         assert z["labeller"].tolist() == ["bob"]
+
+
+def test_the_ensembles_answer_kept_with_a_label_is_exported_and_imported(tmp_path):
+    with PreferenceStore(tmp_path / "a.sqlite") as a:
+        a.add(pref(0, labeller="ann", ensemble_p=0.25))
+        a.add(pref(1, labeller="bob"))
+        a.export_npz(tmp_path / "x.npz")
+    with PreferenceStore(tmp_path / "b.sqlite") as b:
+        assert b.import_npz(tmp_path / "x.npz") == 2
+        assert [(p.labeller, p.ensemble_p) for p in b.latest(2)] == [("ann", 0.25), ("bob", None)]

@@ -212,3 +212,34 @@ def test_agreement_with_the_ensemble_and_from_the_stored_labels():
                Preference(u, x, 0.5, "human", labeller="bob", ensemble_p=0.7)]  # no clear answer
     assert stored_agreement(labels).described() == ("ann-bob 100% of 1, ann-cy 0% of 1, "
                                                     "bob-ensemble 50% of 2")
+
+
+def test_each_label_keeps_the_ensembles_answer_when_the_person_gave_it(tmp_path):
+    # The ensemble's P[left better] goes into the store with the label, so that the run's
+    # summary counts agreement with it over every start; a diverged ensemble's (NaN) is not kept.
+    updates, answers, clips = queue.Queue(), queue.Queue(), queue.Queue()
+    page = FakePage(updates, answers)
+    for v in range(40):
+        clips.put(clip(v))
+
+    def predict(lefts, rights):  # one member; NaN for a left clip of an odd value
+        v = int(lefts[0].frames()[0, 0, 0])
+        return np.array([[0.8 if v % 2 == 0 else np.nan]])
+
+    config = LabellingConfig(seed=0, val_fraction=0.0, max_pairs_per_clip=None, max_clips=40,
+                             labellers=tuple(PEOPLE), overlap=0.0, page_updates=updates,
+                             stop_after_labels=20)
+    path = str(tmp_path / "prefs.sqlite")
+    worker = threading.Thread(target=run_labelling, args=(config, Channels(threading.Event(), clips)),
+                              kwargs=dict(stats=LabellingStats.create(mp.get_context("spawn")),
+                                          store_path=path, labeller=Team(PEOPLE, updates, answers),
+                                          make_predictor=lambda: predict))
+    worker.start()
+    worker.join(timeout=60)
+    page.running = False
+    assert not worker.is_alive()
+    with PreferenceStore(path, create=False) as store:
+        labels = [store.get(i) for i in store.all_ids()]
+    kept = {int(p.left.frames()[0, 0, 0]) % 2: p.ensemble_p for p in labels}
+    assert len(labels) == 20 and kept == {0: 0.8, 1: None}
+    assert any(k.endswith("-ensemble") for k in stored_agreement(labels).shares())

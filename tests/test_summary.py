@@ -26,3 +26,27 @@ def test_the_summary_says_when_the_policy_network_died_and_how_often_it_was_revi
     revived = report.summary(0, None, trained=True)
     assert "  revived        2 times from a live checkpoint after its policy died" in revived
     assert "dead at every check" not in revived
+
+
+def test_the_summary_counts_agreement_over_the_whole_store_and_the_page_since_this_start(
+        tmp_path: Path):
+    # A resumed run: the store holds labels of every start, each with the ensemble's answer of
+    # its time; the page counted only this start's (and answers "incomparable", never stored).
+    from clips.clip import Preference
+    from pref_interface.store import PreferenceStore
+    from tests.helpers import reward_clip
+
+    def clip(k):
+        return reward_clip([float(k)] * 2, value=k)
+
+    with PreferenceStore(tmp_path / "prefs.sqlite") as store:
+        store.add(Preference(clip(1), clip(2), 1.0, "human", labeller="ann", ensemble_p=0.9))
+        store.add(Preference(clip(3), clip(4), 1.0, "human", labeller="ann", ensemble_p=0.2))
+        store.add(Preference(clip(3), clip(4), 1.0, "human", labeller="bob", ensemble_p=0.2))
+    page = SimpleNamespace(labellers=["ann", "bob"], status=lambda: [
+        "labels 3", "agreement ann-bob 50% of 2"])
+    report = RunReport(tmp_path, "PongNoFrameskip-v4", page=page)
+    lines = report.summary(0, tmp_path / "prefs.sqlite", trained=False).splitlines()
+    assert "  labellers      ann 2, bob 1" in lines
+    assert "  agreement      ann-bob 100% of 1, ann-ensemble 50% of 2, bob-ensemble 0% of 1" in lines
+    assert "  this start     ann-bob 50% of 2" in lines
