@@ -80,6 +80,20 @@ def test_agreement_counts_pairs_two_people_answered():
     assert a.shares() == {"ann-bob": 0.5}
 
 
+def labelled(page: FakePage, config: LabellingConfig, clips: queue.Queue, path: str,
+             stop: threading.Event | None = None, **parts) -> list[Preference]:
+    """Run labelling with the fake page's people until it stops by itself; the stored labels."""
+    worker = threading.Thread(target=run_labelling,
+                              args=(config, Channels(stop or threading.Event(), clips)),
+                              kwargs=dict(store_path=path, **parts))
+    worker.start()
+    worker.join(timeout=60)
+    page.running = False
+    assert not worker.is_alive()
+    with PreferenceStore(path, create=False) as store:
+        return [store.get(i) for i in store.all_ids()]
+
+
 def test_a_team_labels_each_pair_once_or_twice_and_every_label_names_its_labeller(tmp_path):
     updates, answers, clips = queue.Queue(), queue.Queue(), queue.Queue()
     page = FakePage(updates, answers)
@@ -92,15 +106,9 @@ def test_a_team_labels_each_pair_once_or_twice_and_every_label_names_its_labelle
                              stop_after_labels=30)
     path = str(tmp_path / "prefs.sqlite")
     team = Team(PEOPLE, updates, answers)
-    worker = threading.Thread(target=run_labelling, args=(config, Channels(stop, clips)),
-                              kwargs=dict(stats=stats, store_path=path, labeller=team,
-                                          log_dir=str(tmp_path / "tb")))
-    worker.start()
-    worker.join(timeout=60)
-    page.running = False
-    assert not worker.is_alive()
+    labels = labelled(page, config, clips, path, stop, stats=stats, labeller=team,
+                      log_dir=str(tmp_path / "tb"))
     with PreferenceStore(path, create=False) as store:
-        labels = [store.get(i) for i in store.all_ids()]
         per_person = store.labellers()
     assert len(labels) == 30 and all(p.labeller in PEOPLE and p.source == "human" for p in labels)
     assert sum(per_person.values()) == 30 and set(per_person) <= set(PEOPLE)
@@ -229,17 +237,9 @@ def test_each_label_keeps_the_ensembles_answer_when_the_person_gave_it(tmp_path)
     config = LabellingConfig(seed=0, val_fraction=0.0, max_pairs_per_clip=None, max_clips=40,
                              labellers=tuple(PEOPLE), overlap=0.0, page_updates=updates,
                              stop_after_labels=20)
-    path = str(tmp_path / "prefs.sqlite")
-    worker = threading.Thread(target=run_labelling, args=(config, Channels(threading.Event(), clips)),
-                              kwargs=dict(stats=LabellingStats.create(mp.get_context("spawn")),
-                                          store_path=path, labeller=Team(PEOPLE, updates, answers),
-                                          make_predictor=lambda: predict))
-    worker.start()
-    worker.join(timeout=60)
-    page.running = False
-    assert not worker.is_alive()
-    with PreferenceStore(path, create=False) as store:
-        labels = [store.get(i) for i in store.all_ids()]
+    labels = labelled(page, config, clips, str(tmp_path / "prefs.sqlite"),
+                      stats=LabellingStats.create(mp.get_context("spawn")),
+                      labeller=Team(PEOPLE, updates, answers), make_predictor=lambda: predict)
     kept = {int(p.left.frames()[0, 0, 0]) % 2: p.ensemble_p for p in labels}
     assert len(labels) == 20 and kept == {0: 0.8, 1: None}
     assert any(k.endswith("-ensemble") for k in stored_agreement(labels).shares())
