@@ -60,31 +60,28 @@ def milestone_of(run_dir: Path) -> tuple[str, Milestone]:
 
 def training_conditions(run_dir: Path, m: Milestone) -> tuple[bool, list[Condition]]:
     """Whether the level was reached at all, and the conditions on the training curve: reached
-    within the budget, and held through the training episodes after it."""
-    from experiments.runlog import first_reached
-    from experiments.runrecord import RunRecord
+    within the budget, and held through the training episodes after it (`reproduction.read_run`
+    measures both)."""
+    from experiments.reproduction import kind_of, read_run
 
-    rec = RunRecord.read(run_dir)
-    steps, values = rec.episode_steps, rec.episode_returns
+    row = read_run(kind_of(m.mode), run_dir, m.level, m.window)
     budget_steps, budget_labels = m.budget
     name = f"reached {m.level:+g} (mean of {m.window})"
     needed = f"within {budget_steps / 1e6:g}M agent steps" + (
         f" and {budget_labels:,} labels" if budget_labels is not None else "")
-    hit = first_reached(values, m.level, m.window)
-    if hit is None:
-        return False, [Condition(name, needed, f"not yet, at {rec.agent_steps / 1e6:.2f}M steps",
-                                 False)]
-    labels = rec.labels_at(steps[hit])
-    within = steps[hit] <= budget_steps and (
+    if row.reached is None:
+        return False, [Condition(name, needed, f"not yet, at {row.steps / 1e6:.2f}M steps", False)]
+    steps, labels = row.reached
+    within = steps <= budget_steps and (
         budget_labels is None or (labels is not None and labels <= budget_labels))
-    shown = f"at {steps[hit] / 1e6:.2f}M" + (
+    shown = f"at {steps / 1e6:.2f}M" + (
         "" if budget_labels is None else ", labels unknown" if labels is None
         else f", {labels:,.0f} labels")
-    after, floor = values[hit + 1:], m.level - HELD_MARGIN
+    n, floor = row.after_episodes, m.level - HELD_MARGIN
     held = Condition("held in training", f"every episode after: mean ≥ {floor:+g}",
-                     f"{after.mean():+.1f} over {len(after):,} episode{'s' * (len(after) != 1)}, "
-                     f"to {rec.agent_steps / 1e6:.2f}M" if len(after) else "no episode after",
-                     len(after) > 0 and after.mean() >= floor)
+                     f"{row.after:+.1f} over {n:,} episode{'s' * (n != 1)}, "
+                     f"to {row.steps / 1e6:.2f}M" if n else "no episode after",
+                     n > 0 and row.after >= floor)
     return True, [Condition(name, needed, shown, within), held]
 
 

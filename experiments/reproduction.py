@@ -60,6 +60,7 @@ class RunRow:
     final: float | None
     flags: str = ""  # the start flags that set it apart from the other runs of its kind
     name: str = ""  # the run's name, where kind, flags and seed do not tell it from another
+    after_episodes: int = 0  # how many episodes `after` averages
 
     @property
     def title(self) -> str:
@@ -146,12 +147,13 @@ def setting_table(rows: list[RunRow]) -> str:
 def sweep_runs(storage: Path) -> list[tuple[str, Path]]:
     """Every trial's run directory of an `experiments.sweep`, as (kind, path): a run on the game's
     reward is "true", any other "prefs"."""
-    runs = []
-    for d in sorted((storage / "runs").glob("*/settings.json")):
-        mode = json.loads(d.read_text()).get("mode")
-        runs.append(("true" if mode == "train_policy_with_original_rewards" else "prefs",
-                     d.parent))
-    return runs
+    return [(kind_of(json.loads(d.read_text()).get("mode")), d.parent)
+            for d in sorted((storage / "runs").glob("*/settings.json"))]
+
+
+def kind_of(mode: str | None) -> str:
+    """A run's kind by its mode: "true" on the game's reward, "prefs" otherwise."""
+    return "true" if mode == "train_policy_with_original_rewards" else "prefs"
 
 
 def read_run(kind: str, path: Path, level: float | None, window: int,
@@ -164,17 +166,20 @@ def read_run(kind: str, path: Path, level: float | None, window: int,
     steps, values = rec.episode_steps, rec.episode_returns
     hit = first_reached(values, level, window) if level is not None else None
     lowest = after = None
+    after_episodes = 0
     if hit is not None:  # the lowest trailing mean from the one that first reached the level on
         means = smooth(values, window)
         low = hit + int(np.argmin(means[hit:]))
         lowest = (float(means[low]), float(steps[low]))
-        after = float(values[hit + 1:].mean()) if hit + 1 < len(values) else None
+        after_episodes = len(values) - hit - 1
+        after = float(values[hit + 1:].mean()) if after_episodes else None
     return RunRow(kind, rec, rec.seed, rec.agent_steps, rec.labels, rec.training_s / 3600,
                   rec.processors, len(rec.commands),
                   None if hit is None else (float(steps[hit]), rec.labels_at(steps[hit])),
                   lowest, after,
                   best_window(steps, values, window),
-                  float(values[-window:].mean()) if len(values) >= window else None)
+                  float(values[-window:].mean()) if len(values) >= window else None,
+                  after_episodes=after_episodes)
 
 
 def flag_text(name: str, value: object) -> str:
