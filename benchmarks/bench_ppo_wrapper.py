@@ -2,7 +2,7 @@
 """PPO through PreferenceVecEnv against our A2C: MovingDot from synthetic preferences.
 
 For each seed, runs (a) `run.py train_policy_with_preferences MovingDotNoFrameskip-v0
---synthetic_prefs` (our A2C, the environment's own settings) and (b) `examples/ppo_moving_dot.py`
+--synthetic_prefs` (our A2C, the environment's own settings) and (b) `examples/ppo.py`
 (stable-baselines3's PPO through the wrapper, same preference settings), one after the other.
 Each stops once the mean true return of its last 64 episodes reaches 90% of the scripted policy's
 (19.6), or at its step budget. Prints the labels, agent steps and wall-clock (from the command's
@@ -31,7 +31,7 @@ def commands(seed: int, out: Path, ppo_million: float) -> dict[str, tuple[list[s
         "our A2C (run.py)": (["run.py", "train_policy_with_preferences", "MovingDotNoFrameskip-v0",
                               "--synthetic_prefs", "--seed", str(seed), "--log_dir", str(a2c)], a2c),
         "SB3 PPO through PreferenceVecEnv": (
-            ["-m", "examples.ppo_moving_dot", "--stop_at_level", "--seed", str(seed),
+            ["-m", "examples.ppo", "--synthetic_prefs", "--stop_at_level", "--seed", str(seed),
              "--million_timesteps", str(ppo_million), "--log_dir", str(ppo)], ppo),
     }
 

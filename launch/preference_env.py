@@ -33,7 +33,7 @@ from envs.vec_env import EpisodeRecord, EpisodeTracker
 from launch.cli import UsageError, parse_args
 from launch.loop import PreferenceLoop
 from launch.phases import prepare_predictor
-from launch.rundir import PREFS_FILE
+from launch.rundir import PREFS_FILE, load_agent_progress, save_agent_progress
 from launch.session import open_labelling_page, start_run
 from launch.settings import keyword_flags
 from launch.stopping import (EXIT_INTERRUPTED, exit_on_stop_signals, interrupted_status,
@@ -43,6 +43,7 @@ STATUS_EVERY_S = 30.0  # a status line on stderr this often (the caller's own lo
 # The scalars, and steps/s, over at least this long: a library may pause stepping for seconds to
 # learn (PPO's epochs), and a window that spans its pauses gives its real rate.
 RATE_EVERY_S = 10.0
+SAVE_EVERY_S = 60.0  # the agent's progress (steps, episodes) is saved this often, and at close
 
 
 class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
@@ -65,15 +66,18 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         _check_env(env)
         try:
             run = parse_args(settings_argv(env_id, env.num_envs, settings))
+            # A resumed run goes on counting: its label schedule, curves and summary continue.
+            done = load_agent_progress(run.dir)
             page = open_labelling_page(run)
             ctx, self._session, self._report = start_run(run, page)
-        except UsageError as e:
+        except (UsageError, ValueError) as e:
             raise ValueError(f"PreferenceVecEnv: {e}") from None
         self._closed, self._exit_status, self._how = False, 0, None
         # Unless the caller handles them itself, Ctrl-C, SIGTERM and SIGHUP stop gathering and
         # pretraining as they stop run.py; the script's exit then closes this env (atexit below).
         stop_main_process_on_signals(only_default=True)
         self.run_dir = run.dir
+        self.settings = run.settings  # the run's settings: the given, the env's own, the defaults
         try:
             code, prefs_path, predictor_path = prepare_predictor(run, ctx, self._session,
                                                                  self._report)
@@ -97,11 +101,16 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         exit_on_stop_signals()
         n = env.num_envs
         self._reward = self._loop.reward_fn()
+        steps = done.get("agent_steps", 0)
         # The agent's side of the loop, as A2C's process has it: pace, clip source, records.
         self._side = LoopSide(str(self.run_dir / "tb"), every_s=RATE_EVERY_S,
+                              purge_step=steps or None, timesteps=steps,
                               stats=self._loop.agent_stats,
                               observers=self._loop.observers(n) if self._loop.observers else [],
-                              pace=self._loop.pace(), predicted=True)
+                              pace=self._loop.pace(), predicted=True,
+                              episodes=done.get("episodes", 0),
+                              recent_returns=done.get("recent_returns", ()))
+        self._loop.agent_stats.timesteps.value = steps  # for the label schedule and status line
         self._episodes, self._train_returns = EpisodeTracker(n), TrainReturns(n)
         # One block of agent steps is handed over at a time, as one of A2C's rollouts.
         T = A2CConfig().n_steps
@@ -112,8 +121,8 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         self._dones = np.zeros((T, n), dtype=bool)
         self._finished: list[EpisodeRecord] = []
         self._t = 0
-        self._steps = 0
-        self._last_status = time.monotonic()
+        self._steps = steps
+        self._last_status = self._last_save = time.monotonic()
 
     def reset(self, *, seed: int | list[int] | None = None,
               options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
@@ -171,6 +180,13 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         self._side.observe(rollout)
         self._side.record(rollout, self._steps)
         self._obs[0] = self._obs[-1]
+        if time.monotonic() - self._last_save >= SAVE_EVERY_S:
+            self._save_progress()
+
+    def _save_progress(self) -> None:
+        save_agent_progress(self.run_dir, self._steps, self._side.episodes,
+                      list(self._side.recent_returns))
+        self._last_save = time.monotonic()
 
     def _record_partial_block(self) -> None:
         """A block cut short (a reset, the end) is recorded, not cut into clips."""
@@ -204,6 +220,7 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
             self._record_partial_block()
         finally:
             self._side.close(self._steps)  # the clip source, then the scalars
+            self._save_progress()
         self._loop.sup.stop()
         self._session.release_run_dir()  # every child has stopped: a resume may take it now
         self._loop.ch.reward_weights.remove_left_block()

@@ -22,6 +22,8 @@ PREDICTOR_FILE = "reward_predictor.pt"  # a run's predictor checkpoint, under re
 COMMAND_FILE = "command.txt"  # one line per start: the exact command
 MACHINES_FILE = "machines.txt"  # one line per start: when, the processor, the devices
 LOCK_FILE = "run.lock"  # locked (flock) by the process whose run works in the directory
+# A wrapped agent's steps, episodes and latest returns (launch/preference_env.py), for a resume.
+AGENT_PROGRESS_FILE = "agent_progress.json"
 
 
 @dataclass
@@ -142,3 +144,29 @@ def make_run_dir(run: Run) -> RunDirLock:
         lock.release()
         raise
     return lock
+
+
+def load_agent_progress(run_dir: Path) -> dict[str, Any]:
+    """A wrapped agent's saved progress in a run directory (`AGENT_PROGRESS_FILE`):
+    `agent_steps`, `episodes` and `recent_returns`; {} for a run without one. ValueError, in one
+    line, for an unreadable file."""
+    path = Path(run_dir) / AGENT_PROGRESS_FILE
+    try:
+        done = json.loads(path.read_text())
+        return {"agent_steps": int(done["agent_steps"]), "episodes": int(done["episodes"]),
+                "recent_returns": [float(r) for r in done["recent_returns"]]}
+    except FileNotFoundError:
+        return {}
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path} is unreadable ({type(e).__name__}: {e}); move it away to "
+                         "count agent steps from 0") from None
+
+
+def save_agent_progress(run_dir: Path, agent_steps: int, episodes: int,
+                        recent_returns: list[float]) -> None:
+    """Write a wrapped agent's progress atomically (`load_agent_progress` reads it)."""
+    path = Path(run_dir) / AGENT_PROGRESS_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"agent_steps": agent_steps, "episodes": episodes,
+                               "recent_returns": recent_returns}))
+    os.replace(tmp, path)

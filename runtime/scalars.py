@@ -21,15 +21,16 @@ class ScalarWriter:
 
     `purge_step`: where a resumed process starts (the step of the checkpoint it loaded). A run
     stopped without a checkpoint at its end had logged steps it will now play again; a session
-    start at `purge_step` makes TensorBoard (and `experiments.runlog`) drop this directory's
-    earlier points from that step on, so the curves go on from the checkpoint instead of doubling
-    back.
+    start just after `purge_step` makes TensorBoard (and `experiments.runlog`) drop this
+    directory's earlier points logged after the checkpoint, so the curves go on from it instead
+    of doubling back. Points at the checkpoint's own step were logged before it was saved (the
+    last ones as the process stopped) and are kept.
     """
 
     def __init__(self, log_dir: str | os.PathLike, purge_step: int | None = None) -> None:
         self._events = EventFileWriter(str(log_dir))
-        if purge_step is not None:
-            self._events.add_event(Event(wall_time=time.time(), step=int(purge_step),
+        if purge_step is not None:  # TensorBoard drops the points at and after a start's step
+            self._events.add_event(Event(wall_time=time.time(), step=int(purge_step) + 1,
                                          session_log=SessionLog(status=SessionLog.START)))
 
     def add_scalar(self, tag: str, value: float, step: int) -> None:

@@ -158,24 +158,53 @@ def test_the_wrapper_runs_the_loop_around_an_agent_and_saves_like_run_py(tmp_pat
     env.close()  # a second close does nothing
 
 
-def test_a_failure_in_the_callers_loop_is_summarised_as_one(tmp_path, capsys):
-    env = PreferenceVecEnv(GymVectorEnv("MovingDotNoFrameskip-v0", 2), log_dir=str(tmp_path / "r"),
-                           **SMALL)
+def test_a_failure_in_the_callers_loop_is_summarised_and_a_resume_goes_on_counting(tmp_path,
+                                                                                   capsys):
+    """A failure in the caller's loop is the run's one error; the wrapped agent's steps,
+    episodes and latest returns are saved with the run, so that a resume's label schedule,
+    curves and summary go on from them; an unreadable record of them is one line."""
+    import json
+
+    from launch.rundir import AGENT_PROGRESS_FILE, COMMAND_FILE, run_dir_holder
+
+    d = tmp_path / "r"
+    env = PreferenceVecEnv(GymVectorEnv("MovingDotNoFrameskip-v0", 2), log_dir=str(d), **SMALL)
     env.reset(seed=0)
     with pytest.raises(ZeroDivisionError):
         try:
-            for _ in range(102):  # 20 blocks and 2 steps of the next
+            for _ in range(302):  # a 250-step episode per env, 15 blocks and 2 steps more
                 env.step(np.zeros(2, np.int64))
             1 / 0  # the caller's own bug
         finally:
             env.close()
     err = capsys.readouterr().err
     assert "run stopped: the caller's loop raised ZeroDivisionError" in err, err
-    assert re.search(r"agent steps +204\n", err), err  # the steps of the block cut short count
+    assert re.search(r"agent steps +604\n", err), err  # the steps of the block cut short count
     assert "resume:            PreferenceVecEnv(env, resume=" in err
-    from launch.rundir import run_dir_holder
+    assert run_dir_holder(d) is None  # closed: a resume may take it, here too
+    first = json.loads((d / AGENT_PROGRESS_FILE).read_text())
+    assert first["agent_steps"] == 604 and first["episodes"] == 2
+    assert len(first["recent_returns"]) == 2
 
-    assert run_dir_holder(tmp_path / "r") is None  # closed: a resume may take it, here too
+    env = PreferenceVecEnv(GymVectorEnv("MovingDotNoFrameskip-v0", 2), resume=str(d))
+    env.reset(seed=0)
+    try:
+        for _ in range(250):
+            env.step(np.zeros(2, np.int64))
+    finally:
+        env.close()
+    assert re.search(r"agent steps +1,104\n", capsys.readouterr().err)
+    again = json.loads((d / AGENT_PROGRESS_FILE).read_text())
+    assert again["agent_steps"] == 1104 and again["episodes"] == 4
+    assert again["recent_returns"][:2] == first["recent_returns"]
+    # the resumed start's episodes are recorded at its own steps, after the first start's
+    steps = scalars(d / "tb", "charts/episodic_return")[:, 1]
+    assert len(steps) == 4 and (steps[:2] <= 604).all() and (steps[2:] > 604).all()
+    (d / AGENT_PROGRESS_FILE).write_text("{not json")
+    commands = (d / COMMAND_FILE).read_text()
+    with pytest.raises(ValueError, match=AGENT_PROGRESS_FILE) as e:
+        PreferenceVecEnv(GymVectorEnv("MovingDotNoFrameskip-v0", 2), resume=str(d))
+    assert "\n" not in str(e.value) and (d / COMMAND_FILE).read_text() == commands  # not started
 
 
 def _resize_84(frame: np.ndarray) -> np.ndarray:
@@ -220,16 +249,34 @@ def test_the_wrapper_works_around_a_plain_gymnasium_atari_env(tmp_path):
     assert "PongNoFrameskip-v4" in (d / "settings.json").read_text()
 
 
-@pytest.mark.slow  # 47 s, mostly start-up; the default suite's wrapper test drives the same loop
-def test_stable_baselines3_ppo_trains_through_the_wrapper(tmp_path):
-    """The example script, briefly: PPO steps, learns on r̂ and saves its model."""
+@pytest.mark.slow  # 47 s a start, mostly start-up; the default suite drives the same loop
+@pytest.mark.timeout(900)
+def test_stable_baselines3_ppo_trains_through_the_wrapper_and_resumes(tmp_path):
+    """The example script, briefly: PPO steps, learns on r̂ and saves its model; resumed, it goes
+    on from the model, and the run's agent steps go on counting."""
+    import json
+
+    from stable_baselines3 import PPO
+
+    from launch.rundir import AGENT_PROGRESS_FILE
+
     d = tmp_path / "ppo"
-    r = subprocess.run([sys.executable, "-m", "examples.ppo_moving_dot", "--log_dir", str(d),
-                        "--million_timesteps", "0.002", "--n_envs", "4", "--n_initial_prefs",
-                        "12", "--n_initial_epochs", "1"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
+
+    def ppo(*flags: str) -> subprocess.CompletedProcess:
+        r = subprocess.run([sys.executable, "-m", "examples.ppo", *flags], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return r
+
+    r = ppo("MovingDotNoFrameskip-v0", "--synthetic_prefs", "--log_dir", str(d),
+            "--million_timesteps", "0.002", "--n_envs", "4", "--n_initial_prefs", "12",
+            "--n_initial_epochs", "1")
     assert (d / "ppo.zip").is_file() and "run finished" in r.stderr
+    first = PPO.load(d / "ppo.zip").num_timesteps
+    assert first >= 2000
+    ppo("--resume", str(d), "--million_timesteps", "0.004")
+    assert PPO.load(d / "ppo.zip").num_timesteps >= 4000 > first
+    assert json.loads((d / AGENT_PROGRESS_FILE).read_text())["agent_steps"] >= 4000
 
 
 @pytest.mark.slow
@@ -241,6 +288,6 @@ def test_ppo_learns_moving_dot_from_preferences_through_the_wrapper(tmp_path):
     from benchmarks.time_to_level import run_until_level
 
     d = tmp_path / "ppo"
-    result = run_until_level(["-m", "examples.ppo_moving_dot", "--log_dir", str(d),
+    result = run_until_level(["-m", "examples.ppo", "--synthetic_prefs", "--log_dir", str(d),
                               "--million_timesteps", "0.3"], d, LEARNED_LEVEL)
     assert result["reached"], result

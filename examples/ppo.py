@@ -1,0 +1,123 @@
+"""stable-baselines3's PPO learns a game from preferences, through PreferenceVecEnv.
+
+    pipenv run python -m examples.ppo MovingDotNoFrameskip-v0 --synthetic_prefs --log_dir ~/runs/ppo_dot
+    pipenv run python -m examples.ppo EnduroNoFrameskip-v4 --synthetic_prefs \\
+        --teacher alongside_shaped --max_labels 1300 --million_timesteps 4 --log_dir ~/runs/ppo_enduro
+    pipenv run python -m examples.ppo --resume ~/runs/ppo_enduro
+
+Every flag but `--stop_at_level` is run.py's (`python run.py --help`), with the environment's own
+settings as in run.py; PPO trains for the run's `--million_timesteps`, on its `--n_envs` envs,
+with `--torch_threads` threads and its `--seed`; A2C's own flags (`--ent_coef`, `--lr`, ...) do
+not reach PPO, whose settings are PPO_SETTINGS below. PPO sees only r̂, the reward
+predictor's; the run directory is run.py's (label store, predictor checkpoints, TensorBoard logs,
+settings.json), with PPO's own model saved as `ppo.zip` every 100,000 agent steps and when the
+script stops (Ctrl-C, SIGTERM). `--resume DIR` goes on from the saved model, labels and predictor.
+With `--stop_at_level` (MovingDot only) training stops once the mean true return of the last 64
+episodes reaches 90% of the scripted policy's (envs/scores.py), as
+`benchmarks/bench_ppo_wrapper.py` measures it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+DEFAULT_ENV = "MovingDotNoFrameskip-v0"
+# PPO's Atari settings from rl-baselines3-zoo (n_steps 128, 4 epochs of minibatches of 256,
+# clip 0.1, lr 2.5e-4), with 16 envs as our A2C.
+PPO_SETTINGS = dict(n_steps=128, batch_size=256, n_epochs=4, learning_rate=2.5e-4, clip_range=0.1,
+                    ent_coef=0.01, vf_coef=0.5)
+MODEL_FILE = "ppo.zip"
+SAVE_EVERY = 100_000  # agent steps between saves of PPO's model
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], allow_abbrev=False,
+        usage="python -m examples.ppo [GAME] [--stop_at_level] [run.py's flags]",
+        epilog=f"GAME: default {DEFAULT_ENV}, with --resume the run's; every other flag is "
+               "run.py's (python run.py --help)")
+    p.add_argument("--stop_at_level", action="store_true",
+                   help="MovingDot: stop once the mean true return of the last 64 episodes "
+                        "reaches 90%% of the scripted policy's")
+    return p
+
+
+def wrapper_settings(rest: list[str]) -> tuple[str, dict]:
+    """The game and PreferenceVecEnv's keyword settings from run.py's command line (the game, then
+    its flags); with --resume the game is the run's. SystemExit, in one line, for a bad flag."""
+    from a2c.config import A2CConfig
+    from launch.cli import UsageError, given_flags, load_settings
+
+    try:
+        given = given_flags(["train_policy_with_preferences", *rest])
+        given.pop("mode")
+        env_id = given.pop("env_id", None) or DEFAULT_ENV
+        if given.get("resume"):
+            saved = load_settings(Path(given["resume"]))
+            return saved.env_id, {"n_envs": saved.n_envs, **given}
+    except UsageError as e:
+        raise SystemExit(f"examples.ppo: {e}") from None
+    return env_id, {"n_envs": A2CConfig.n_envs, **given}
+
+
+def main(argv: list[str] | None = None) -> int:
+    a, rest = build_parser().parse_known_args(argv)
+    env_id, settings = wrapper_settings(rest)
+    if a.stop_at_level and not env_id.startswith("MovingDot"):
+        raise SystemExit("examples.ppo: --stop_at_level is for MovingDot, whose level is known")
+    # Ctrl-C (and kill -TERM) end training cleanly, also when the script was started in the
+    # background, where the shell leaves SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from envs.gym_vector import GymVectorEnv
+    from envs.scores import MOVING_DOT_LEVEL
+    from examples.sb3_vec_env import SB3VecEnv
+    from launch.preference_env import PreferenceVecEnv
+
+    env = PreferenceVecEnv(GymVectorEnv(env_id, settings["n_envs"],
+                                        seed=settings.get("seed", 0)), **settings)
+    s = env.settings
+    torch.set_num_threads(s.torch_threads)
+    model_path = env.run_dir / MODEL_FILE
+
+    def save(model: PPO) -> None:
+        tmp = model_path.with_suffix(".tmp.zip")
+        model.save(tmp)
+        os.replace(tmp, model_path)
+
+    class Callback(BaseCallback):
+        """Saves the model every SAVE_EVERY agent steps; with --stop_at_level, stops there."""
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps // SAVE_EVERY > (self.num_timesteps - s.n_envs) // SAVE_EVERY:
+                save(self.model)
+            returns = [ep["r"] for ep in self.model.ep_info_buffer][-64:]
+            return not (a.stop_at_level and len(returns) == 64 and
+                        sum(returns) / 64 >= MOVING_DOT_LEVEL)
+
+    model = None
+    try:
+        vec = SB3VecEnv(env, seed=s.seed)
+        if model_path.is_file():  # a resumed run: PPO goes on from its saved model
+            model = PPO.load(model_path, env=vec)
+        else:
+            model = PPO("CnnPolicy", vec, seed=s.seed, verbose=0, **PPO_SETTINGS)
+        total = int(s.million_timesteps * 1e6)
+        model.learn(max(total - model.num_timesteps, 0), callback=Callback(),
+                    reset_num_timesteps=False)
+    finally:
+        if model is not None:
+            save(model)
+        env.close()  # the labels and the predictor are saved; the run's summary is printed
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
