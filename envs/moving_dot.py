@@ -80,8 +80,9 @@ class MovingDotEnv(gym.Env):
         return self._frame()
 
 
-def _area_weights(n_in: int, n_out: int) -> np.ndarray:
-    """(n_out, n_in) matrix of area-interpolation weights (rows sum to 1)."""
+def area_weights(n_in: int, n_out: int) -> np.ndarray:
+    """(n_out, n_in) matrix of area-interpolation weights (rows sum to 1): `W_rows @ image @
+    W_cols.T` resizes as an area resize does."""
     scale = n_in / n_out
     w = np.zeros((n_out, n_in))
     for o in range(n_out):
@@ -91,8 +92,8 @@ def _area_weights(n_in: int, n_out: int) -> np.ndarray:
     return w
 
 
-_ROW_W = _area_weights(HEIGHT, 84)
-_COL_W = _area_weights(WIDTH, 84)
+_ROW_W = area_weights(HEIGHT, 84)
+_COL_W = area_weights(WIDTH, 84)
 # Cumulative sums let us take the weight of a 4-pixel dot span for every env at once.
 _ROW_CUM = np.concatenate([np.zeros((84, 1)), np.cumsum(_ROW_W, axis=1)], axis=1)
 _COL_CUM = np.concatenate([np.zeros((84, 1)), np.cumsum(_COL_W, axis=1)], axis=1)

@@ -11,7 +11,8 @@ with `--torch_threads` threads and its `--seed`; A2C's own flags (`--ent_coef`, 
 not reach PPO, whose settings are PPO_SETTINGS below. PPO sees only r̂, the reward
 predictor's; the run directory is run.py's (label store, predictor checkpoints, TensorBoard logs,
 settings.json), with PPO's own model saved as `ppo.zip` every 100,000 agent steps and when the
-script stops (Ctrl-C, SIGTERM). `--resume DIR` goes on from the saved model, labels and predictor.
+script stops (Ctrl-C, SIGTERM). `--resume DIR` goes on from the saved model, labels and predictor
+(after a crash or SIGKILL, from the last save).
 With `--stop_at_level` (MovingDot only) training stops once the mean true return of the last 64
 episodes reaches 90% of the scripted policy's (envs/scores.py), as
 `benchmarks/bench_ppo_wrapper.py` measures it.
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -54,13 +54,15 @@ def wrapper_settings(rest: list[str]) -> tuple[str, dict]:
     try:
         given = given_flags(["train_policy_with_preferences", *rest])
         given.pop("mode")
-        env_id = given.pop("env_id", None) or DEFAULT_ENV
+        env_id = given.pop("env_id", None)
         if given.get("resume"):
             saved = load_settings(Path(given["resume"]))
-            return saved.env_id, {"n_envs": saved.n_envs, **given}
+            if env_id not in (None, saved.env_id):
+                raise UsageError(f"{given['resume']} is a run of {saved.env_id}, not {env_id}")
+            return saved.env_id, {"n_envs": saved.n_envs, "seed": saved.seed, **given}
     except UsageError as e:
         raise SystemExit(f"examples.ppo: {e}") from None
-    return env_id, {"n_envs": A2CConfig.n_envs, **given}
+    return env_id or DEFAULT_ENV, {"n_envs": A2CConfig.n_envs, **given}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,10 +70,6 @@ def main(argv: list[str] | None = None) -> int:
     env_id, settings = wrapper_settings(rest)
     if a.stop_at_level and not env_id.startswith("MovingDot"):
         raise SystemExit("examples.ppo: --stop_at_level is for MovingDot, whose level is known")
-    # Ctrl-C (and kill -TERM) end training cleanly, also when the script was started in the
-    # background, where the shell leaves SIGINT ignored.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
@@ -88,9 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     model_path = env.run_dir / MODEL_FILE
 
     def save(model: PPO) -> None:
+        """PPO's model, and the wrapper's count of agent steps with it."""
         tmp = model_path.with_suffix(".tmp.zip")
         model.save(tmp)
         os.replace(tmp, model_path)
+        env.save_progress()
 
     class Callback(BaseCallback):
         """Saves the model every SAVE_EVERY agent steps; with --stop_at_level, stops there."""
@@ -112,10 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         total = int(s.million_timesteps * 1e6)
         model.learn(max(total - model.num_timesteps, 0), callback=Callback(),
                     reset_num_timesteps=False)
-    finally:
-        if model is not None:
-            save(model)
-        env.close()  # the labels and the predictor are saved; the run's summary is printed
+    finally:  # Ctrl-C, and SIGTERM (the wrapper makes it SystemExit), come here too
+        try:
+            if model is not None:
+                save(model)
+        finally:
+            env.close()  # the labels and the predictor are saved; the run's summary is printed
     return 0
 
 

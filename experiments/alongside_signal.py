@@ -36,22 +36,14 @@ import numpy as np  # noqa: E402
 
 from a2c.config import A2CConfig  # noqa: E402
 from envs.atari import MAX_AGENT_STEPS, NOOP_MAX, SCORE_ROWS  # noqa: E402
-from pref_interface.labellers.alongside import is_alongside, nearness  # noqa: E402
+from envs.moving_dot import area_weights  # noqa: E402
+from pref_interface.labellers.alongside import nearness  # noqa: E402
+from pref_interface.labellers.teachers import make_teacher  # noqa: E402
 
 GAME = "enduro"
-CLOSING = 10.0  # the shaped teacher's closing weight (pref_interface/labellers/teachers.py)
+# the count teacher and the shaped one (its default closing weight): their per-step scores
+LEVEL, SHAPED = make_teacher("alongside"), make_teacher("alongside_shaped")
 REWARDS = ("level", "shaped", "near", "game")
-
-
-def _area_weights(n_in: int, n_out: int) -> np.ndarray:
-    """(n_out, n_in): each output pixel the mean of the input pixels it covers, in part or whole."""
-    scale = n_in / n_out
-    w = np.zeros((n_out, n_in))
-    for i in range(n_out):
-        lo, hi = i * scale, (i + 1) * scale
-        for j in range(int(lo), int(np.ceil(hi))):
-            w[i, j] = max(0.0, min(hi, j + 1) - max(lo, j))
-    return w / scale
 
 
 class BranchingEnduro:
@@ -68,7 +60,7 @@ class BranchingEnduro:
         self.ale.loadROM(roms.get_rom_path(GAME))
         self.actions = self.ale.getMinimalActionSet()
         height, width = self.ale.getScreenDims()
-        self.wy, self.wx = _area_weights(height, 84), _area_weights(width, 84)
+        self.wy, self.wx = area_weights(height, 84), area_weights(width, 84)
         self.blank = SCORE_ROWS[GAME]
 
     def reset(self, rng: np.random.Generator) -> np.ndarray:
@@ -99,9 +91,10 @@ class BranchingEnduro:
 
 def step_rewards(before: np.ndarray, frames: list[np.ndarray], game: list[float]) -> np.ndarray:
     """(len(REWARDS), T): each reward on the T frames after `before`, judged on each frame."""
-    level = np.array([is_alongside(f) for f in frames], dtype=np.float64)
-    near = np.array([nearness(f) for f in [before, *frames]])
-    return np.stack([level, level + CLOSING * np.diff(near), level + near[1:], np.array(game)])
+    pairs = np.stack([[a, b] for a, b in zip([before, *frames[:-1]], frames)])  # (T, 2, 84, 84)
+    level = LEVEL.step_scores(pairs)  # each step's frame, and the one before it for the shaped
+    near = np.array([nearness(f) for f in frames])
+    return np.stack([level, SHAPED.step_scores(pairs), level + near, np.array(game)])
 
 
 def branch(env: BranchingEnduro, horizon: int, futures: int, rng: np.random.Generator,
@@ -156,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     gamma = A2CConfig().gamma
     rng = np.random.default_rng(a.seed)
     env = BranchingEnduro(a.seed)
-    every = MAX_AGENT_STEPS[GAME] // a.states  # spread over an episode: day, night, fog
+    # spread over an episode (day, night, fog): each state `every - 1` random steps after the last
+    every = MAX_AGENT_STEPS[GAME] // a.states
     discount = gamma ** np.arange(1, a.horizon + 1)
     returns, per_step = [], []
     t0 = time.perf_counter()
@@ -167,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             if env.ale.game_over():
                 frame = env.reset(rng)
         rewards = branch(env, a.horizon, 2, rng, frame)  # (futures, actions, rewards, horizon)
-        per_step.append(rewards[0, 0])
+        per_step.append(np.moveaxis(rewards, 2, 0).reshape(len(REWARDS), -1))  # every branch's
         returns.append(rewards @ discount)
         print(f"\rstate {i + 1}/{a.states}, {time.perf_counter() - t0:.0f} s", end="",
               file=sys.stderr, flush=True)
@@ -180,20 +174,19 @@ def main(argv: list[str] | None = None) -> int:
     print("\n| reward | per-step std | advantage variance over actions (± 1 SE) | one return's "
           "variance | their ratio, at most (+2 SE) |")
     print("|---|---|---|---|---|")
-    for k, name in enumerate(REWARDS):
-        var, se, noise = spread(returns[..., k])
+    spreads = [spread(returns[..., k]) for k in range(len(REWARDS))]
+    for k, (name, (var, se, noise)) in enumerate(zip(REWARDS, spreads)):
         bound = f"{(var + 2 * se) / noise:.4f}" if noise > 0 else "-"
         print(f"| {name} | {steps[k].std():.3f} | {var:+.4f} ± {se:.4f} | {noise:.3f} | {bound} |")
     print("\nEach action's advantage averaged over the states (± 1 SE), in units of one return's "
           "std:")
     print("| reward | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
-    for k, name in enumerate(REWARDS):
-        noise = np.sqrt(spread(returns[..., k])[2])
+    for k, (name, (_, _, noise)) in enumerate(zip(REWARDS, spreads)):
         if noise == 0:
             continue
         mean, se = mean_advantages(returns[..., k])
-        print(f"| {name} | " + " | ".join(f"{m / noise:+.3f} ± {e / noise:.3f}"
+        print(f"| {name} | " + " | ".join(f"{m / noise ** 0.5:+.3f} ± {e / noise ** 0.5:.3f}"
                                           for m, e in zip(mean, se)) + " |")
     return 0
 

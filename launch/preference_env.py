@@ -70,7 +70,7 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
             done = load_agent_progress(run.dir)
             page = open_labelling_page(run)
             ctx, self._session, self._report = start_run(run, page)
-        except (UsageError, ValueError) as e:
+        except UsageError as e:
             raise ValueError(f"PreferenceVecEnv: {e}") from None
         self._closed, self._exit_status, self._how = False, 0, None
         # Unless the caller handles them itself, Ctrl-C, SIGTERM and SIGHUP stop gathering and
@@ -104,7 +104,7 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         steps = done.get("agent_steps", 0)
         # The agent's side of the loop, as A2C's process has it: pace, clip source, records.
         self._side = LoopSide(str(self.run_dir / "tb"), every_s=RATE_EVERY_S,
-                              purge_step=steps or None, timesteps=steps,
+                              purge_step=steps if run.resumed else None, timesteps=steps,
                               stats=self._loop.agent_stats,
                               observers=self._loop.observers(n) if self._loop.observers else [],
                               pace=self._loop.pace(), predicted=True,
@@ -181,11 +181,14 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         self._side.record(rollout, self._steps)
         self._obs[0] = self._obs[-1]
         if time.monotonic() - self._last_save >= SAVE_EVERY_S:
-            self._save_progress()
+            self.save_progress()
 
-    def _save_progress(self) -> None:
+    def save_progress(self) -> None:
+        """Save the agent steps, episodes and latest returns that a resume goes on from (done
+        every minute and at `close()`); a library that saves its own model calls it then too, so
+        that after a crash both resume from the same step."""
         save_agent_progress(self.run_dir, self._steps, self._side.episodes,
-                      list(self._side.recent_returns))
+                            list(self._side.recent_returns))
         self._last_save = time.monotonic()
 
     def _record_partial_block(self) -> None:
@@ -219,8 +222,10 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         try:
             self._record_partial_block()
         finally:
-            self._side.close(self._steps)  # the clip source, then the scalars
-            self._save_progress()
+            try:
+                self._side.close(self._steps)  # the clip source, then the scalars
+            finally:
+                self.save_progress()
         self._loop.sup.stop()
         self._session.release_run_dir()  # every child has stopped: a resume may take it now
         self._loop.ch.reward_weights.remove_left_block()
