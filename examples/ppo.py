@@ -45,11 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def wrapper_settings(rest: list[str]) -> tuple[str, dict]:
-    """The game and PreferenceVecEnv's keyword settings from run.py's command line (the game, then
-    its flags); with --resume the game is the run's. SystemExit, in one line, for a bad flag."""
-    from a2c.config import A2CConfig
+def wrapper_settings(rest: list[str]) -> tuple[str, int, dict]:
+    """The game, the envs' seed and PreferenceVecEnv's keyword settings from run.py's command line
+    (the game, then its flags); with --resume the game and seed are the run's. SystemExit, in one
+    line, for a bad flag."""
     from launch.cli import UsageError, given_flags, load_settings
+    from launch.settings import Settings
 
     try:
         given = given_flags(["train_policy_with_preferences", *rest])
@@ -59,15 +60,16 @@ def wrapper_settings(rest: list[str]) -> tuple[str, dict]:
             saved = load_settings(Path(given["resume"]))
             if env_id not in (None, saved.env_id):
                 raise UsageError(f"{given['resume']} is a run of {saved.env_id}, not {env_id}")
-            return saved.env_id, {"n_envs": saved.n_envs, "seed": saved.seed, **given}
+            return saved.env_id, saved.seed, {"n_envs": saved.n_envs, **given}
     except UsageError as e:
         raise SystemExit(f"examples.ppo: {e}") from None
-    return env_id or DEFAULT_ENV, {"n_envs": A2CConfig.n_envs, **given}
+    return (env_id or DEFAULT_ENV, given.get("seed", Settings.seed),
+            {"n_envs": Settings.n_envs, **given})
 
 
 def main(argv: list[str] | None = None) -> int:
     a, rest = build_parser().parse_known_args(argv)
-    env_id, settings = wrapper_settings(rest)
+    env_id, seed, settings = wrapper_settings(rest)
     if a.stop_at_level and not env_id.startswith("MovingDot"):
         raise SystemExit("examples.ppo: --stop_at_level is for MovingDot, whose level is known")
     import torch
@@ -79,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     from examples.sb3_vec_env import SB3VecEnv
     from launch.preference_env import PreferenceVecEnv
 
-    env = PreferenceVecEnv(GymVectorEnv(env_id, settings["n_envs"],
-                                        seed=settings.get("seed", 0)), **settings)
+    env = PreferenceVecEnv(GymVectorEnv(env_id, settings["n_envs"], seed=seed), **settings)
     s = env.settings
     torch.set_num_threads(s.torch_threads)
     model_path = env.run_dir / MODEL_FILE
