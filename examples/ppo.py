@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
     env = PreferenceVecEnv(GymVectorEnv(env_id, settings["n_envs"], seed=seed), **settings)
     s = env.settings
+    env.resume_hint = f"python -m examples.ppo --resume {env.run_dir}"
     torch.set_num_threads(s.torch_threads)
     model_path = env.run_dir / MODEL_FILE
 

@@ -77,6 +77,8 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         # pretraining as they stop run.py; the script's exit then closes this env (atexit below).
         stop_main_process_on_signals(only_default=True)
         self.run_dir = run.dir
+        # the summary's resume line; a script with its own --resume sets its command here
+        self.resume_hint = f"PreferenceVecEnv(env, resume={str(run.dir)!r}) (labels and predictor)"
         self.settings = run.settings  # the run's settings: the given, the env's own, the defaults
         try:
             code, prefs_path, predictor_path = prepare_predictor(run, ctx, self._session,
@@ -243,9 +245,9 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         super().close(**kwargs)
 
     def _summary(self, exit_status: int, trained: bool) -> str:
-        resume = f"PreferenceVecEnv(env, resume={str(self.run_dir)!r}) (labels and predictor)"
         return self._report.summary(exit_status, self.run_dir / PREFS_FILE, trained=trained,
-                                    resume_cmd=resume if exit_status else None, how=self._how)
+                                    resume_cmd=self.resume_hint if exit_status else None,
+                                    how=self._how)
 
 
 def settings_argv(env_id: str, num_envs: int, settings: dict[str, Any]) -> list[str]:
