@@ -1,21 +1,21 @@
 #!/usr/bin/env python3
-"""Enduro's "keep alongside other cars" (§3.2): what the two synthetic teachers make of three
-ways of driving, before any learning.
+"""Enduro's "keep alongside other cars" (§3.2): what the synthetic teachers make of four ways
+of driving, before any learning.
 
     python -m experiments.alongside_teachers                  # 3 episodes of 3,000 steps each
     python -m experiments.alongside_teachers --episodes 1 --steps 1000
     python -m experiments.alongside_teachers --gif follower.gif  # also the follower, drawn
 
-The three drivers: random play, always accelerating, and a scripted follower that steers beside
+The four drivers: random play, always accelerating, always braking, and a scripted follower that
+steers beside
 the nearest car ahead, speeds up to reach it and then brakes or accelerates as that car drifts
 back or ahead, reading the frames with the teachers' own detector
 (`pref_interface.labellers.alongside`). Per driver it prints the share of steps level with
 another car, and for pairs of 25-step clips: how many pairs of its own clips each teacher can
 decide (a tie teaches the predictor nothing), each teacher's mean answer for the driver's clip
 against one of random play (1: always the driver's, 0.5: ties or an even split), and how often
-the two teachers give the same answer to the same pair of the driver's clips; then the time a
-label takes each teacher. The
-follower shows that the behaviour is within reach of a policy that sees only the frames, and
+each teacher gives the counting teacher's answer to the same pair of the driver's clips; then the
+time a label takes each teacher. The follower shows that the behaviour is within reach of a policy that sees only the frames, and
 which teacher says so more clearly.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pref_interface.labellers.teachers import ENDURO_TEACHERS, make_teacher
 
 ENV_ID = "EnduroNoFrameskip-v4"
 CLIP_STEPS = 25  # App. A: clips of 25 agent steps (1.7 s) in Atari
-TEACHERS = tuple(sorted(ENDURO_TEACHERS))  # the count first, then the shaped one
+TEACHERS = ("alongside", *sorted(ENDURO_TEACHERS - {"alongside"}))  # the count first
 _ACTIONS = {name: i for i, name in enumerate(action_names(ENV_ID))}
 # (speed, steer) -> Enduro's action: +1 accelerate / steer right, -1 brake / steer left
 _DRIVE = {(0, 0): "noop", (1, 0): "fire", (-1, 0): "down", (0, 1): "right", (0, -1): "left",
@@ -86,7 +86,7 @@ def play(driver: str, steps: int, seed: int) -> np.ndarray:
             frame = obs[0, -1].copy()
             frames.append(frame)
             action = (int(rng.integers(len(_ACTIONS))) if driver == "random" else
-                      _ACTIONS["fire"] if driver == "fire" else follower(frame))
+                      follower(frame) if driver == "follower" else _ACTIONS[driver])
             obs = env.step(np.array([action])).obs
     finally:
         env.close()
@@ -151,11 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{ENV_ID}: {a.episodes} episode(s) of {a.steps:,} steps per driver, "
           f"{a.pairs} pairs of {CLIP_STEPS}-step clips per teacher")
     print("| driver | level with a car | " + " | ".join(
-        f"{t}: decided / against random" for t in TEACHERS) + " | same answer |")
-    print("|---|---|" + "---|" * len(TEACHERS) + "---|")
+        f"{t}: decided / against random" for t in TEACHERS) + " | " + " | ".join(
+        f"{t}: the count's answer" for t in TEACHERS[1:]) + " |")
+    print("|---|---|" + "---|" * (2 * len(TEACHERS) - 1))
     label_s: dict[str, list[float]] = {name: [] for name in teachers}  # a label's time, per driver
     terms = []  # the shaped teacher's terms, per driver
-    for driver in ("random", "fire", "follower"):
+    for driver in ("random", "fire", "down", "follower"):
         episodes = [play(driver, a.steps, seed) for seed in range(a.episodes)]
         level = np.mean([is_alongside(f) for e in episodes for f in e[STACK - 1:]])
         clips[driver] = [c for e in episodes for c in clips_of(e)]
@@ -173,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         cells = [f"{np.mean(own[name] != 0.5):.0%} / "
                  f"{np.mean([t.label(*pair) for pair in against]):.2f}"
                  for name, t in teachers.items()]
-        same = np.mean(own[TEACHERS[0]] == own[TEACHERS[1]])
-        print(f"| {driver} | {level:.1%} | " + " | ".join(cells) + f" | {same:.0%} |", flush=True)
+        same = [f"{np.mean(own[TEACHERS[0]] == own[name]):.0%}" for name in TEACHERS[1:]]
+        print(f"| {driver} | {level:.1%} | " + " | ".join(cells + same) + " |", flush=True)
         if driver == "follower" and a.gif:
             from runtime.video import write_gif
 

@@ -197,6 +197,7 @@ class Settings:
     teacher: str = setting(
         LabellingConfig.teacher, "prefs", "synthetic labeller: oracle, alongside, "
         "alongside_shaped:closing=C (Enduro: level steps, plus C for closing in on a car), "
+        "alongside_near:near=W (Enduro: level steps, plus W times each step's nearness to a car), "
         "boltzmann:beta=B, mistake:eps=E, skip:threshold=X, equal:threshold=X or myopic:gamma=G "
         "(B-Pref teachers)", check=teacher_spec)
     episode_end_penalty: float | None = setting(
@@ -253,8 +254,8 @@ class Settings:
         False, "predictor", "train the policy on the loaded predictor without collecting labels "
         "or training the predictor")
     teacher_reward: bool = setting(
-        False, "predictor", "with --synthetic_prefs and an Enduro teacher (--teacher alongside or "
-        "alongside_shaped): train the policy on the teacher's own per-step score, scaled as r̂ "
+        False, "predictor", "with --synthetic_prefs and an Enduro teacher (--teacher alongside, "
+        "alongside_shaped or alongside_near): train the policy on the teacher's own per-step score, scaled as r̂ "
         "is, without labels or a predictor (about what a predictor that learnt the teacher "
         "perfectly would give; its episode sums are charts/predicted_return)")
     adaptive_l2: bool = setting(

@@ -220,6 +220,28 @@ def test_a_clip_closing_in_on_a_car_is_preferred_where_counting_level_steps_ties
     assert ShapedAlongsideTeacher(closing=20).label(level, closing_clip(approach)) == 0.0
 
 
+def test_the_near_teacher_sums_each_steps_level_and_nearness_to_a_car():
+    """`alongside_near`: a clip is worth its level steps plus `near` times the nearness of each
+    step's frame, so sitting close behind a car beats none seen, and a step level with a car is
+    worth 1 + near."""
+    none, far, close = [None] * 28, [36] * 28, [48] * 28  # a car 18 and 6 rows ahead, or none
+    near = make_teacher("alongside_near")
+    assert near.near == 1.0 and make_teacher("alongside_near:near=3").near == 3.0
+    with pytest.raises(ValueError, match="near must be >= 0"):
+        make_teacher("alongside_near:near=-1")
+    worth = near.returns(*map(closing_clip, (close, far)))
+    # the player's top row is 57: gaps of 6 and 18 rows of 23, over 25 steps
+    assert worth == pytest.approx((25 * (1 - 6 / 23), 25 * (1 - 18 / 23)))
+    assert near.label(closing_clip(close), closing_clip(far)) == 1.0
+    assert near.label(closing_clip(none), closing_clip(far)) == 0.0
+    assert AlongsideTeacher().label(closing_clip(close), closing_clip(none)) == 0.5
+    level = clip([True] * 5 + [False] * 20)
+    assert near.returns(level, level)[0] == pytest.approx(5 * 2.0)
+    # per step, as --teacher_reward trains on it: the newest frame of each observation
+    obs = np.stack([closing_clip(close).frames()[:STACK], closing_clip(none).frames()[:STACK]])
+    np.testing.assert_allclose(near.step_scores(obs), [1 - 6 / 23, 0.0])
+
+
 def test_teacher_alongside_shaped_is_a_command_line_choice_for_enduro(tmp_path):
     from launch import cli
 
@@ -434,10 +456,10 @@ def test_the_teachers_experiment_prints_a_row_per_driver_and_draws_the_follower(
     assert main(["--episodes", "1", "--steps", "60", "--pairs", "4", "--gif", str(gif),
                  "--gif_steps", "12"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
-    drivers = ["| random", "| fire", "| follower"]
-    assert [r.split(" | ")[0] for r in rows[1:4] + rows[5:]] == drivers * 2
+    drivers = ["| random", "| fire", "| down", "| follower"]
+    assert [r.split(" | ")[0] for r in rows[1:5] + rows[6:]] == drivers * 2
     # the level term per step is 0 or 1: its variance is p (1 - p), p the driver's level share
-    for shares, terms in zip(rows[1:4], rows[5:]):
+    for shares, terms in zip(rows[1:5], rows[6:]):
         p = float(shares.split(" | ")[1].rstrip("%")) / 100
         assert float(terms.split(" | ")[1].split(" / ")[0]) == pytest.approx(p * (1 - p), abs=2e-3)
     with Image.open(gif) as drawn:

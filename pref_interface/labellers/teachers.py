@@ -2,10 +2,10 @@
 
 The synthetic oracle of §3.1 is here, with the scripted teachers of B-Pref (Lee et al. 2021):
 Boltzmann-rational, mistake, skip, equal and myopic, Enduro's "keep alongside other cars" (§3.2)
-counted and as a person would judge it, and `make_teacher` to pick one from a CLI string. The
+counted, shaped by closing in and by nearness, and `make_teacher` to pick one from a CLI string. The
 person as a labeller (`human.py`) implements the same `Labeller` protocol.
 
-Every synthetic teacher but the two "alongside" ones judges a clip by its true reward, minus
+Every synthetic teacher but the "alongside" ones judges a clip by its true reward, minus
 `episode_end_penalty` for each episode end inside the clip (App. A: the agent is never told of
 episode ends, so the synthetic oracle penalises them instead, except in Pong).
 """
@@ -16,7 +16,7 @@ from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 
-from clips.clip import Clip
+from clips.clip import STACK, Clip
 from pref_interface.labellers.alongside import alongside_steps, clip_alongside, clip_closing, nearness
 
 
@@ -235,11 +235,39 @@ class ShapedAlongsideTeacher(AlongsideTeacher):
         return super().step_scores(obs) + self.closing * np.array(closer)
 
 
+class NearAlongsideTeacher(AlongsideTeacher):
+    """"Keep alongside other cars" judged by how much of a clip is spent near another car: each
+    step's worth is 1 if level with a car, plus `near` times its nearness to the nearest car (1
+    level, falling to 0 for a car at the top of the road or none seen). A person credits a clip
+    that sits close behind a car or catches one up; unlike the shaped teacher's closing term,
+    each step's worth is read from its own frame, as the predictor's r̂ is."""
+
+    measure = "the near alongside score"
+
+    def __init__(self, near: float = 1.0, rng: np.random.Generator | int | None = None,
+                 episode_end_penalty: float = 0.0) -> None:
+        super().__init__(episode_end_penalty)
+        if not near >= 0:
+            raise ValueError(f"near must be >= 0, got {near}")
+        self.near = float(near)
+
+    def returns(self, left: Clip, right: Clip) -> tuple[float, float]:
+        return tuple(float(self._frame_scores(c.frames()[STACK - 1:]).sum()) for c in (left, right))
+
+    def step_scores(self, obs: np.ndarray) -> np.ndarray:
+        return self._frame_scores(obs[:, -1])
+
+    def _frame_scores(self, frames: np.ndarray) -> np.ndarray:
+        return (alongside_steps(frames).astype(np.float64)
+                + self.near * np.array([nearness(f) for f in frames]))
+
+
 # kind -> (class, its one parameter and that parameter's default); "oracle", "alongside": none.
 TEACHERS: dict[str, tuple[Callable[..., OracleTeacher], str | None, float | None]] = {
     "oracle": (OracleTeacher, None, None),
     "alongside": (AlongsideTeacher, None, None),
     "alongside_shaped": (ShapedAlongsideTeacher, "closing", 10.0),
+    "alongside_near": (NearAlongsideTeacher, "near", 1.0),
     "boltzmann": (BoltzmannTeacher, "beta", 1.0),
     "mistake": (MistakeTeacher, "eps", 0.1),
     "skip": (SkipTeacher, "threshold", 0.0),
@@ -247,9 +275,10 @@ TEACHERS: dict[str, tuple[Callable[..., OracleTeacher], str | None, float | None
     "myopic": (MyopicTeacher, "gamma", 0.9),
 }
 # the teachers that judge Enduro's frames, not the reward
-ENDURO_TEACHERS = frozenset({"alongside", "alongside_shaped"})
+ENDURO_TEACHERS = frozenset({"alongside", "alongside_shaped", "alongside_near"})
 TEACHER_SPECS = ("oracle, boltzmann:beta=1.0, mistake:eps=0.1, skip:threshold=0, equal:threshold=0.5, "
-                 "myopic:gamma=0.9, alongside (Enduro), alongside_shaped:closing=10 (Enduro)")
+                 "myopic:gamma=0.9, alongside (Enduro), alongside_shaped:closing=10 (Enduro), "
+                 "alongside_near:near=1 (Enduro)")
 
 
 def teacher_kind(spec: str) -> str:
