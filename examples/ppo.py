@@ -11,7 +11,8 @@ with `--torch_threads` threads and its `--seed`; A2C's own flags (`--ent_coef`, 
 not reach PPO, whose settings are PPO_SETTINGS below. PPO sees only r̂, the reward
 predictor's; the run directory is run.py's (label store, predictor checkpoints, TensorBoard logs,
 settings.json), with PPO's own model saved as `ppo.zip` every 100,000 agent steps and when the
-script stops (Ctrl-C, SIGTERM). `--resume DIR` goes on from the saved model, labels and predictor
+script stops (Ctrl-C, SIGTERM); in an Atari game its network is saved beside it as our policy
+weights file `ppo_policy.pt`, which `experiments.evaluate` and `run_checkpoint.py` play. `--resume DIR` goes on from the saved model, labels and predictor
 (after a crash or SIGKILL, from the last save).
 With `--stop_at_level` (MovingDot only) training stops once the mean true return of the last 64
 episodes reaches 90% of the scripted policy's (envs/scores.py), as
@@ -30,6 +31,12 @@ DEFAULT_ENV = "MovingDotNoFrameskip-v0"
 PPO_SETTINGS = dict(n_steps=128, batch_size=256, n_epochs=4, learning_rate=2.5e-4, clip_range=0.1,
                     ent_coef=0.01, vf_coef=0.5)
 MODEL_FILE = "ppo.zip"
+# PPO's network as one of our policy weights files, saved with the model (Atari games): what
+# experiments.evaluate, run_checkpoint.py and the GIFs play. SB3's CnnPolicy is our nature_cnn.
+POLICY_FILE = "ppo_policy.pt"
+_SB3_NAMES = {"pi_features_extractor.cnn.0": "torso.0", "pi_features_extractor.cnn.2": "torso.2",
+              "pi_features_extractor.cnn.4": "torso.4", "pi_features_extractor.linear.0": "torso.7",
+              "action_net": "policy", "value_net": "value"}
 SAVE_EVERY = 100_000  # agent steps between saves of PPO's model
 
 
@@ -67,6 +74,15 @@ def wrapper_settings(rest: list[str]) -> tuple[str, int, dict]:
             {"n_envs": Settings.n_envs, **given})
 
 
+def policy_weights(model) -> dict:
+    """PPO's CnnPolicy as our weights file's contents ({'policy', 'timesteps'}), for
+    `a2c.checkpoint.save_policy_weights`: the Nature CNN torso and the two heads, renamed."""
+    state = model.policy.state_dict()
+    policy = {f"{ours}.{kind}": state[f"{theirs}.{kind}"].detach().clone()
+              for theirs, ours in _SB3_NAMES.items() for kind in ("weight", "bias")}
+    return {"policy": policy, "timesteps": int(model.num_timesteps)}
+
+
 def main(argv: list[str] | None = None) -> int:
     a, rest = build_parser().parse_known_args(argv)
     env_id, seed, settings = wrapper_settings(rest)
@@ -76,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
 
+    from a2c.checkpoint import save_policy_weights
+    from envs import env_kind
     from envs.gym_vector import GymVectorEnv
     from envs.scores import MOVING_DOT_LEVEL
     from examples.sb3_vec_env import SB3VecEnv
@@ -88,10 +106,15 @@ def main(argv: list[str] | None = None) -> int:
     model_path = env.run_dir / MODEL_FILE
 
     def save(model: PPO) -> None:
-        """PPO's model, and the wrapper's count of agent steps with it."""
+        """PPO's model (and, in an Atari game, its network as our weights file), and the
+        wrapper's count of agent steps with them."""
         tmp = model_path.with_suffix(".tmp.zip")
         model.save(tmp)
         os.replace(tmp, model_path)
+        if env_kind(env_id) == "atari":
+            tmp = env.run_dir / f"{POLICY_FILE}.tmp"
+            save_policy_weights(tmp, policy_weights(model))
+            os.replace(tmp, env.run_dir / POLICY_FILE)
         env.save_progress()
 
     class Callback(BaseCallback):

@@ -279,6 +279,41 @@ def test_stable_baselines3_ppo_trains_through_the_wrapper_and_resumes(tmp_path):
     assert json.loads((d / AGENT_PROGRESS_FILE).read_text())["agent_steps"] >= 4000
 
 
+def test_ppos_atari_network_becomes_our_policy_weights_file_with_the_same_logits(tmp_path):
+    """`examples.ppo.policy_weights`: SB3's CnnPolicy renamed into our Nature CNN, so that the
+    evaluator plays PPO's policy: the same logits and values on the same frames."""
+    import gymnasium
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from a2c.checkpoint import load_policy_weights, save_policy_weights
+    from a2c.policies import make_policy
+    from examples.ppo import policy_weights
+
+    class Frames(gymnasium.Env):
+        observation_space = gymnasium.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+        action_space = gymnasium.spaces.Discrete(9)
+
+        def reset(self, seed=None, options=None):
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            return self.observation_space.sample(), 0.0, False, False, {}
+
+    model = PPO("CnnPolicy", DummyVecEnv([Frames]), n_steps=8, batch_size=8, seed=0)
+    save_policy_weights(tmp_path / "p.pt", policy_weights(model))
+    ours = make_policy("atari", 9)
+    ours.load_state_dict(load_policy_weights(tmp_path / "p.pt")["policy"])
+    obs = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (5, 4, 84, 84), np.uint8))
+    with torch.no_grad():
+        logits, value = ours(obs)
+        theirs = model.policy.get_distribution(obs.float()).distribution.logits
+        their_value = model.policy.predict_values(obs.float()).squeeze(-1)
+    torch.testing.assert_close(torch.log_softmax(logits, -1), theirs, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(value, their_value, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(3700)
 def test_ppo_learns_moving_dot_from_preferences_through_the_wrapper(tmp_path):
