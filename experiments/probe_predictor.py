@@ -4,6 +4,7 @@
     python -m experiments.probe_predictor RUN_DIR                 # random play
     python -m experiments.probe_predictor RUN_DIR --policy run    # the run's newest policy
     python -m experiments.probe_predictor RUN_DIR --policy fixed  # each action held throughout
+    python -m experiments.probe_predictor RUN_DIR --stored_labels # the run's own labels
 
 Plays the run's env, scores every step with the run's saved predictor exactly as A2C gets it
 (eval mode, each member normalised, members averaged), and prints:
@@ -18,7 +19,11 @@ closing in on one (`alongside_shaped`). With `--out` it draws the last
 two. Comparing `--policy random` with `--policy run` shows reward hacking: the policy's own clips
 scored well by r̂ but badly by the game. `--policy fixed` plays each action held at every step,
 from the same starts, and prints one line each: r̂'s mean a step and the true reward's (or the
-share of steps level with a car), what the simplest play earns from each.
+share of steps level with a car), what the simplest play earns from each. `--stored_labels`
+plays nothing: it scores the run's own training and validation labels (ties left out), each
+member's and the ensemble's accuracy, and for a run of one of Enduro's teachers how often the
+count of level steps alone gives the label (a predictor that learnt only the count would score
+that): does the predictor fit its own labels at all?
 """
 from __future__ import annotations
 
@@ -226,6 +231,38 @@ def report(probe: Probe) -> str:
     return "\n".join(lines)
 
 
+def stored_label_accuracy(run: Run, counted: bool) -> str:
+    """Per split of the run's stored labels (ties left out): each member's and the ensemble's
+    accuracy (eval mode, as A2C's r̂), and with `counted` the count of level steps' accuracy
+    (an equal count scores one half)."""
+    from launch.configs import trainer_config
+    from pref_interface.labellers.alongside import clip_alongside
+    from reward_predictor.process import load_prefs
+    from reward_predictor.reward_fn import load_ensemble
+
+    config = trainer_config(run, load_from=None, save=False)
+    ensemble = load_ensemble(config, str(run.dir / "reward_predictor" / "reward_predictor.pt"))
+    ensemble.eval()
+    prefs = [p for p in load_prefs(str(run.dir / "prefs.sqlite"), config.max_prefs) if p.mu != 0.5]
+    lines = ["| labels | decided | members | ensemble |" + (" count alone |" if counted else ""),
+             "|---|---|---|---|" + ("---|" if counted else "")]
+    for name, split in (("training", [p for p in prefs if not p.is_validation]),
+                        ("validation", [p for p in prefs if p.is_validation])):
+        if not split:
+            continue
+        p_left = np.concatenate([ensemble.predict_preference([p.left for p in split[i:i + 32]],
+                                                             [p.right for p in split[i:i + 32]])
+                                 for i in range(0, len(split), 32)], axis=1)
+        left = np.array([p.mu > 0.5 for p in split])
+        members = " / ".join(f"{acc:.0%}" for acc in ((p_left > 0.5) == left).mean(axis=1))
+        line = f"| {name} | {len(split)} | {members} | {((p_left.mean(0) > 0.5) == left).mean():.0%} |"
+        if counted:
+            diff = np.array([clip_alongside(p.left) - clip_alongside(p.right) for p in split])
+            line += f" {np.where(diff != 0, (diff > 0) == left, 0.5).mean():.0%} |"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run_dir", help="a run directory with a saved reward predictor")
@@ -236,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n_envs", type=int, default=8, help="envs played side by side")
     p.add_argument("--seed", type=int, default=1, help="env and action seed")
     p.add_argument("--out", help="write the figure here (.png)")
+    p.add_argument("--stored_labels", action="store_true",
+                   help="play nothing: the predictor's accuracy on the run's own stored labels")
     a = p.parse_args(argv)
     run_dir = Path(a.run_dir)
     if not (run_dir / "settings.json").is_file() or \
@@ -249,6 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     from launch.cli import UsageError, saved_run
     try:
         run = saved_run(run_dir)
+        if a.stored_labels:
+            counted = teacher_kind(run.settings.teacher) in ENDURO_TEACHERS
+            print(f"{run_dir}: the predictor on its own labels\n"
+                  f"{stored_label_accuracy(run, counted)}")
+            return 0
         env, reward_fn, act = load_run(run, "run" if a.policy == "run" else "random", a.n_envs,
                                        a.seed)
     except (CheckpointError, UsageError) as e:

@@ -153,3 +153,37 @@ def test_each_action_is_held_at_every_step_from_the_same_starts():
     assert not probes["noop"].true.any()  # a dot that never moves is never rewarded
     text = each_action_report(probes)
     assert text.splitlines()[1].startswith("always up") and "r̂ +1.0000 a step" in text
+
+
+def test_stored_labels_scores_the_predictor_on_its_own_training_and_validation_labels(
+        tmp_path, capsys):
+    """`--stored_labels`: a row per split with each member's and the ensemble's accuracy; with
+    every label turned round, every accuracy becomes its complement."""
+    import re
+    import shutil
+    from pathlib import Path
+
+    from pref_interface.store import PreferenceStore
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parent / "fixtures" / "run_29d3a96", run)
+
+    def rows() -> dict[str, list[int]]:
+        assert main([str(run), "--stored_labels"]) == 0
+        found = re.findall(r"^\| (training|validation) \| (\d+) \| ([\d% /]+) \| (\d+)% \|$",
+                           capsys.readouterr().out, re.MULTILINE)
+        return {name: [int(n), *map(int, re.findall(r"\d+", members)), int(ensemble)]
+                for name, n, members, ensemble in found}
+
+    before = rows()
+    with PreferenceStore(run / "prefs.sqlite", create=False) as store:
+        decided = [(i, store.get(i).mu) for i in store.all_ids() if store.get(i).mu != 0.5]
+        for i, mu in decided:
+            store.set_mu(i, 1.0 - mu)
+    after = rows()
+    assert set(before) == {"training", "validation"} and len(before["training"]) == 5
+    assert before["training"][0] + before["validation"][0] == len(decided)
+    for split in before:
+        assert after[split][0] == before[split][0]
+        # each accuracy is rounded to a whole percent, so the two add up to 100 within 1
+        assert all(abs(a + b - 100) <= 1 for a, b in zip(after[split][1:], before[split][1:]))
