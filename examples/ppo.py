@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -101,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
 
     env = PreferenceVecEnv(GymVectorEnv(env_id, settings["n_envs"], seed=seed), **settings)
     s = env.settings
-    env.resume_hint = f"python -m examples.ppo --resume {env.run_dir}"
+    env.resume_hint = f"python -m examples.ppo --resume {shlex.quote(str(env.run_dir))}"
+    if env_kind(env_id) == "atari":
+        env.watch_hint = (f"python run_checkpoint.py {env_id} "
+                          f"{shlex.quote(str(env.run_dir / POLICY_FILE))}")
     torch.set_num_threads(s.torch_threads)
     model_path = env.run_dir / MODEL_FILE
 

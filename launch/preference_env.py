@@ -77,8 +77,10 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         # pretraining as they stop run.py; the script's exit then closes this env (atexit below).
         stop_main_process_on_signals(only_default=True)
         self.run_dir = run.dir
-        # the summary's resume line; a script with its own --resume sets its command here
+        # the summary's resume line, and a line to watch the caller's policy (none by default):
+        # a script that saves its policy or has its own --resume sets its commands here
         self.resume_hint = f"PreferenceVecEnv(env, resume={str(run.dir)!r}) (labels and predictor)"
+        self.watch_hint: str | None = None
         self.settings = run.settings  # the run's settings: the given, the env's own, the defaults
         try:
             code, prefs_path, predictor_path = prepare_predictor(run, ctx, self._session,
@@ -246,6 +248,7 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
 
     def _summary(self, exit_status: int, trained: bool) -> str:
         return self._report.summary(exit_status, self.run_dir / PREFS_FILE, trained=trained,
+                                    watch_cmd=self.watch_hint if trained else None,
                                     resume_cmd=self.resume_hint if exit_status else None,
                                     how=self._how)
 
