@@ -12,8 +12,9 @@ not reach PPO, whose settings are PPO_SETTINGS below. PPO sees only r̂, the rew
 predictor's; the run directory is run.py's (label store, predictor checkpoints, TensorBoard logs,
 settings.json), with PPO's own model saved as `ppo.zip` every 100,000 agent steps and when the
 script stops (Ctrl-C, SIGTERM); in an Atari game its network is saved beside it as our policy
-weights file `ppo_policy.pt`, which `experiments.evaluate` and `run_checkpoint.py` play. `--resume DIR` goes on from the saved model, labels and predictor
-(after a crash or SIGKILL, from the last save).
+weights file `ppo_policy.pt`, which `experiments.evaluate` and `run_checkpoint.py` play.
+`--resume DIR` goes on from the saved model, labels and predictor (after a crash or SIGKILL,
+from the last save).
 With `--stop_at_level` (MovingDot only) training stops once the mean true return of the last 64
 episodes reaches 90% of the scripted policy's (envs/scores.py), as
 `benchmarks/bench_ppo_wrapper.py` measures it.
