@@ -15,8 +15,8 @@ another car, and for pairs of 25-step clips: how many pairs of its own clips eac
 decide (a tie teaches the predictor nothing), each teacher's mean answer for the driver's clip
 against one of random play (1: always the driver's, 0.5: ties or an even split), and how often
 each teacher gives the counting teacher's answer to the same pair of the driver's clips; then the
-time a label takes each teacher. The follower shows that the behaviour is within reach of a policy that sees only the frames, and
-which teacher says so more clearly.
+time a label takes each teacher. The follower shows that the behaviour is within reach of a
+policy that sees only the frames, and which teacher says so more clearly.
 """
 from __future__ import annotations
 
