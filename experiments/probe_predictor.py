@@ -15,14 +15,14 @@ Plays the run's env, scores every step with the run's saved predictor exactly as
 - the mean predicted reward in the steps around true reward events (a miss in Pong is -1).
 For a run taught by one of Enduro's teachers, r̂ is compared with that teacher's score of each step
 instead of the game's reward: the steps level with another car (`alongside`), plus the credit for
-closing in on one (`alongside_shaped`). With `--out` it draws the last
-two. Comparing `--policy random` with `--policy run` shows reward hacking: the policy's own clips
+closing in on one (`alongside_shaped`) or for each step's nearness to one (`alongside_near`). With
+`--out` it draws the last two. Comparing `--policy random` with `--policy run` shows reward hacking: the policy's own clips
 scored well by r̂ but badly by the game. `--policy fixed` plays each action held at every step,
 from the same starts, and prints one line each: r̂'s mean a step and the true reward's (or the
 share of steps level with a car), what the simplest play earns from each. `--stored_labels`
 plays nothing: it scores the run's own training and validation labels (ties left out), each
-member's and the ensemble's accuracy, and for a run of one of Enduro's teachers how often the
-count of level steps alone gives the label (a predictor that learnt only the count would score
+member's accuracy and that of the reward A2C is given, and for a run of one of Enduro's teachers
+how often the count of level steps alone gives the label (a predictor that learnt only the count would score
 that): does the predictor fit its own labels at all?
 """
 from __future__ import annotations
@@ -124,19 +124,25 @@ def collect(env, reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
                  TRUE_REWARD if teacher is None else teacher.measure)
 
 
+def saved_predictor(run: Run):
+    """The run's saved reward predictor, as A2C uses it (raises CheckpointError)."""
+    from launch.configs import trainer_config
+    from launch.rundir import PREDICTOR_FILE
+    from reward_predictor.reward_fn import load_ensemble
+
+    return load_ensemble(trainer_config(run, load_from=None, save=False),
+                         str(run.dir / "reward_predictor" / PREDICTOR_FILE))
+
+
 def load_run(run: Run, policy: str, n_envs: int, seed: int):
     """The run's env, its predictor as A2C uses it, and an action function."""
     import torch
 
     from a2c.rollout import sample_actions
     from envs import make_vec_env
-    from launch.configs import trainer_config
-    from launch.rundir import PREDICTOR_FILE
-    from reward_predictor.reward_fn import load_ensemble
 
     kind = run.env_kind
-    ensemble = load_ensemble(trainer_config(run, load_from=None, save=False),
-                             str(run.dir / "reward_predictor" / PREDICTOR_FILE))
+    ensemble = saved_predictor(run)
     env = make_vec_env(run.settings.env_id, n_envs, seed=seed, num_threads=1)
     if policy == "random":
         rng = np.random.default_rng(seed)
@@ -232,33 +238,28 @@ def report(probe: Probe) -> str:
 
 
 def stored_label_accuracy(run: Run, counted: bool) -> str:
-    """Per split of the run's stored labels (ties left out): each member's and the ensemble's
-    accuracy (eval mode, as A2C's r̂), and with `counted` the count of level steps' accuracy
-    (an equal count scores one half)."""
-    from launch.configs import trainer_config
-    from pref_interface.labellers.alongside import clip_alongside
+    """Per split of the run's stored labels (ties left out): each member's accuracy and that of
+    the reward A2C is given (the members' normalised returns averaged), and with `counted` how
+    often the counting teacher gives the label (its ties score one half)."""
+    from launch.rundir import PREFS_FILE
     from reward_predictor.process import load_prefs
-    from reward_predictor.reward_fn import load_ensemble
 
-    config = trainer_config(run, load_from=None, save=False)
-    ensemble = load_ensemble(config, str(run.dir / "reward_predictor" / "reward_predictor.pt"))
-    ensemble.eval()
-    prefs = [p for p in load_prefs(str(run.dir / "prefs.sqlite"), config.max_prefs) if p.mu != 0.5]
-    lines = ["| labels | decided | members | ensemble |" + (" count alone |" if counted else ""),
+    ensemble = saved_predictor(run)
+    prefs = [p for p in load_prefs(str(run.dir / PREFS_FILE), run.settings.max_prefs)
+             if p.mu != 0.5]
+    count = AlongsideTeacher()
+    lines = ["| labels | decided | members | r̂ |" + (" count alone |" if counted else ""),
              "|---|---|---|---|" + ("---|" if counted else "")]
     for name, split in (("training", [p for p in prefs if not p.is_validation]),
                         ("validation", [p for p in prefs if p.is_validation])):
         if not split:
             continue
-        p_left = np.concatenate([ensemble.predict_preference([p.left for p in split[i:i + 32]],
-                                                             [p.right for p in split[i:i + 32]])
-                                 for i in range(0, len(split), 32)], axis=1)
-        left = np.array([p.mu > 0.5 for p in split])
-        members = " / ".join(f"{acc:.0%}" for acc in ((p_left > 0.5) == left).mean(axis=1))
-        line = f"| {name} | {len(split)} | {members} | {((p_left.mean(0) > 0.5) == left).mean():.0%} |"
+        scores = ensemble.evaluate(split)
+        members = " / ".join(f"{acc:.0%}" for acc in scores["member_accuracy"])
+        line = f"| {name} | {len(split)} | {members} | {scores['accuracy']:.0%} |"
         if counted:
-            diff = np.array([clip_alongside(p.left) - clip_alongside(p.right) for p in split])
-            line += f" {np.where(diff != 0, (diff > 0) == left, 0.5).mean():.0%} |"
+            agree = [1.0 - abs(count.label(p.left, p.right) - p.mu) for p in split]
+            line += f" {np.mean(agree):.0%} |"
         lines.append(line)
     return "\n".join(lines)
 

@@ -187,3 +187,20 @@ def test_stored_labels_scores_the_predictor_on_its_own_training_and_validation_l
         assert after[split][0] == before[split][0]
         # each accuracy is rounded to a whole percent, so the two add up to 100 within 1
         assert all(abs(a + b - 100) <= 1 for a, b in zip(after[split][1:], before[split][1:]))
+
+
+def test_stored_labels_gives_the_level_counts_answer_where_it_can_count(tmp_path):
+    """The count column: on MovingDot's frames no car is ever level, so the count ties every
+    pair and scores one half; the predictor's columns are there as without it."""
+    import shutil
+    from pathlib import Path
+
+    from experiments.probe_predictor import stored_label_accuracy
+    from launch.cli import saved_run
+
+    run = tmp_path / "run"  # a copy: opening the store tidies its files
+    shutil.copytree(Path(__file__).resolve().parent / "fixtures" / "run_29d3a96", run)
+    table = stored_label_accuracy(saved_run(run), counted=True)
+    rows = [line.split(" | ") for line in table.splitlines()[2:]]
+    assert [r[0] for r in rows] == ["| training", "| validation"]
+    assert all(r[-1] == "50% |" and len(r[2].split(" / ")) == 3 for r in rows)
