@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stable_baselines3 import PPO
 
 DEFAULT_ENV = "MovingDotNoFrameskip-v0"
 # PPO's Atari settings from rl-baselines3-zoo (n_steps 128, 4 epochs of minibatches of 256,
@@ -76,7 +79,7 @@ def wrapper_settings(rest: list[str]) -> tuple[str, int, dict]:
             {"n_envs": Settings.n_envs, **given})
 
 
-def policy_weights(model) -> dict:
+def policy_weights(model: "PPO") -> dict:
     """PPO's CnnPolicy as our weights file's contents ({'policy', 'timesteps'}), for
     `a2c.checkpoint.save_policy_weights`: the Nature CNN torso and the two heads, renamed."""
     state = model.policy.state_dict()
@@ -101,12 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     from examples.sb3_vec_env import SB3VecEnv
     from launch.preference_env import PreferenceVecEnv
 
-    env = PreferenceVecEnv(GymVectorEnv(env_id, settings["n_envs"], seed=seed), **settings)
+    atari = env_kind(env_id) == "atari"  # PPO's network is then also our policy weights file
+    env = PreferenceVecEnv(
+        GymVectorEnv(env_id, settings["n_envs"], seed=seed),
+        resume_hint="python -m examples.ppo --resume {run_dir}",
+        watch_hint=f"python run_checkpoint.py {env_id} {{run_dir}}/{POLICY_FILE}" if atari else None,
+        **settings)
     s = env.settings
-    env.resume_hint = f"python -m examples.ppo --resume {shlex.quote(str(env.run_dir))}"
-    if env_kind(env_id) == "atari":
-        env.watch_hint = (f"python run_checkpoint.py {env_id} "
-                          f"{shlex.quote(str(env.run_dir / POLICY_FILE))}")
     torch.set_num_threads(s.torch_threads)
     model_path = env.run_dir / MODEL_FILE
 
@@ -116,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = model_path.with_suffix(".tmp.zip")
         model.save(tmp)
         os.replace(tmp, model_path)
-        if env_kind(env_id) == "atari":
+        if atari:
             tmp = env.run_dir / f"{POLICY_FILE}.tmp"
             save_policy_weights(tmp, policy_weights(model))
             os.replace(tmp, env.run_dir / POLICY_FILE)

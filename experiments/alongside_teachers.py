@@ -33,7 +33,7 @@ from pref_interface.labellers.teachers import ENDURO_TEACHERS, make_teacher
 
 ENV_ID = "EnduroNoFrameskip-v4"
 CLIP_STEPS = 25  # App. A: clips of 25 agent steps (1.7 s) in Atari
-TEACHERS = ("alongside", *sorted(ENDURO_TEACHERS - {"alongside"}))  # the count first
+TEACHERS = tuple(sorted(ENDURO_TEACHERS))  # the count first
 _ACTIONS = {name: i for i, name in enumerate(action_names(ENV_ID))}
 # (speed, steer) -> Enduro's action: +1 accelerate / steer right, -1 brake / steer left
 _DRIVE = {(0, 0): "noop", (1, 0): "fire", (-1, 0): "down", (0, 1): "right", (0, -1): "left",

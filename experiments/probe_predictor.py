@@ -16,14 +16,14 @@ Plays the run's env, scores every step with the run's saved predictor exactly as
 For a run taught by one of Enduro's teachers, r̂ is compared with that teacher's score of each step
 instead of the game's reward: the steps level with another car (`alongside`), plus the credit for
 closing in on one (`alongside_shaped`) or for each step's nearness to one (`alongside_near`). With
-`--out` it draws the last two. Comparing `--policy random` with `--policy run` shows reward hacking: the policy's own clips
-scored well by r̂ but badly by the game. `--policy fixed` plays each action held at every step,
-from the same starts, and prints one line each: r̂'s mean a step and the true reward's (or the
-share of steps level with a car), what the simplest play earns from each. `--stored_labels`
-plays nothing: it scores the run's own training and validation labels (ties left out), each
-member's accuracy and that of the reward A2C is given, and for a run of one of Enduro's teachers
-how often the count of level steps alone gives the label (a predictor that learnt only the count would score
-that): does the predictor fit its own labels at all?
+`--out` it draws the last two. Comparing `--policy random` with `--policy run` shows reward
+hacking: the policy's own clips scored well by r̂ but badly by the game. `--policy fixed` plays
+each action held at every step, from the same starts, and prints one line each: r̂'s mean a step
+and the true reward's (or the share of steps level with a car), what the simplest play earns from
+each. `--stored_labels` plays nothing: it scores the run's own training and validation labels
+(ties left out), each member's accuracy and that of the reward A2C is given, and for a run of one
+of Enduro's teachers how often the count of level steps alone gives the label (a predictor that
+learnt only the count would score that): does the predictor fit its own labels at all?
 """
 from __future__ import annotations
 

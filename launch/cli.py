@@ -172,7 +172,7 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
                              or s.load_reward_predictor_ckpt_dir):
         raise UsageError("--teacher_reward trains a policy on a synthetic teacher's per-step score "
                          "alone: train_policy_with_preferences with --synthetic_prefs and --teacher "
-                         "alongside, alongside_shaped or alongside_near, and no --frozen_reward_predictor or "
+                         f"{' or '.join(sorted(ENDURO_TEACHERS))}, and no --frozen_reward_predictor or "
                          "--load_* of labels or a predictor")
     if teacher_kind(s.teacher) in ENDURO_TEACHERS and not judges(s.env_id):
         raise UsageError(f"--teacher {teacher_kind(s.teacher)} reads Enduro's frames; this run is "

@@ -18,6 +18,7 @@ processes start from a fresh interpreter or a fork server, and import the script
 from __future__ import annotations
 
 import atexit
+import shlex
 import sys
 import time
 from typing import Any
@@ -52,8 +53,13 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
     labelled (by a person or `synthetic_prefs=True`) while the predictor trains on the labels.
     `close()` stops the processes (they save their work) and prints the run's summary."""
 
-    def __init__(self, env: gymnasium.vector.VectorEnv, env_id: str | None = None,
+    def __init__(self, env: gymnasium.vector.VectorEnv, env_id: str | None = None, *,
+                 resume_hint: str | None = None, watch_hint: str | None = None,
                  **settings: Any) -> None:
+        """`settings`: run.py's flags as keywords. `resume_hint`, `watch_hint`: the summary's
+        lines on how to go on with the run and how to watch the caller's policy, for a script
+        with its own --resume or a saved policy, `{run_dir}` in them standing for the run
+        directory (default: this constructor's resume, no watch line)."""
         if not isinstance(env, gymnasium.vector.VectorEnv):
             raise TypeError(f"PreferenceVecEnv: wraps a vector env (GymVectorEnv(env_id, n) or "
                             f"gymnasium.make_vec), got {type(env).__name__}")
@@ -77,10 +83,10 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         # pretraining as they stop run.py; the script's exit then closes this env (atexit below).
         stop_main_process_on_signals(only_default=True)
         self.run_dir = run.dir
-        # the summary's resume line, and a line to watch the caller's policy (none by default):
-        # a script that saves its policy or has its own --resume sets its commands here
-        self.resume_hint = f"PreferenceVecEnv(env, resume={str(run.dir)!r}) (labels and predictor)"
-        self.watch_hint: str | None = None
+        here = shlex.quote(str(run.dir))
+        self._resume_hint = (resume_hint.format(run_dir=here) if resume_hint else
+                             f"PreferenceVecEnv(env, resume={str(run.dir)!r}) (labels and predictor)")
+        self._watch_hint = watch_hint.format(run_dir=here) if watch_hint else None
         self.settings = run.settings  # the run's settings: the given, the env's own, the defaults
         try:
             code, prefs_path, predictor_path = prepare_predictor(run, ctx, self._session,
@@ -248,8 +254,8 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
 
     def _summary(self, exit_status: int, trained: bool) -> str:
         return self._report.summary(exit_status, self.run_dir / PREFS_FILE, trained=trained,
-                                    watch_cmd=self.watch_hint if trained else None,
-                                    resume_cmd=self.resume_hint if exit_status else None,
+                                    watch_cmd=self._watch_hint if trained else None,
+                                    resume_cmd=self._resume_hint if exit_status else None,
                                     how=self._how)
 
 

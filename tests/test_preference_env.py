@@ -186,14 +186,17 @@ def test_a_failure_in_the_callers_loop_is_summarised_and_a_resume_goes_on_counti
     assert first["agent_steps"] == 604 and first["episodes"] == 2
     assert len(first["recent_returns"]) == 2
 
-    env = PreferenceVecEnv(GymVectorEnv("MovingDotNoFrameskip-v0", 2), resume=str(d))
+    env = PreferenceVecEnv(GymVectorEnv("MovingDotNoFrameskip-v0", 2), resume=str(d),
+                           watch_hint="play {run_dir}/mine.pt")  # a caller that saves its policy
     env.reset(seed=0)
     try:
         for _ in range(250):
             env.step(np.zeros(2, np.int64))
     finally:
         env.close()
-    assert re.search(r"agent steps +1,104\n", capsys.readouterr().err)
+    err = capsys.readouterr().err
+    assert re.search(r"agent steps +1,104\n", err)
+    assert f"watch the policy:  play {d}/mine.pt\n" in err and "resume:" not in err
     again = json.loads((d / AGENT_PROGRESS_FILE).read_text())
     assert again["agent_steps"] == 1104 and again["episodes"] == 4
     assert again["recent_returns"][:2] == first["recent_returns"]

@@ -258,8 +258,8 @@ class NearAlongsideTeacher(AlongsideTeacher):
         return self._frame_scores(obs[:, -1])
 
     def _frame_scores(self, frames: np.ndarray) -> np.ndarray:
-        return (alongside_steps(frames).astype(np.float64)
-                + self.near * np.array([nearness(f) for f in frames]))
+        near = np.array([nearness(f) for f in frames], dtype=np.float64)
+        return (near == 1.0) + self.near * near  # nearness is 1 exactly when a car is level
 
 
 # kind -> (class, its one parameter and that parameter's default); "oracle", "alongside": none.
