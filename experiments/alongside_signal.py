@@ -16,7 +16,8 @@ so the noise does not inflate it. Rewards:
 - `level`: 1 on steps level with another car (the count teacher's score);
 - `shaped`: `level` plus 10 times the change in nearness to the car ahead (`--teacher_reward`
   with the shaped teacher);
-- `near`: `level` plus the nearness itself, a reward for being close to a car at every step;
+- `near`: `level` plus the nearness itself, a reward for being close to a car at every step (the
+  near teacher's score);
 - `game`: the game's own reward (cars passed), which A2C does not learn from here.
 
 Frames are made as the training envs make them (frame skip 4, the last two frames' maximum, grey,
@@ -37,12 +38,12 @@ import numpy as np  # noqa: E402
 from a2c.config import A2CConfig  # noqa: E402
 from envs.atari import MAX_AGENT_STEPS, NOOP_MAX, SCORE_ROWS  # noqa: E402
 from envs.moving_dot import area_weights  # noqa: E402
-from pref_interface.labellers.alongside import nearness  # noqa: E402
 from pref_interface.labellers.teachers import make_teacher  # noqa: E402
 
 GAME = "enduro"
-# the count teacher and the shaped one (its default closing weight): their per-step scores
-LEVEL, SHAPED = make_teacher("alongside"), make_teacher("alongside_shaped")
+# the Enduro teachers (their default weights): their per-step scores are the rewards measured
+LEVEL, SHAPED, NEAR = (make_teacher(kind) for kind in ("alongside", "alongside_shaped",
+                                                       "alongside_near"))
 REWARDS = ("level", "shaped", "near", "game")
 
 
@@ -92,9 +93,9 @@ class BranchingEnduro:
 def step_rewards(before: np.ndarray, frames: list[np.ndarray], game: list[float]) -> np.ndarray:
     """(len(REWARDS), T): each reward on the T frames after `before`, judged on each frame."""
     pairs = np.stack([[a, b] for a, b in zip([before, *frames[:-1]], frames)])  # (T, 2, 84, 84)
-    level = LEVEL.step_scores(pairs)  # each step's frame, and the one before it for the shaped
-    near = np.array([nearness(f) for f in frames])
-    return np.stack([level, SHAPED.step_scores(pairs), level + near, np.array(game)])
+    # each step's frame, and the one before it for the shaped teacher's change in nearness
+    return np.stack([LEVEL.step_scores(pairs), SHAPED.step_scores(pairs), NEAR.step_scores(pairs),
+                     np.array(game)])
 
 
 def branch(env: BranchingEnduro, horizon: int, futures: int, rng: np.random.Generator,
