@@ -6,7 +6,9 @@ synthetic oracle (`run.py gather_initial_prefs ENV --synthetic_prefs --queries Q
 N of `--labels` pretrain a predictor on the first N of them (`run.py pretrain_reward_predictor`,
 the environment's own predictor settings), and score it on fresh random play as
 `experiments.probe_predictor` does: clip agreement (for random pairs of 25-step clips whose true
-returns differ, how often r̂ orders them as the game does) and the per-clip correlation.
+returns differ, how often r̂ orders them as the game does) and the per-clip correlation. With one
+of Enduro's teachers in `--extra` (`--extra "--teacher alongside_near"`), the labels are that
+teacher's and r̂ is scored against its score of each step.
 
     python -m experiments.label_efficiency PongNoFrameskip-v4 --labels 250 500 1000 \\
         --runs_dir ~/runs/label_efficiency
@@ -56,15 +58,17 @@ def first_labels(src: Path, n: int, dst: Path) -> None:
 
 def agreement(run_dir: Path, steps: int, n_envs: int, seed: int) -> dict:
     """The predictor of `run_dir` on fresh random play: clip agreement and correlation."""
-    from experiments.probe_predictor import collect, load_run
+    from experiments.probe_predictor import collect, load_run, run_teacher
     from launch.cli import saved_run
 
-    env, reward_fn, act = load_run(saved_run(run_dir), "random", n_envs, seed)
+    run = saved_run(run_dir)
+    env, reward_fn, act = load_run(run, "random", n_envs, seed)
     try:
-        probe = collect(env, reward_fn, act, steps)
+        probe = collect(env, reward_fn, act, steps, run_teacher(run))
     finally:
         env.close()
-    return {"clip_agreement": probe.clip_agreement(), "clip_correlation": probe.clip_correlation()}
+    return {"clip_agreement": probe.clip_agreement(), "clip_correlation": probe.clip_correlation(),
+            "target": probe.target}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
               for q in dict.fromkeys(q for q, _ in pretrain)}
     short = [t for t in gather.values() if stored_labels_at(out / t.name) < wanted]
     if short:
-        code = run_sweep(["gather_initial_prefs", a.env_id, "--synthetic_prefs"], short,
+        code = run_sweep(["gather_initial_prefs", a.env_id, "--synthetic_prefs", *extra], short,
                          out / "sweep", runs_dir=out, **sweep_options(a))
         if code:
             return code
@@ -130,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     kept = [r for r in done if r not in rows]  # scores of other sizes or settings stay
     (out / "results.json").write_text(json.dumps(kept + rows, indent=1) + "\n")
     print(f"\n{a.env_id}: the predictor after N labels, on fresh random play "
-          f"({a.probe_steps} steps x {a.probe_envs} envs)")
+          f"({a.probe_steps} steps x {a.probe_envs} envs), against {target(rows)}")
     print("| queries | labels | clip agreement | per-clip correlation |\n|---|---|---|---|")
     for r in rows:
         print(f"| {r['queries']} | {r['labels']:,} | {r['clip_agreement']:.3f} | "
@@ -140,6 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def target(rows: list[dict]) -> str:
+    """What the rows' r̂ was scored against (rows kept from before it was recorded: the game)."""
+    from experiments.probe_predictor import TRUE_REWARD
+
+    return rows[0].get("target", TRUE_REWARD) if rows else TRUE_REWARD
+
+
 def plot(rows: list[dict], env_id: str, out: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -147,7 +158,7 @@ def plot(rows: list[dict], env_id: str, out: str) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
     for ax, key, name in zip(axes, ("clip_agreement", "clip_correlation"),
-                             ("clip agreement with the game", "per-clip correlation")):
+                             (f"clip agreement with {target(rows)}", "per-clip correlation")):
         for queries in dict.fromkeys(r["queries"] for r in rows):
             mine = [r for r in rows if r["queries"] == queries]
             ax.plot([r["labels"] for r in mine], [r[key] for r in mine], "o-",

@@ -134,6 +134,14 @@ def saved_predictor(run: Run):
                          str(run.dir / "reward_predictor" / PREDICTOR_FILE))
 
 
+def run_teacher(run: Run):
+    """The run's synthetic teacher where it is one of Enduro's (r̂ is then compared with its score
+    of each step), else None (the game's reward)."""
+    if teacher_kind(run.settings.teacher) in ENDURO_TEACHERS:
+        return make_teacher(run.settings.teacher)
+    return None
+
+
 def load_run(run: Run, policy: str, n_envs: int, seed: int):
     """The run's env, its predictor as A2C uses it, and an action function."""
     import torch
@@ -298,8 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                                        a.seed)
     except (CheckpointError, UsageError) as e:
         p.error(str(e))
-    teacher = (make_teacher(run.settings.teacher)
-               if teacher_kind(run.settings.teacher) in ENDURO_TEACHERS else None)
+    teacher = run_teacher(run)
     print(f"{run_dir} ({a.policy} play, {a.steps} steps x {a.n_envs} envs)")
     if a.policy == "fixed":
         from envs import action_names, make_vec_env

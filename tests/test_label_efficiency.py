@@ -58,3 +58,33 @@ def test_a_store_short_of_labels_is_gathered_first(tmp_path, monkeypatch):
     assert sweeps == [["gather_initial_prefs", "PongNoFrameskip-v4", "--synthetic_prefs",
                        "--queries", "sort", "--n_initial_prefs", "6", "--seed", "0", "--log_dir",
                        str(tmp_path / "sort_gather-seed0")]]
+
+
+def test_a_teacher_in_extra_labels_the_gathered_clips(tmp_path, monkeypatch):
+    sweeps = []
+
+    def fake_sweep(command, trials, storage, runs_dir, **options):
+        sweeps.append(command)
+        return 1
+
+    monkeypatch.setattr(label_efficiency, "run_sweep", fake_sweep)
+    argv = ["EnduroNoFrameskip-v4", "--queries", "pairs", "--labels", "4", "--epochs", "3",
+            "--extra", "--teacher alongside_near", "--runs_dir", str(tmp_path)]
+    assert label_efficiency.main(argv) == 1
+    assert sweeps == [["gather_initial_prefs", "EnduroNoFrameskip-v4", "--synthetic_prefs",
+                       "--teacher", "alongside_near", "--n_initial_epochs", "3"]]
+
+
+def test_a_teachers_run_is_scored_against_its_teacher():
+    from types import SimpleNamespace
+
+    from experiments.probe_predictor import run_teacher
+
+    def run(teacher):
+        return SimpleNamespace(settings=SimpleNamespace(teacher=teacher))
+
+    assert run_teacher(run("alongside_near:near=2")).measure == "the near alongside score"
+    assert run_teacher(run("oracle")) is None
+    assert label_efficiency.target([]) == "the true reward"
+    assert label_efficiency.target([{"target": "the near alongside score"}]) == \
+        "the near alongside score"
