@@ -5,6 +5,7 @@ of driving, before any learning.
     python -m experiments.alongside_teachers                  # 3 episodes of 3,000 steps each
     python -m experiments.alongside_teachers --episodes 1 --steps 1000
     python -m experiments.alongside_teachers --gif follower.gif  # also the follower, drawn
+    python -m experiments.alongside_teachers --accelerating 0.2 0.5 0.8  # open-loop speeds only
 
 The four drivers: random play, always accelerating, always braking, and a scripted follower that
 steers beside
@@ -72,25 +73,43 @@ class Follower:
         return _ACTIONS[_DRIVE[(speed, steer)]]
 
 
+def driver_policy(driver: str, rng: np.random.Generator):
+    """frame -> action for a driver: random, follower, one of Enduro's actions held, or
+    `accelerating:P`, open-loop play that takes one of the three accelerating actions with
+    probability P and otherwise one of the six others, uniformly (random play is P = 1/3)."""
+    if driver == "random":
+        return lambda frame: int(rng.integers(len(_ACTIONS)))
+    if driver == "follower":
+        return Follower()
+    if driver.startswith("accelerating:"):
+        p = float(driver.split(":")[1])
+        fast = [i for name, i in _ACTIONS.items() if name.endswith("fire")]
+        rest = [i for i in _ACTIONS.values() if i not in fast]
+        return lambda frame: int(rng.choice(fast if rng.random() < p else rest))
+    return lambda frame: _ACTIONS[driver]
+
+
 def play(driver: str, steps: int, seed: int) -> np.ndarray:
     """The newest frame of the observation each of one episode's first `steps` steps acts on
     (the frame a clip's step is judged by), after the three before the first step: uint8
     (steps + STACK - 1, 84, 84)."""
     env = make_vec_env(ENV_ID, 1, seed=seed)
-    rng = np.random.default_rng(seed)
-    follower = Follower()
+    act = driver_policy(driver, np.random.default_rng(seed))
     try:
         obs = env.reset()
         frames = list(obs[0, :STACK - 1])
         for _ in range(steps):
             frame = obs[0, -1].copy()
             frames.append(frame)
-            action = (int(rng.integers(len(_ACTIONS))) if driver == "random" else
-                      follower(frame) if driver == "follower" else _ACTIONS[driver])
-            obs = env.step(np.array([action])).obs
+            obs = env.step(np.array([act(frame)])).obs
     finally:
         env.close()
     return np.stack(frames)
+
+
+def level_share(frames: np.ndarray) -> float:
+    """The share of one episode's steps (`play`'s frames) level with another car."""
+    return float(np.mean([is_alongside(f) for f in frames[STACK - 1:]]))
 
 
 def clips_of(frames: np.ndarray) -> list[Clip]:
@@ -142,9 +161,24 @@ def main(argv: list[str] | None = None) -> int:
                    "see marked (level: red, ahead: green)")
     p.add_argument("--gif_start", type=int, default=0, help="the first step drawn")
     p.add_argument("--gif_steps", type=int, default=600, help="steps of that episode drawn")
+    p.add_argument("--accelerating", type=float, nargs="+", metavar="P",
+                   help="instead of the teachers' table: the share of steps level with a car of "
+                        "open-loop drivers that accelerate with each probability P (random play: "
+                        "1/3), does a speed alone keep a car alongside?")
     a = p.parse_args(argv)
     if a.episodes < 1 or a.steps < CLIP_STEPS * 2 or a.pairs < 1:
         p.error(f"--episodes and --pairs must be >= 1 and --steps >= {CLIP_STEPS * 2}")
+    if a.accelerating:
+        if not all(0 <= x <= 1 for x in a.accelerating):
+            p.error("--accelerating takes probabilities between 0 and 1")
+        print(f"{ENV_ID}: {a.episodes} episode(s) of {a.steps:,} steps per driver\n"
+              "| accelerating | level with a car | per episode |\n|---|---|---|")
+        for x in a.accelerating:
+            shares = [level_share(play(f"accelerating:{x}", a.steps, seed))
+                      for seed in range(a.episodes)]
+            print(f"| {x:.2f} | {np.mean(shares):.1%} | "
+                  f"{', '.join(f'{v:.1%}' for v in shares)} |", flush=True)
+        return 0
     teachers = {name: make_teacher(name) for name in TEACHERS}
     rng = np.random.default_rng(0)
     clips: dict[str, list[Clip]] = {}
@@ -158,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     terms = []  # the shaped teacher's terms, per driver
     for driver in ("random", "fire", "down", "follower"):
         episodes = [play(driver, a.steps, seed) for seed in range(a.episodes)]
-        level = np.mean([is_alongside(f) for e in episodes for f in e[STACK - 1:]])
+        level = np.mean([level_share(e) for e in episodes])
         clips[driver] = [c for e in episodes for c in clips_of(e)]
         terms.append(f"| {driver} | {shaped_terms(episodes, clips[driver])} |")
         mine, theirs = clips[driver], clips["random"]

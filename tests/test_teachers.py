@@ -466,3 +466,22 @@ def test_the_teachers_experiment_prints_a_row_per_driver_and_draws_the_follower(
         assert drawn.n_frames == 12 and drawn.size == (84 * 3, 84 * 3)
     with pytest.raises(SystemExit):
         main(["--steps", "10"])
+
+
+def test_open_loop_drivers_accelerate_with_their_probability(capsys):
+    import numpy as np
+
+    from experiments.alongside_teachers import _ACTIONS, driver_policy, main
+
+    fast = {i for name, i in _ACTIONS.items() if name.endswith("fire")}
+    assert len(fast) == 3
+    frame = np.zeros((84, 84), np.uint8)
+    for p in (0.0, 0.7, 1.0):
+        act = driver_policy(f"accelerating:{p}", np.random.default_rng(0))
+        share = np.mean([act(frame) in fast for _ in range(2000)])
+        assert share == pytest.approx(p, abs=0.04)
+    assert main(["--accelerating", "0.5", "1", "--episodes", "1", "--steps", "60"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [r.split(" | ")[0] for r in rows[1:]] == ["| 0.50", "| 1.00"]
+    with pytest.raises(SystemExit):
+        main(["--accelerating", "1.5"])
