@@ -29,7 +29,7 @@ from pathlib import Path
 
 
 from experiments.sweep import Trial, add_sweep_flags, run_sweep, sweep_options
-from launch.rundir import PREDICTOR_FILE, PREFS_FILE
+from launch.rundir import PREDICTOR_FILE, PREFS_FILE, epochs_pretrained
 from pref_interface.store import PreferenceStore, stored_labels
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +38,14 @@ ROOT = Path(__file__).resolve().parent.parent
 def stored_labels_at(run_dir: Path) -> int:
     """The labels in a run directory's store (0 where it has none yet)."""
     return stored_labels(run_dir / PREFS_FILE) if (run_dir / PREFS_FILE).is_file() else 0
+
+
+def pretrained(run_dir: Path) -> bool:
+    """Whether a pretraining run did all its epochs (one stopped part-way has a predictor too,
+    and goes on from it when run again)."""
+    settings = run_dir / "settings.json"
+    return settings.is_file() and (run_dir / "reward_predictor" / PREDICTOR_FILE).is_file() and \
+        epochs_pretrained(run_dir) >= json.loads(settings.read_text())["n_initial_epochs"]
 
 
 def predictor_trial(queries: str, n: int, seed: int, out: Path) -> Trial:
@@ -104,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     pretrain = {}  # the sizes to score whose predictor is not trained yet
     for q, n in todo:
         t = predictor_trial(q, n, a.seed, out)
-        if not (out / t.name / "reward_predictor" / PREDICTOR_FILE).is_file():
+        if not pretrained(out / t.name):
             pretrain[q, n] = t
     gather = {q: Trial(a.seed, setting=f"{q}-gather",
                        setting_flags=("--queries", q, "--n_initial_prefs", str(wanted)))

@@ -2,7 +2,6 @@
 processes it starts and supervises."""
 from __future__ import annotations
 
-import json
 import sys
 from functools import partial
 from typing import Any, Callable
@@ -10,7 +9,8 @@ from typing import Any, Callable
 from launch.configs import (MILLION, a2c_config, agent_stats, labelling_config, trainer_config,
                             trainer_environ)
 from launch.loop import Channels, PreferenceLoop, run_labelling, start_agent
-from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run
+from launch.rundir import (PREDICTOR_FILE, PREFS_FILE, Run, epochs_pretrained,
+                           record_epochs_pretrained)
 from launch.session import Session
 from launch.summary import RunReport
 from launch.supervisor import Progress, Supervisor, a2c_status, percent
@@ -59,9 +59,7 @@ def pretrain_phase(run: Run, ctx, session: Session, prefs_path: str) -> tuple[in
     from reward_predictor.config import TrainerStats
 
     n_epochs = run.settings.n_initial_epochs
-    progress_file = run.dir / "reward_predictor" / "pretraining.json"
-    done = json.loads(progress_file.read_text())["epochs_done"] if (
-        run.reward_ckpt_path and progress_file.is_file()) else 0
+    done = epochs_pretrained(run.dir) if run.reward_ckpt_path else 0
     epochs = n_epochs - done
     if epochs <= 0:
         return 0, run.reward_ckpt_path
@@ -81,7 +79,7 @@ def pretrain_phase(run: Run, ctx, session: Session, prefs_path: str) -> tuple[in
         lambda: (done + stats.epoch.value, f"val acc {percent(stats.val_accuracy.value)}")))
     own = run.dir / "reward_predictor" / PREDICTOR_FILE
     if own.is_file():
-        progress_file.write_text(json.dumps({"epochs_done": done + stats.epoch.value}) + "\n")
+        record_epochs_pretrained(run.dir, done + stats.epoch.value)
     return code, str(own) if own.is_file() else None
 
 
@@ -156,9 +154,7 @@ def prepare_predictor(run: Run, ctx, session: Session, report: RunReport | None 
         if code:
             return code, None, None
     # From here on the predictor counts as pretrained, also when it was loaded from elsewhere.
-    (run.dir / "reward_predictor").mkdir(exist_ok=True)
-    (run.dir / "reward_predictor" / "pretraining.json").write_text(
-        json.dumps({"epochs_done": run.settings.n_initial_epochs}) + "\n")
+    record_epochs_pretrained(run.dir, run.settings.n_initial_epochs)
     return 0, prefs_path, predictor_path
 
 

@@ -24,6 +24,20 @@ MACHINES_FILE = "machines.txt"  # one line per start: when, the processor, the d
 LOCK_FILE = "run.lock"  # locked (flock) by the process whose run works in the directory
 # A wrapped agent's steps, episodes and latest returns (launch/preference_env.py), for a resume.
 AGENT_PROGRESS_FILE = "agent_progress.json"
+# The pretraining epochs the predictor has done, under reward_predictor/, for a resume.
+PRETRAINING_FILE = "pretraining.json"
+
+
+def epochs_pretrained(run_dir: Path) -> int:
+    """The pretraining epochs a run directory's predictor has done (0 before any)."""
+    path = Path(run_dir) / "reward_predictor" / PRETRAINING_FILE
+    return json.loads(path.read_text())["epochs_done"] if path.is_file() else 0
+
+
+def record_epochs_pretrained(run_dir: Path, epochs: int) -> None:
+    (Path(run_dir) / "reward_predictor").mkdir(exist_ok=True)
+    (Path(run_dir) / "reward_predictor" / PRETRAINING_FILE).write_text(
+        json.dumps({"epochs_done": epochs}) + "\n")
 
 
 @dataclass

@@ -3,9 +3,26 @@ import json
 
 from clips.clip import Preference
 from experiments import label_efficiency
-from launch.rundir import PREDICTOR_FILE, PREFS_FILE
+from launch.rundir import PREDICTOR_FILE, PREFS_FILE, record_epochs_pretrained
 from pref_interface.store import PreferenceStore
 from tests.test_sorting import make_clip
+
+
+def pretrain(run_dir, epochs, of):
+    """Leave what run.py's pretraining leaves: settings, a predictor, the epochs done."""
+    (run_dir / "reward_predictor").mkdir(parents=True, exist_ok=True)
+    (run_dir / "settings.json").write_text(json.dumps({"n_initial_epochs": of}))
+    (run_dir / "reward_predictor" / PREDICTOR_FILE).write_bytes(b"")
+    record_epochs_pretrained(run_dir, epochs)
+
+
+def test_a_pretraining_stopped_part_way_is_run_again(tmp_path):
+    run_dir = tmp_path / "pairs_2-seed0"
+    assert not label_efficiency.pretrained(run_dir)
+    pretrain(run_dir, epochs=2, of=3)
+    assert not label_efficiency.pretrained(run_dir)
+    record_epochs_pretrained(run_dir, 3)
+    assert label_efficiency.pretrained(run_dir)
 
 
 def test_each_size_is_trained_on_the_first_labels_scored_once_and_plotted(tmp_path, monkeypatch):
@@ -15,11 +32,9 @@ def test_each_size_is_trained_on_the_first_labels_scored_once_and_plotted(tmp_pa
     sweeps, scored = [], []
 
     def fake_sweep(command, trials, storage, runs_dir, **options):
-        # pretraining: leave a predictor where run.py would
         sweeps.append((command[0], [t.name for t in trials]))
         for t in trials:
-            (runs_dir / t.name / "reward_predictor").mkdir(parents=True)
-            (runs_dir / t.name / "reward_predictor" / PREDICTOR_FILE).write_bytes(b"")
+            pretrain(runs_dir / t.name, epochs=3, of=3)
         return 0
 
     def fake_agreement(run_dir, steps, n_envs, seed):

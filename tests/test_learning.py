@@ -11,6 +11,7 @@ import json
 import pytest
 
 from benchmarks.learning_reliability import LEARNED_LEVEL, moving_dot_learns
+from launch.rundir import epochs_pretrained
 
 
 @pytest.mark.timeout(600)
@@ -20,7 +21,6 @@ def test_synthetic_preferences_teach_moving_dot_to_approach_the_centre(tmp_path)
     assert result["reached"], f"never reached {LEARNED_LEVEL}: {result}"
     # From nothing, the one mode gathered and pretrained first, each phase with its curves.
     epochs = json.loads((d / "settings.json").read_text())["n_initial_epochs"]
-    assert json.loads((d / "reward_predictor" / "pretraining.json").read_text()) == {
-        "epochs_done": epochs}
+    assert epochs_pretrained(d) == epochs
     tags = {p.parent.name for p in d.glob("tb/**/events.out.tfevents.*")}
     assert {"tb", "gather", "pretrain", "reward_predictor", "labels"} <= tags
