@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -73,7 +74,7 @@ class Follower:
         return _ACTIONS[_DRIVE[(speed, steer)]]
 
 
-def driver_policy(driver: str, rng: np.random.Generator):
+def driver_policy(driver: str, rng: np.random.Generator) -> Callable[[np.ndarray], int]:
     """frame -> action for a driver: random, follower, one of Enduro's actions held, or
     `accelerating:P`, open-loop play that takes one of the three accelerating actions with
     probability P and otherwise one of the six others, uniformly (random play is P = 1/3)."""

@@ -35,6 +35,7 @@ def epochs_pretrained(run_dir: Path) -> int:
 
 
 def record_epochs_pretrained(run_dir: Path, epochs: int) -> None:
+    """Note that the run directory's predictor has done `epochs` pretraining epochs."""
     (Path(run_dir) / "reward_predictor").mkdir(exist_ok=True)
     (Path(run_dir) / "reward_predictor" / PRETRAINING_FILE).write_text(
         json.dumps({"epochs_done": epochs}) + "\n")
