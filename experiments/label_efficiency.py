@@ -43,9 +43,14 @@ def stored_labels_at(run_dir: Path) -> int:
 def pretrained(run_dir: Path) -> bool:
     """Whether a pretraining run did all its epochs (one stopped part-way has a predictor too,
     and goes on from it when run again)."""
-    settings = run_dir / "settings.json"
-    return settings.is_file() and (run_dir / "reward_predictor" / PREDICTOR_FILE).is_file() and \
-        epochs_pretrained(run_dir) >= json.loads(settings.read_text())["n_initial_epochs"]
+    from launch.cli import UsageError, load_settings
+
+    try:
+        epochs = load_settings(run_dir).n_initial_epochs
+    except UsageError:  # not started yet
+        return False
+    return (run_dir / "reward_predictor" / PREDICTOR_FILE).is_file() and \
+        epochs_pretrained(run_dir) >= epochs
 
 
 def predictor_trial(queries: str, n: int, seed: int, out: Path) -> Trial:
