@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from launch.rundir import is_run_dir
+
 
 
 def shift(run_dir: Path, n_clips: int, seed: int = 0, save: str | None = None) -> dict:
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     from reward_predictor.trainer import CheckpointError
 
     for run_dir in map(Path, a.run_dirs):
-        if not (run_dir / "settings.json").is_file() or \
+        if not is_run_dir(run_dir) or \
                 not (run_dir / "reward_predictor" / "reward_predictor.pt").is_file():
             p.error(f"{run_dir} is not a run directory with a saved reward predictor")
         try:

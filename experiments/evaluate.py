@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from launch.rundir import is_run_dir, saved_settings
+
 EXIT_USAGE = 2
 DEFAULT_GRID = ("greedy:30", "sampled:30", "greedy:0")
 EVAL_SEED = 10_000  # env seeds far from training's (0, 1, 2, ...)
@@ -95,8 +97,8 @@ def find_policies(path: Path, all_checkpoints: bool, best_window: int | None = N
     checkpoints (see the module doc). ValueError when there is nothing to play."""
     from a2c.config import checkpoints
 
-    run_dir = path if (path / "settings.json").is_file() else None
-    env_id = json.loads((path / "settings.json").read_text()).get("env_id") if run_dir else None
+    run_dir = path if is_run_dir(path) else None
+    env_id = saved_settings(path).get("env_id") if run_dir else None
     if path.is_file():
         return [path], env_id, run_dir
     folder = path / "policy" if run_dir else path

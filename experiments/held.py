@@ -22,7 +22,6 @@ reached), 2 for a bad argument, a run with no checkpoint yet or a checkpoint it 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Iterator
 from envs.atari import NOOP_MAX
 from experiments.evaluate import EVAL_SEED, EXIT_USAGE, MAX_STEPS
 from experiments.milestone import HELD_MARGIN, MILESTONES, Milestone
+from launch.rundir import saved_settings
 
 
 @dataclass
@@ -46,9 +46,7 @@ class Condition:
 
 def milestone_of(run_dir: Path) -> tuple[str, Milestone]:
     """The held milestone of the run's mode and env; ValueError (one line) where none is."""
-    if not (run_dir / "settings.json").is_file():
-        raise ValueError(f"{run_dir} is not a run directory (no settings.json)")
-    settings = json.loads((run_dir / "settings.json").read_text())
+    settings = saved_settings(run_dir)
     mode, env_id = settings.get("mode"), settings.get("env_id")
     for name, m in MILESTONES.items():
         if m.budget is not None and (m.mode, m.env_id) == (mode, env_id):

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from launch.rundir import is_run_dir
 from pref_interface.labellers.teachers import (
     ENDURO_TEACHERS,
     AlongsideTeacher,
@@ -286,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="play nothing: the predictor's accuracy on the run's own stored labels")
     a = p.parse_args(argv)
     run_dir = Path(a.run_dir)
-    if not (run_dir / "settings.json").is_file() or \
+    if not is_run_dir(run_dir) or \
             not (run_dir / "reward_predictor" / "reward_predictor.pt").is_file():
         p.error(f"{run_dir} is not a run directory with a saved reward predictor")
     if a.steps <= CLIP or a.n_envs <= 0:

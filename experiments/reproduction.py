@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import collections
 import itertools
-import json
 import math
 import sys
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ import numpy as np
 
 from experiments.runlog import best_window, first_reached, smooth
 from experiments.runrecord import RunRecord
+from launch.rundir import is_run_dir, saved_settings
 from launch.settings import flag_fields
 from runtime.outputs import prepare_output
 
@@ -147,8 +147,8 @@ def setting_table(rows: list[RunRow]) -> str:
 def sweep_runs(storage: Path) -> list[tuple[str, Path]]:
     """Every trial's run directory of an `experiments.sweep`, as (kind, path): a run on the game's
     reward is "true", any other "prefs"."""
-    return [(kind_of(json.loads(d.read_text()).get("mode")), d.parent)
-            for d in sorted((storage / "runs").glob("*/settings.json"))]
+    return [(kind_of(saved_settings(d).get("mode")), d)
+            for d in sorted((storage / "runs").iterdir()) if is_run_dir(d)]
 
 
 def kind_of(mode: str | None) -> str:

@@ -192,9 +192,9 @@ def level_reached(run_dir: Path, level: float, window: int = 64) -> dict | None:
 
     from a2c.config import checkpoint_steps, checkpoints
     from launch.cli import load_settings
-    from launch.rundir import MACHINES_FILE
+    from launch.rundir import MACHINES_FILE, is_run_dir
 
-    if not (run_dir / "settings.json").is_file():
+    if not is_run_dir(run_dir):
         return None
     log = RunLog(run_dir)
     hit = log.first_time_at(level, window) if (run_dir / "tb").is_dir() else None

@@ -22,7 +22,7 @@ import numpy as np
 
 from a2c.config import ALONGSIDE_SHARE_TAG
 from experiments.runlog import RunLog
-from launch.rundir import COMMAND_FILE, MACHINES_FILE
+from launch.rundir import COMMAND_FILE, MACHINES_FILE, SETTINGS_FILE, is_run_dir, saved_settings
 from launch.settings import build_parser, flag_fields
 
 FORMAT = 1
@@ -59,14 +59,14 @@ class RunRecord:
         `path` is neither."""
         if path.suffix == ".json" and path.is_file():
             return cls.load(path)
-        if not (path / "settings.json").is_file():
-            raise ValueError(f"{path} is neither a run directory (no settings.json) "
+        if not is_run_dir(path):
+            raise ValueError(f"{path} is neither a run directory (no {SETTINGS_FILE}) "
                              "nor a run record (.json)")
         return cls.from_run_dir(path)
 
     @classmethod
     def from_run_dir(cls, path: Path) -> "RunRecord":
-        settings = json.loads((path / "settings.json").read_text())
+        settings = saved_settings(path)
         log = RunLog(path)
         steps, returns = log.returns()
         label_steps, label_totals = log.labels()

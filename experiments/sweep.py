@@ -31,6 +31,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from launch.rundir import is_run_dir
+
 SWEEP_FILE = "sweep.json"  # the sweep's own command line, for --resume
 TUNE_DIR = "tune"  # Tune's experiment state, under the storage
 RUNS_DIR = "runs"  # the trials' run directories, under the storage (unless given elsewhere)
@@ -97,7 +99,7 @@ class Trial:
 
     def run_argv(self, command: list[str], run_dir: Path) -> list[str]:
         """`resume_argv` where the run directory holds a run, else `argv`."""
-        if (run_dir / "settings.json").is_file():
+        if is_run_dir(run_dir):
             return self.resume_argv(run_dir)
         return self.argv(command, run_dir)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 from functools import partial
 from pathlib import Path
@@ -15,7 +14,8 @@ from a2c.entry_points import check_policy
 from launch.env_settings import describe as env_settings_help
 from launch.env_settings import env_settings
 from launch.preflight import first_error
-from launch.rundir import PREDICTOR_FILE, PREFS_FILE, Run, busy_message, run_dir_holder
+from launch.rundir import (PREDICTOR_FILE, PREFS_FILE, SETTINGS_FILE, Run, busy_message,
+                           run_dir_holder, saved_settings)
 from launch.settings import MODES, TRAINING_MODES, Settings, invalid_setting, unused_settings
 from launch.settings import build_parser as settings_parser
 from pref_interface.labellers.alongside import judges
@@ -82,14 +82,13 @@ NEW_RUN_ONLY = ("log_dir", "run_name", "load_prefs_dir", "load_policy_ckpt_dir",
 
 
 def load_settings(run_dir: Path) -> Settings:
-    """A run's saved settings; UsageError when the run directory has no readable settings.json."""
-    settings_file = run_dir / "settings.json"
-    if not settings_file.is_file():
-        raise UsageError(f"{run_dir} is not a run directory: no settings.json there")
+    """A run's saved settings; UsageError when the run directory has no readable settings."""
     try:
-        return Settings.from_json(json.loads(settings_file.read_text()))
-    except (ValueError, TypeError):
-        raise UsageError(f"{run_dir}: settings.json is damaged") from None
+        return Settings.from_json(saved_settings(run_dir))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    except TypeError:
+        raise UsageError(f"{run_dir}: {SETTINGS_FILE} is damaged") from None
 
 
 def saved_run(run_dir: Path) -> Run:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from launch.settings import Settings
 
+SETTINGS_FILE = "settings.json"  # every setting of a run as it last ran: a run directory has one
 PREFS_FILE = "prefs.sqlite"  # a run's label store
 PREDICTOR_FILE = "reward_predictor.pt"  # a run's predictor checkpoint, under reward_predictor/
 COMMAND_FILE = "command.txt"  # one line per start: the exact command
@@ -26,6 +27,25 @@ LOCK_FILE = "run.lock"  # locked (flock) by the process whose run works in the d
 AGENT_PROGRESS_FILE = "agent_progress.json"
 # The pretraining epochs the predictor has done, under reward_predictor/, for a resume.
 PRETRAINING_FILE = "pretraining.json"
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether `path` is a run's directory: it holds the run's settings."""
+    return (path / SETTINGS_FILE).is_file()
+
+
+def saved_settings(run_dir: Path) -> dict[str, Any]:
+    """A run's settings as it saved them; ValueError (one line) where the directory holds none
+    that can be read. `launch.cli.load_settings` gives them as today's `Settings`."""
+    if not is_run_dir(run_dir):
+        raise ValueError(f"{run_dir} is not a run directory: no {SETTINGS_FILE} there")
+    try:
+        saved = json.loads((run_dir / SETTINGS_FILE).read_text())
+    except (OSError, ValueError):
+        saved = None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{run_dir}: {SETTINGS_FILE} is damaged")
+    return saved
 
 
 def epochs_pretrained(run_dir: Path) -> int:
@@ -152,9 +172,9 @@ def make_run_dir(run: Run) -> RunDirLock:
             started = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
             f.write(f"{started}\t{processor()}\tpolicy on {run.policy_device}, "
                     f"predictor on {run.predictor_device}\n")
-        tmp = run.dir / "settings.json.tmp"
+        tmp = run.dir / (SETTINGS_FILE + ".tmp")
         tmp.write_text(json.dumps(run.settings.to_json(), indent=2) + "\n")
-        tmp.replace(run.dir / "settings.json")  # never a half-written settings file
+        tmp.replace(run.dir / SETTINGS_FILE)  # never a half-written settings file
     except BaseException:
         lock.release()
         raise

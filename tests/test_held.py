@@ -103,10 +103,12 @@ def test_a_run_with_a_dead_checkpoint_is_not_held(tmp_path, monkeypatch, capsys)
     ({"mode": "train_policy_with_preferences", "env_id": "MovingDotNoFrameskip-v0"},
      "a held level is defined only for the milestones pong_prefs, pong_true"),
     (None, "is not a run directory"),
+    ("{half-written", "settings.json is damaged"),
 ])
 def test_a_run_without_a_held_level_is_refused_in_one_line(tmp_path, capsys, settings, words):
     if settings is not None:
-        (tmp_path / "settings.json").write_text(json.dumps(settings))
+        (tmp_path / "settings.json").write_text(
+            settings if isinstance(settings, str) else json.dumps(settings))
     assert held.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("held: error: ") and words in err and err.count("\n") == 1
