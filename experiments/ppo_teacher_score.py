@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""PPO (stable-baselines3) on an Enduro teacher's own per-step score, with no labels and no
+predictor: how far the learner gets when its reward is what a perfect r̂ of that teacher would
+give (our A2C does the same with `run.py ... --teacher_reward`).
+
+    python -m experiments.ppo_teacher_score --teacher alongside_near --million_timesteps 4 \\
+        --out ~/runs/ppo_near_score
+    python -m experiments.ppo_teacher_score --out ~/runs/ppo_near_score   # goes on after a stop
+
+The score is scaled as r̂ is (`reward_fn.TeacherReward`: mean 0, std `--reward_std`); PPO runs
+with `examples.ppo`'s settings. Every 100,000 agent steps, and when stopped (Ctrl-C, SIGTERM),
+its model (`ppo.zip`) and its network as our policy weights file (`ppo_policy.pt`) are saved in
+`--out`, and a line gives the episodes ended since the last one: their share of steps level
+with another car and the game's score. The same command with the same `--out` goes on from the
+saved model (flags given again override the saved ones, e.g. a larger `--million_timesteps`).
+`python -m experiments.evaluate OUT/ppo_policy.pt --env EnduroNoFrameskip-v4` plays the policy
+as it plays A2C's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from examples.ppo import MODEL_FILE, POLICY_FILE, PPO_SETTINGS, SAVE_EVERY, policy_weights
+from pref_interface.labellers.alongside import SHARE_EVERY, alongside_steps
+from pref_interface.labellers.teachers import ENDURO_TEACHERS
+from launch.stopping import interrupted_status, stop_main_process_on_signals
+from reward_predictor.config import TrainerConfig
+
+ENV_ID = "EnduroNoFrameskip-v4"
+SETTINGS_FILE = "ppo_teacher_score.json"  # the command's settings, for going on after a stop
+DEFAULTS = {"teacher": "alongside_near", "million_timesteps": 4.0, "seed": 0, "n_envs": 16,
+            "reward_std": TrainerConfig.reward_std, "torch_threads": 2}
+
+
+class TeacherScore(gymnasium.vector.VectorWrapper):
+    """Rewards become the teacher's per-step score, scaled as r̂; the game's own reward moves to
+    `info["true_reward"]`. Each ended episode's share of steps level with a car (read on one step
+    in SHARE_EVERY) and its game score are kept in `ended` until taken."""
+
+    def __init__(self, env: gymnasium.vector.VectorEnv, teacher: str, reward_std: float) -> None:
+        from reward_predictor.reward_fn import TeacherReward
+
+        super().__init__(env)
+        self.reward = TeacherReward(teacher, reward_std)
+        n = env.num_envs
+        self.level, self.seen, self.score = np.zeros(n), np.zeros(n), np.zeros(n)
+        self.ended: list[tuple[float, float]] = []  # (level share, game score) per episode
+        self._step = 0
+
+    def step(self, actions: np.ndarray):
+        obs, game, terminated, truncated, info = self.env.step(actions)
+        # The step is judged by the observation it leads to, as a clip's steps are.
+        final = info.get("final_obs")
+        judged = obs if final is None else np.where(
+            info["_final_obs"][:, None, None, None], final, obs)
+        if self._step % SHARE_EVERY == 0:
+            self.level += alongside_steps(judged[:, -1])
+            self.seen += 1
+        self._step += 1
+        self.score += game
+        for i in np.flatnonzero(np.logical_or(terminated, truncated)):
+            self.ended.append((self.level[i] / self.seen[i] if self.seen[i] else float("nan"),
+                               float(self.score[i])))
+            self.level[i] = self.seen[i] = self.score[i] = 0
+        rewards = self.reward(judged, np.asarray(actions))
+        return obs, rewards, terminated, truncated, {**info, "true_reward": game}
+
+    def take_ended(self) -> list[tuple[float, float]]:
+        ended, self.ended = self.ended, []
+        return ended
+
+
+def settings_of(a: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """The saved settings of `out` (or the defaults), overridden by the flags given; saved."""
+    path = out / SETTINGS_FILE
+    saved = json.loads(path.read_text()) if path.is_file() else dict(DEFAULTS)
+    given = {k: v for k, v in vars(a).items() if k in DEFAULTS and v is not None}
+    if path.is_file() and given.get("teacher", saved["teacher"]) != saved["teacher"]:
+        raise SystemExit(f"ppo_teacher_score: {out} learns the {saved['teacher']} teacher's "
+                         "score; give another --out for another teacher")
+    settings = {**saved, **given}
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings, indent=1) + "\n")
+    return settings
+
+
+def progress_line(steps: int, ended: list[tuple[float, float]]) -> str:
+    if not ended:
+        return f"{steps:,} agent steps | no episode ended since the last line"
+    share = np.array([e[0] for e in ended])
+    score = np.array([e[1] for e in ended])
+    return (f"{steps:,} agent steps | {len(ended)} episodes: level with a car "
+            f"{np.nanmean(share):.1%} of steps, game score {score.mean():+.1f}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p.add_argument("--out", required=True, help="the folder of the model, policy and settings")
+    p.add_argument("--teacher", choices=sorted(ENDURO_TEACHERS),
+                   help=f"the Enduro teacher whose score is the reward (default "
+                        f"{DEFAULTS['teacher']})")
+    p.add_argument("--million_timesteps", type=float,
+                   help=f"agent steps to train to, in millions (default "
+                        f"{DEFAULTS['million_timesteps']:g})")
+    p.add_argument("--seed", type=int, help="PPO's and the envs' seed (default 0)")
+    p.add_argument("--n_envs", type=int, help="envs (default 16, as our A2C's)")
+    p.add_argument("--reward_std", type=float, help="the score's scale, as r̂'s (App. A.2: 0.05)")
+    p.add_argument("--torch_threads", type=int, help="PPO's torch threads (default 2)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
+    a = p.parse_args(argv)
+    for name in ("million_timesteps", "reward_std"):
+        if getattr(a, name) is not None and not getattr(a, name) > 0:
+            p.error(f"--{name} must be positive")
+    for name in ("n_envs", "torch_threads"):
+        if getattr(a, name) is not None and getattr(a, name) < 1:
+            p.error(f"--{name} must be at least 1")
+    out = Path(a.out).expanduser()
+    s = settings_of(a, out)
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from a2c.checkpoint import save_policy_weights
+    from envs.gym_vector import GymVectorEnv
+    from examples.sb3_vec_env import SB3VecEnv
+
+    torch.set_num_threads(s["torch_threads"])
+    stop_main_process_on_signals()  # SIGTERM and SIGHUP stop as Ctrl-C does: the model is saved
+    env = TeacherScore(GymVectorEnv(ENV_ID, s["n_envs"], seed=s["seed"]), s["teacher"],
+                       s["reward_std"])
+    model_path = out / MODEL_FILE
+
+    def save(model: PPO) -> None:
+        tmp = model_path.with_suffix(".tmp.zip")
+        model.save(tmp)
+        os.replace(tmp, model_path)
+        save_policy_weights(out / f"{POLICY_FILE}.tmp", policy_weights(model))
+        os.replace(out / f"{POLICY_FILE}.tmp", out / POLICY_FILE)
+        print(progress_line(model.num_timesteps, env.take_ended()), flush=True)
+
+    class Saver(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps // SAVE_EVERY > (self.num_timesteps - s["n_envs"]) // SAVE_EVERY:
+                save(self.model)
+            return True
+
+    model, status = None, 0
+    try:
+        vec = SB3VecEnv(env, seed=s["seed"])
+        model = (PPO.load(model_path, env=vec) if model_path.is_file() else
+                 PPO("CnnPolicy", vec, seed=s["seed"], verbose=0, **PPO_SETTINGS))
+        total = int(s["million_timesteps"] * 1e6)
+        print(f"PPO on the {s['teacher']} teacher's score, {ENV_ID}, from "
+              f"{model.num_timesteps:,} to {total:,} agent steps, into {out}", flush=True)
+        model.learn(max(total - model.num_timesteps, 0), callback=Saver(),
+                    reset_num_timesteps=False)
+    except KeyboardInterrupt:
+        status = interrupted_status()  # 128 + the signal
+    finally:
+        try:
+            if model is not None:
+                save(model)
+        finally:
+            env.close()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
