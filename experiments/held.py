@@ -29,7 +29,7 @@ from typing import Iterator
 
 from envs.atari import NOOP_MAX
 from experiments.evaluate import EVAL_SEED, EXIT_USAGE, MAX_STEPS
-from experiments.milestone import HELD_MARGIN, MILESTONES, Milestone
+from experiments.milestones import HELD_MARGIN, MILESTONES, Milestone
 from launch.rundir import saved_settings
 
 

@@ -266,7 +266,7 @@ def alive_in_session(sid: int) -> list[str]:
                                   "enduro_true"])
 def test_each_milestone_command_is_a_valid_run(name, tmp_path):
     """`python -m experiments.milestone NAME` must not die on a flag that run.py refuses."""
-    from experiments.milestone import MILESTONES
+    from experiments.milestones import MILESTONES
     from launch.cli import parse_args
 
     m = MILESTONES[name]

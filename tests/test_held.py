@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from experiments import held
-from experiments.milestone import MILESTONES, Milestone
+from experiments.milestones import MILESTONES, Milestone
 from tests.test_reproduction import fake_run
 
 ROOT = Path(__file__).resolve().parent.parent
