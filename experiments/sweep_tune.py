@@ -15,7 +15,7 @@ from typing import Any
 from ray import tune
 
 from experiments.runlog import RunLog
-from experiments.sweep import CONSOLE_DIR, RUNS_DIR, TUNE_DIR, Trial
+from experiments.sweep_trial import CONSOLE_DIR, RUNS_DIR, TUNE_DIR, Trial
 from launch.rundir import run_dir_holder, wait_released
 
 ROOT = Path(__file__).resolve().parent.parent
