@@ -102,7 +102,10 @@ def progress_line(steps: int, ended: list[tuple[float, float]]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = argparse.ArgumentParser(
+        description="PPO on an Enduro teacher's own per-step score, with no labels and no "
+                    "predictor: the learner's ceiling for a preference run with that teacher",
+        allow_abbrev=False)
     p.add_argument("--out", required=True, help="the folder of the model, policy and settings")
     p.add_argument("--teacher", choices=sorted(ENDURO_TEACHERS),
                    help=f"the Enduro teacher whose score is the reward (default "
