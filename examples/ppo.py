@@ -88,6 +88,21 @@ def policy_weights(model: "PPO") -> dict:
     return {"policy": policy, "timesteps": int(model.num_timesteps)}
 
 
+def save_ppo(model: "PPO", folder: Path, atari: bool = True) -> None:
+    """PPO's model (`ppo.zip`) and, in an Atari game, its network as our policy weights file
+    (`ppo_policy.pt`) into `folder`, each written whole before it replaces the last."""
+    from a2c.checkpoint import save_policy_weights
+
+    model_path = folder / MODEL_FILE
+    tmp = model_path.with_suffix(".tmp.zip")
+    model.save(tmp)
+    os.replace(tmp, model_path)
+    if atari:
+        tmp = folder / f"{POLICY_FILE}.tmp"
+        save_policy_weights(tmp, policy_weights(model))
+        os.replace(tmp, folder / POLICY_FILE)
+
+
 def main(argv: list[str] | None = None) -> int:
     a, rest = build_parser().parse_known_args(argv)
     env_id, seed, settings = wrapper_settings(rest)
@@ -97,7 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
 
-    from a2c.checkpoint import save_policy_weights
     from envs import env_kind
     from envs.gym_vector import GymVectorEnv
     from envs.scores import MOVING_DOT_LEVEL
@@ -115,15 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     model_path = env.run_dir / MODEL_FILE
 
     def save(model: PPO) -> None:
-        """PPO's model (and, in an Atari game, its network as our weights file), and the
-        wrapper's count of agent steps with them."""
-        tmp = model_path.with_suffix(".tmp.zip")
-        model.save(tmp)
-        os.replace(tmp, model_path)
-        if atari:
-            tmp = env.run_dir / f"{POLICY_FILE}.tmp"
-            save_policy_weights(tmp, policy_weights(model))
-            os.replace(tmp, env.run_dir / POLICY_FILE)
+        """PPO's model and network, and the wrapper's count of agent steps with them."""
+        save_ppo(model, env.run_dir, atari)
         env.save_progress()
 
     class Callback(BaseCallback):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from examples.ppo import MODEL_FILE, POLICY_FILE, PPO_SETTINGS, SAVE_EVERY, policy_weights
+from examples.ppo import MODEL_FILE, PPO_SETTINGS, SAVE_EVERY, save_ppo
 from pref_interface.labellers.alongside import SHARE_EVERY, alongside_steps
 from pref_interface.labellers.teachers import ENDURO_TEACHERS
 from launch.stopping import interrupted_status, stop_main_process_on_signals
@@ -135,7 +134,6 @@ def main(argv: list[str] | None = None) -> int:
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
 
-    from a2c.checkpoint import save_policy_weights
     from envs.gym_vector import GymVectorEnv
     from examples.sb3_vec_env import SB3VecEnv
 
@@ -146,11 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     model_path = out / MODEL_FILE
 
     def save(model: PPO) -> None:
-        tmp = model_path.with_suffix(".tmp.zip")
-        model.save(tmp)
-        os.replace(tmp, model_path)
-        save_policy_weights(out / f"{POLICY_FILE}.tmp", policy_weights(model))
-        os.replace(out / f"{POLICY_FILE}.tmp", out / POLICY_FILE)
+        save_ppo(model, out)
         print(progress_line(model.num_timesteps, env.take_ended()), flush=True)
 
     class Saver(BaseCallback):
