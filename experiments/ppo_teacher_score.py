@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -91,12 +92,14 @@ def settings_of(a: argparse.Namespace, out: Path) -> dict[str, Any]:
     return settings
 
 
-def progress_line(steps: int, ended: list[tuple[float, float]]) -> str:
+def progress_line(steps: int, rate: float, ended: list[tuple[float, float]]) -> str:
+    """A line per save: agent steps, their rate since the line before, the episodes ended."""
+    head = f"{steps:,} agent steps | {rate:,.0f}/s"
     if not ended:
-        return f"{steps:,} agent steps | no episode ended since the last line"
+        return f"{head} | no episode ended since the last line"
     share = np.array([e[0] for e in ended])
     score = np.array([e[1] for e in ended])
-    return (f"{steps:,} agent steps | {len(ended)} episodes: level with a car "
+    return (f"{head} | {len(ended)} episodes: level with a car "
             f"{np.nanmean(share):.1%} of steps, game score {score.mean():+.1f}")
 
 
@@ -142,10 +145,14 @@ def main(argv: list[str] | None = None) -> int:
     env = TeacherScore(GymVectorEnv(ENV_ID, s["n_envs"], seed=s["seed"]), s["teacher"],
                        s["reward_std"])
     model_path = out / MODEL_FILE
+    last = {"steps": 0, "time": time.monotonic()}  # the line before (or the start): steps, time
 
     def save(model: PPO) -> None:
         save_ppo(model, out)
-        print(progress_line(model.num_timesteps, env.take_ended()), flush=True)
+        now, steps = time.monotonic(), model.num_timesteps
+        rate = (steps - last["steps"]) / max(now - last["time"], 1e-9)
+        last.update(steps=steps, time=now)
+        print(progress_line(steps, rate, env.take_ended()), flush=True)
 
     class Saver(BaseCallback):
         def _on_step(self) -> bool:
@@ -159,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         model = (PPO.load(model_path, env=vec) if model_path.is_file() else
                  PPO("CnnPolicy", vec, seed=s["seed"], verbose=0, **PPO_SETTINGS))
         total = int(s["million_timesteps"] * 1e6)
+        last.update(steps=model.num_timesteps, time=time.monotonic())
         print(f"PPO on the {s['teacher']} teacher's score, {ENV_ID}, from "
               f"{model.num_timesteps:,} to {total:,} agent steps, into {out}", flush=True)
         model.learn(max(total - model.num_timesteps, 0), callback=Saver(),

@@ -1,5 +1,6 @@
 """PPO on an Enduro teacher's own score: the reward it sees, a short run, and going on after it."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -42,7 +43,8 @@ def test_a_short_run_saves_its_policy_and_goes_on_from_it(tmp_path, capsys):
     saved = json.loads((out / pts.SETTINGS_FILE).read_text())
     assert saved["teacher"] == "alongside_near" and saved["n_envs"] == 2
     first = capsys.readouterr().out
-    assert "from 0 to 300 agent steps" in first and "agent steps |" in first
+    assert "from 0 to 300 agent steps" in first
+    assert re.search(r"\n512 agent steps \| [\d,]+/s \| ", first)  # steps, their rate, episodes
 
     # The same --out goes on from the saved model, to the larger total given now.
     assert pts.main(["--out", str(out), "--million_timesteps", "0.0006"]) == 0
