@@ -29,7 +29,7 @@ import gymnasium
 import numpy as np
 
 from examples.ppo import MODEL_FILE, PPO_SETTINGS, SAVE_EVERY, save_ppo
-from pref_interface.labellers.alongside import SHARE_EVERY, alongside_steps
+from pref_interface.labellers.alongside import EpisodeShares
 from pref_interface.labellers.teachers import ENDURO_TEACHERS
 from launch.stopping import interrupted_status, stop_main_process_on_signals
 from reward_predictor.config import TrainerConfig
@@ -42,8 +42,8 @@ DEFAULTS = {"teacher": "alongside_near", "million_timesteps": 4.0, "seed": 0, "n
 
 class TeacherScore(gymnasium.vector.VectorWrapper):
     """Rewards become the teacher's per-step score, scaled as r̂; the game's own reward moves to
-    `info["true_reward"]`. Each ended episode's share of steps level with a car (read on one step
-    in SHARE_EVERY) and its game score are kept in `ended` until taken."""
+    `info["true_reward"]`. Each ended episode's share of steps level with a car (`EpisodeShares`)
+    and its game score are kept in `ended` until taken."""
 
     def __init__(self, env: gymnasium.vector.VectorEnv, teacher: str, reward_std: float) -> None:
         from reward_predictor.reward_fn import TeacherReward
@@ -51,9 +51,8 @@ class TeacherScore(gymnasium.vector.VectorWrapper):
         super().__init__(env)
         self.reward = TeacherReward(teacher, reward_std)
         n = env.num_envs
-        self.level, self.seen, self.score = np.zeros(n), np.zeros(n), np.zeros(n)
+        self.shares, self.score = EpisodeShares(n), np.zeros(n)
         self.ended: list[tuple[float, float]] = []  # (level share, game score) per episode
-        self._step = 0
 
     def step(self, actions: np.ndarray):
         obs, game, terminated, truncated, info = self.env.step(actions)
@@ -61,15 +60,12 @@ class TeacherScore(gymnasium.vector.VectorWrapper):
         final = info.get("final_obs")
         judged = obs if final is None else np.where(
             info["_final_obs"][:, None, None, None], final, obs)
-        if self._step % SHARE_EVERY == 0:
-            self.level += alongside_steps(judged[:, -1])
-            self.seen += 1
-        self._step += 1
+        self.shares.observe(judged[:, -1])
         self.score += game
         for i in np.flatnonzero(np.logical_or(terminated, truncated)):
-            self.ended.append((self.level[i] / self.seen[i] if self.seen[i] else float("nan"),
-                               float(self.score[i])))
-            self.level[i] = self.seen[i] = self.score[i] = 0
+            share = self.shares.end(i)
+            self.ended.append((float("nan") if share is None else share, float(self.score[i])))
+            self.score[i] = 0
         rewards = self.reward(judged, np.asarray(actions))
         return obs, rewards, terminated, truncated, {**info, "true_reward": game}
 

@@ -2,11 +2,16 @@
 import json
 import re
 
+import gymnasium
 import numpy as np
 import pytest
 
+from clips.clip import STACK
+
 from examples.ppo import POLICY_FILE
 from experiments import ppo_teacher_score as pts
+from pref_interface.labellers.alongside import SHARE_EVERY
+from tests.test_teachers import enduro_frame
 
 pytest.importorskip("stable_baselines3")
 
@@ -28,6 +33,48 @@ def test_the_reward_is_the_teachers_scaled_score_and_the_game_reward_moves_to_in
         assert abs(np.mean(rewards)) < 0.03 and 0.02 < np.std(rewards) < 0.1
     finally:
         env.close()
+
+
+class ScriptedEnduro(gymnasium.vector.VectorEnv):
+    """Two envs whose frames, game rewards and episode ends are given per step."""
+
+    def __init__(self, level: list[list[bool]], game: np.ndarray, ends: np.ndarray) -> None:
+        beside, alone = enduro_frame(cars=((62, 57, 5, 8, 100),)), enduro_frame()
+        self.frames = [np.stack([np.stack([beside if lv else alone] * STACK) for lv in row])
+                       for row in level]
+        self.game, self.ends, self.t = game, ends, 0
+        self.num_envs = 2
+        self.single_observation_space = gymnasium.spaces.Box(0, 255, (STACK, 84, 84), np.uint8)
+        self.observation_space = gymnasium.vector.utils.batch_space(
+            self.single_observation_space, 2)
+        self.single_action_space = gymnasium.spaces.Discrete(9)
+        self.action_space = gymnasium.vector.utils.batch_space(self.single_action_space, 2)
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return self.frames[0], {}
+
+    def step(self, actions):
+        t, self.t = self.t, self.t + 1
+        return self.frames[t], self.game[t], self.ends[t], np.zeros(2, bool), {}
+
+
+def test_each_ended_episode_gives_its_level_share_and_game_score():
+    # Ten steps, one in SHARE_EVERY (8) read: steps 0 and 8. Env 0 is level on step 0 only and
+    # ends on step 8; env 1 is level throughout, scores on steps 3 and 4 and ends on step 9.
+    assert SHARE_EVERY == 8
+    level = [[t == 0, True] for t in range(10)]
+    game = np.zeros((10, 2), np.float32)
+    game[3, 1] = game[4, 1] = 1
+    ends = np.zeros((10, 2), bool)
+    ends[8, 0] = ends[9, 1] = True
+    env = pts.TeacherScore(ScriptedEnduro(level, game, ends), "alongside_near", 0.05)
+    env.reset()
+    for t in range(10):
+        env.step(np.zeros(2, np.int64))
+        if t == 8:
+            assert env.take_ended() == [(0.5, 0.0)]
+    assert env.take_ended() == [(1.0, 2.0)] and env.take_ended() == []
 
 
 def test_a_short_run_saves_its_policy_and_goes_on_from_it(tmp_path, capsys):

@@ -178,29 +178,46 @@ def judges(env_id: str) -> bool:
 SHARE_EVERY = 8  # the training curve's share reads one agent step in this many (~1 ms a frame)
 
 
-class LevelShare:
-    """A rollout observer for Enduro runs: each finished episode's share of its steps level with
-    another car, read on one step in `every`, set on its record (`alongside_share`) for the
-    training curve (charts/alongside_share)."""
+class EpisodeShares:
+    """Per env, the share of the running episode's steps level with another car, read on one
+    agent step in `every` (the newest frame of each env's stack)."""
 
     def __init__(self, n_envs: int, every: int = SHARE_EVERY) -> None:
         self.level = np.zeros(n_envs)
         self.seen = np.zeros(n_envs)
         self.every, self.step = every, 0
 
+    def observe(self, newest: np.ndarray) -> None:
+        """One agent step of every env: uint8 (n_envs, 84, 84), the frames that step led to."""
+        if self.step % self.every == 0:
+            self.level += alongside_steps(newest)
+            self.seen += 1
+        self.step += 1
+
+    def end(self, i: int) -> float | None:
+        """Env i's episode ended: its share (None if no step of it was read); the count starts
+        again."""
+        share = float(self.level[i] / self.seen[i]) if self.seen[i] else None
+        self.level[i] = self.seen[i] = 0
+        return share
+
+
+class LevelShare:
+    """A rollout observer for Enduro runs: each finished episode's share of its steps level with
+    another car (`EpisodeShares`), set on its record (`alongside_share`) for the training curve
+    (charts/alongside_share)."""
+
+    def __init__(self, n_envs: int, every: int = SHARE_EVERY) -> None:
+        self.shares = EpisodeShares(n_envs, every)
+
     def __call__(self, rollout) -> None:
         """Judge the rollout's steps, each before the episodes that end on it."""
         from a2c.rollout import episode_ends
 
         for t, ends in episode_ends(rollout):
-            if self.step % self.every == 0:
-                self.level += alongside_steps(rollout.obs[t][:, -1])
-                self.seen += 1
-            self.step += 1
+            self.shares.observe(rollout.obs[t][:, -1])
             for i, record in ends:
-                record.alongside_share = (float(self.level[i] / self.seen[i])
-                                          if self.seen[i] else None)
-                self.level[i] = self.seen[i] = 0
+                record.alongside_share = self.shares.end(i)
 
 
 def make_level_share_observers(n_envs: int) -> list[LevelShare]:
