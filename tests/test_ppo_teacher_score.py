@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from clips.clip import STACK
-
 from examples.ppo import POLICY_FILE
 from experiments import ppo_teacher_score as pts
 from pref_interface.labellers.alongside import SHARE_EVERY
