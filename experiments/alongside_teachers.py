@@ -12,7 +12,7 @@ steers beside
 the nearest car ahead, speeds up to reach it and then brakes or accelerates as that car drifts
 back or ahead, reading the frames with the teachers' own detector
 (`pref_interface.labellers.alongside`). Per driver it prints the share of steps level with
-another car, and for pairs of 25-step clips: how many pairs of its own clips each teacher can
+another car and the near teacher's mean score per step, and for pairs of 25-step clips: how many pairs of its own clips each teacher can
 decide (a tie teaches the predictor nothing), each teacher's mean answer for the driver's clip
 against one of random play (1: always the driver's, 0.5: ties or an even split), and how often
 each teacher gives the counting teacher's answer to the same pair of the driver's clips; then the
@@ -113,6 +113,12 @@ def level_share(frames: np.ndarray) -> float:
     return float(np.mean([is_alongside(f) for f in frames[STACK - 1:]]))
 
 
+def observations(frames: np.ndarray) -> np.ndarray:
+    """Each step's observation of one episode (`play`'s frames), the frame it acts on and the
+    three before: (steps, STACK, 84, 84)."""
+    return np.moveaxis(np.lib.stride_tricks.sliding_window_view(frames, STACK, axis=0), -1, 1)
+
+
 def clips_of(frames: np.ndarray) -> list[Clip]:
     """Consecutive CLIP_STEPS-step clips of one episode's frames."""
     n = (len(frames) - STACK + 1) // CLIP_STEPS
@@ -130,9 +136,7 @@ def shaped_terms(episodes: list[np.ndarray], clips: list[Clip]) -> str:
     from pref_interface.labellers.teachers import AlongsideTeacher, ShapedAlongsideTeacher
 
     teacher = ShapedAlongsideTeacher()
-    # each step's observation, (T, STACK, 84, 84): the frame it acts on and the three before
-    obs = np.concatenate([np.moveaxis(np.lib.stride_tricks.sliding_window_view(
-        frames, STACK, axis=0), -1, 1) for frames in episodes])
+    obs = np.concatenate([observations(frames) for frames in episodes])
     level, score = AlongsideTeacher().step_scores(obs), teacher.step_scores(obs)
     closing = score - level
     per_clip = np.array([(clip_alongside(c), teacher.closing * clip_closing(c)) for c in clips])
@@ -185,15 +189,18 @@ def main(argv: list[str] | None = None) -> int:
     clips: dict[str, list[Clip]] = {}
     print(f"{ENV_ID}: {a.episodes} episode(s) of {a.steps:,} steps per driver, "
           f"{a.pairs} pairs of {CLIP_STEPS}-step clips per teacher")
-    print("| driver | level with a car | " + " | ".join(
+    print("| driver | level with a car | alongside_near per step | " + " | ".join(
         f"{t}: decided / against random" for t in TEACHERS) + " | " + " | ".join(
         f"{t}: the count's answer" for t in TEACHERS[1:]) + " |")
-    print("|---|---|" + "---|" * (2 * len(TEACHERS) - 1))
+    print("|---|---|---|" + "---|" * (2 * len(TEACHERS) - 1))
     label_s: dict[str, list[float]] = {name: [] for name in teachers}  # a label's time, per driver
     terms = []  # the shaped teacher's terms, per driver
     for driver in ("random", "fire", "down", "follower"):
         episodes = [play(driver, a.steps, seed) for seed in range(a.episodes)]
         level = np.mean([level_share(e) for e in episodes])
+        # the near teacher's mean score per step: the reward of `--teacher_reward` before scaling
+        near = np.mean([teachers["alongside_near"].step_scores(observations(e)).mean()
+                        for e in episodes])
         clips[driver] = [c for e in episodes for c in clips_of(e)]
         terms.append(f"| {driver} | {shaped_terms(episodes, clips[driver])} |")
         mine, theirs = clips[driver], clips["random"]
@@ -210,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
                  f"{np.mean([t.label(*pair) for pair in against]):.2f}"
                  for name, t in teachers.items()]
         same = [f"{np.mean(own[TEACHERS[0]] == own[name]):.0%}" for name in TEACHERS[1:]]
-        print(f"| {driver} | {level:.1%} | " + " | ".join(cells + same) + " |", flush=True)
+        print(f"| {driver} | {level:.1%} | {near:.3f} | " + " | ".join(cells + same) + " |",
+              flush=True)
         if driver == "follower" and a.gif:
             from runtime.video import write_gif
 

@@ -11,7 +11,8 @@ The score is scaled as r̂ is (`reward_fn.TeacherReward`: mean 0, std `--reward_
 with `examples.ppo`'s settings. Every 100,000 agent steps, and when stopped (Ctrl-C, SIGTERM),
 its model (`ppo.zip`) and its network as our policy weights file (`ppo_policy.pt`) are saved in
 `--out`, and a line gives the episodes ended since the last one: their share of steps level
-with another car and the game's score. The same command with the same `--out` goes on from the
+with another car, the teacher's mean score per step (the reward before scaling) and the game's
+score. The same command with the same `--out` goes on from the
 saved model (flags given again override the saved ones, e.g. a larger `--million_timesteps`).
 `python -m experiments.evaluate OUT/ppo_policy.pt --env EnduroNoFrameskip-v4` plays the policy
 as it plays A2C's.
@@ -23,7 +24,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium
 import numpy as np
@@ -40,10 +41,17 @@ DEFAULTS = {"teacher": "alongside_near", "million_timesteps": 4.0, "seed": 0, "n
             "reward_std": TrainerConfig.reward_std, "torch_threads": 2}
 
 
+class Ended(NamedTuple):
+    """One ended episode: its share of steps level with a car (`EpisodeShares`; nan if none was
+    read), its game score, and the teacher's mean score per step, the reward before scaling."""
+    share: float
+    game_score: float
+    teacher_score: float
+
+
 class TeacherScore(gymnasium.vector.VectorWrapper):
     """Rewards become the teacher's per-step score, scaled as r̂; the game's own reward moves to
-    `info["true_reward"]`. Each ended episode's share of steps level with a car (`EpisodeShares`)
-    and its game score are kept in `ended` until taken."""
+    `info["true_reward"]`. Each ended episode (`Ended`) is kept in `ended` until taken."""
 
     def __init__(self, env: gymnasium.vector.VectorEnv, teacher: str, reward_std: float) -> None:
         from reward_predictor.reward_fn import TeacherReward
@@ -52,7 +60,8 @@ class TeacherScore(gymnasium.vector.VectorWrapper):
         self.reward = TeacherReward(teacher, reward_std)
         n = env.num_envs
         self.shares, self.score = EpisodeShares(n), np.zeros(n)
-        self.ended: list[tuple[float, float]] = []  # (level share, game score) per episode
+        self.teacher_sum, self.steps = np.zeros(n), np.zeros(n)
+        self.ended: list[Ended] = []
 
     def step(self, actions: np.ndarray):
         obs, game, terminated, truncated, info = self.env.step(actions)
@@ -61,15 +70,20 @@ class TeacherScore(gymnasium.vector.VectorWrapper):
         judged = obs if final is None else np.where(
             info["_final_obs"][:, None, None, None], final, obs)
         self.shares.observe(judged[:, -1])
+        scores = self.reward.teacher.step_scores(judged)
         self.score += game
+        self.teacher_sum += scores
+        self.steps += 1
         for i in np.flatnonzero(np.logical_or(terminated, truncated)):
             share = self.shares.end(i)
-            self.ended.append((float("nan") if share is None else share, float(self.score[i])))
-            self.score[i] = 0
-        rewards = self.reward(judged, np.asarray(actions))
+            self.ended.append(Ended(float("nan") if share is None else share,
+                                    float(self.score[i]),
+                                    float(self.teacher_sum[i] / self.steps[i])))
+            self.score[i] = self.teacher_sum[i] = self.steps[i] = 0
+        rewards = self.reward.scale(scores)
         return obs, rewards, terminated, truncated, {**info, "true_reward": game}
 
-    def take_ended(self) -> list[tuple[float, float]]:
+    def take_ended(self) -> list[Ended]:
         ended, self.ended = self.ended, []
         return ended
 
@@ -88,15 +102,14 @@ def settings_of(a: argparse.Namespace, out: Path) -> dict[str, Any]:
     return settings
 
 
-def progress_line(steps: int, rate: float, ended: list[tuple[float, float]]) -> str:
+def progress_line(steps: int, rate: float, ended: list[Ended]) -> str:
     """A line per save: agent steps, their rate since the line before, the episodes ended."""
     head = f"{steps:,} agent steps | {rate:,.0f}/s"
     if not ended:
         return f"{head} | no episode ended since the last line"
-    share = np.array([e[0] for e in ended])
-    score = np.array([e[1] for e in ended])
-    return (f"{head} | {len(ended)} episodes: level with a car "
-            f"{np.nanmean(share):.1%} of steps, game score {score.mean():+.1f}")
+    share, game, teacher = np.array(ended).T
+    return (f"{head} | {len(ended)} episodes: level with a car {np.nanmean(share):.1%} of "
+            f"steps, teacher's score {teacher.mean():.3f} per step, game score {game.mean():+.1f}")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -59,7 +59,11 @@ class TeacherReward:
         self.normaliser = RunningNormaliser(reward_std, eps=self.VAR_FLOOR)
 
     def __call__(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        raw = torch.from_numpy(self.teacher.step_scores(obs))
+        return self.scale(self.teacher.step_scores(obs))
+
+    def scale(self, scores: np.ndarray) -> np.ndarray:
+        """The teacher's step scores (N,) scaled as r̂, the running statistics updated first."""
+        raw = torch.from_numpy(scores)
         self.normaliser.update(raw)
         return self.normaliser(raw).numpy().astype(np.float32)
 

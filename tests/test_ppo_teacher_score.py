@@ -58,9 +58,10 @@ class ScriptedEnduro(gymnasium.vector.VectorEnv):
         return self.frames[t], self.game[t], self.ends[t], np.zeros(2, bool), {}
 
 
-def test_each_ended_episode_gives_its_level_share_and_game_score():
+def test_each_ended_episode_gives_its_level_share_game_score_and_teacher_score():
     # Ten steps, one in SHARE_EVERY (8) read: steps 0 and 8. Env 0 is level on step 0 only and
     # ends on step 8; env 1 is level throughout, scores on steps 3 and 4 and ends on step 9.
+    # The near teacher scores a level step 2 (1, plus nearness 1) and a road with no car 0.
     assert SHARE_EVERY == 8
     level = [[t == 0, True] for t in range(10)]
     game = np.zeros((10, 2), np.float32)
@@ -72,8 +73,8 @@ def test_each_ended_episode_gives_its_level_share_and_game_score():
     for t in range(10):
         env.step(np.zeros(2, np.int64))
         if t == 8:
-            assert env.take_ended() == [(0.5, 0.0)]
-    assert env.take_ended() == [(1.0, 2.0)] and env.take_ended() == []
+            assert env.take_ended() == [pytest.approx((0.5, 0.0, 2 / 9))]
+    assert env.take_ended() == [pytest.approx((1.0, 2.0, 2.0))] and env.take_ended() == []
 
 
 def test_a_short_run_saves_its_policy_and_goes_on_from_it(tmp_path, capsys):
