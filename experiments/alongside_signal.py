@@ -18,6 +18,8 @@ so the noise does not inflate it. Rewards:
   with the shaped teacher);
 - `near`: `level` plus the nearness itself, a reward for being close to a car at every step (the
   near teacher's score);
+- `hold`: `near` plus the nearness times how nearly the nearest car keeps its row from the frame
+  before, a reward for matching its speed (the holding teacher's score);
 - `game`: the game's own reward (cars passed), which A2C does not learn from here.
 
 Frames are made as the training envs make them (frame skip 4, the last two frames' maximum, grey,
@@ -42,9 +44,9 @@ from pref_interface.labellers.teachers import make_teacher  # noqa: E402
 
 GAME = "enduro"
 # the Enduro teachers (their default weights): their per-step scores are the rewards measured
-LEVEL, SHAPED, NEAR = (make_teacher(kind) for kind in ("alongside", "alongside_shaped",
-                                                       "alongside_near"))
-REWARDS = ("level", "shaped", "near", "game")
+LEVEL, SHAPED, NEAR, HOLD = (make_teacher(kind) for kind in (
+    "alongside", "alongside_shaped", "alongside_near", "alongside_hold"))
+REWARDS = ("level", "shaped", "near", "hold", "game")
 
 
 class BranchingEnduro:
@@ -93,9 +95,8 @@ class BranchingEnduro:
 def step_rewards(before: np.ndarray, frames: list[np.ndarray], game: list[float]) -> np.ndarray:
     """(len(REWARDS), T): each reward on the T frames after `before`, judged on each frame."""
     pairs = np.stack([[a, b] for a, b in zip([before, *frames[:-1]], frames)])  # (T, 2, 84, 84)
-    # each step's frame, and the one before it for the shaped teacher's change in nearness
-    return np.stack([LEVEL.step_scores(pairs), SHAPED.step_scores(pairs), NEAR.step_scores(pairs),
-                     np.array(game)])
+    # each step's frame, and the one before it for the shaped and holding teachers
+    return np.stack([t.step_scores(pairs) for t in (LEVEL, SHAPED, NEAR, HOLD)] + [np.array(game)])
 
 
 def branch(env: BranchingEnduro, horizon: int, futures: int, rng: np.random.Generator,

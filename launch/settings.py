@@ -198,6 +198,8 @@ class Settings:
         LabellingConfig.teacher, "prefs", "synthetic labeller: oracle, alongside, "
         "alongside_shaped:closing=C (Enduro: level steps, plus C for closing in on a car), "
         "alongside_near:near=W (Enduro: level steps, plus W times each step's nearness to a car), "
+        "alongside_hold:hold=H (Enduro: alongside_near's, plus H times nearness times how nearly "
+        "the nearest car's speed is held), "
         "boltzmann:beta=B, mistake:eps=E, skip:threshold=X, equal:threshold=X or myopic:gamma=G "
         "(B-Pref teachers)", check=teacher_spec)
     episode_end_penalty: float | None = setting(
@@ -255,7 +257,7 @@ class Settings:
         "or training the predictor")
     teacher_reward: bool = setting(
         False, "predictor", "with --synthetic_prefs and an Enduro teacher (--teacher alongside, "
-        "alongside_shaped or alongside_near): train the policy on the teacher's own per-step "
+        "alongside_shaped, alongside_near or alongside_hold): train the policy on the teacher's own per-step "
         "score, scaled as r̂ is, without labels or a predictor (about what a predictor that "
         "learnt the teacher perfectly would give; its episode sums are charts/predicted_return)")
     adaptive_l2: bool = setting(

@@ -1,6 +1,7 @@
 """The scripted teachers: B-Pref's (Lee et al. 2021) and the episode-end penalty, and Enduro's
 "keep alongside other cars" (its frame detector on hand-made frames and on the emulator's, its
-labels counted and shaped, and `--teacher alongside` and `alongside_shaped`)."""
+labels counted, shaped, by nearness and by holding a car's speed, and `--teacher alongside`
+and `alongside_shaped`)."""
 import math
 
 import numpy as np
@@ -8,12 +9,15 @@ import pytest
 
 from clips.clip import STACK, Clip
 from pref_interface.labellers.alongside import (
+    HOLD_ROWS,
     alongside_share,
     clip_alongside,
     clip_closing,
     find_player,
     gap_ahead,
+    holding,
     is_alongside,
+    nearest_car,
     nearness,
 )
 from pref_interface.labellers.teachers import (
@@ -240,6 +244,36 @@ def test_the_near_teacher_sums_each_steps_level_and_nearness_to_a_car():
     # per step, as --teacher_reward trains on it: the newest frame of each observation
     obs = np.stack([closing_clip(close).frames()[:STACK], closing_clip(none).frames()[:STACK]])
     np.testing.assert_allclose(near.step_scores(obs), [1 - 6 / 23, 0.0])
+
+
+def test_the_hold_teacher_credits_a_car_that_stays_in_its_row_over_one_that_moves():
+    """`alongside_hold`: each step is worth the near teacher's, plus `hold` times its nearness
+    times how nearly the nearest car keeps its row from the frame before (1 in place, 0 at
+    HOLD_ROWS rows or more)."""
+    assert HOLD_ROWS == 3
+    assert holding(50, 50) == 1.0 and holding(50, 49) == pytest.approx(2 / 3)
+    assert holding(50, 53) == 0.0 and holding(None, 50) == holding(50, None) == 0.0
+    # a car 4 rows tall with its top in row 44: its lowest row 47, 10 rows above the player's top
+    assert nearest_car(enduro_frame(cars=((20, 44, 4, 8, 100),))) == (pytest.approx(1 - 10 / 23), 47)
+    assert nearest_car(enduro_frame()) == (0.0, None)
+
+    hold = make_teacher("alongside_hold")
+    assert hold.hold == 1.0 and make_teacher("alongside_hold:hold=2").hold == 2.0
+    with pytest.raises(ValueError, match="hold must be >= 0"):
+        make_teacher("alongside_hold:hold=-1")
+    held = closing_clip([44] * 28)
+    jumpy = closing_clip([42, 46] * 14)  # as near on average, but 4 rows from one frame to the next
+    assert hold.returns(held, held)[0] == pytest.approx(25 * 2 * (1 - 10 / 23))
+    near = make_teacher("alongside_near")
+    assert hold.returns(jumpy, jumpy)[0] == pytest.approx(near.returns(jumpy, jumpy)[0])
+    assert near.returns(held, held)[0] == pytest.approx(25 * (1 - 10 / 23))
+    assert hold.label(held, jumpy) == 1.0
+    # a level step stays worth 1 + near, plus the hold term when the car holds its row
+    level = clip([True] * 25)
+    assert hold.returns(level, level)[0] == pytest.approx(25 * 3.0)
+    # per step, from the newest frame of each observation and the one before
+    obs = np.stack([held.frames()[:STACK], jumpy.frames()[:STACK]])
+    np.testing.assert_allclose(hold.step_scores(obs), [2 * (1 - 10 / 23), 1 - 8 / 23])
 
 
 def test_teacher_alongside_shaped_is_a_command_line_choice_for_enduro(tmp_path):

@@ -130,16 +130,20 @@ def _ahead(frame: np.ndarray, player: tuple[int, int, int], ground: int) -> np.n
     return _cars_in_rows(frame, range(AHEAD_TOP, player[0]), ground)
 
 
-def _gap_ahead(frame: np.ndarray) -> tuple[int | None, int]:
-    """`gap_ahead`, and the most it can be: the rows from AHEAD_TOP to the player's top row."""
+def _gap_ahead(frame: np.ndarray) -> tuple[int | None, int, int | None]:
+    """`gap_ahead`; the most it can be, the rows from AHEAD_TOP to the player's top row; and the
+    nearest car's lowest row drawn, level or ahead (None when none is seen)."""
     player = find_player(frame)
     if player is None:
-        return None, 1
+        return None, 1, None
     top, ground = player[0], _ground(frame)
-    if _level(frame, player, ground).any():
-        return 0, top - AHEAD_TOP
+    level = np.flatnonzero(_level(frame, player, ground).any(axis=1))
+    if len(level):
+        return 0, top - AHEAD_TOP, int(level.max())
     rows = np.flatnonzero(_ahead(frame, player, ground).any(axis=1))
-    return (int(top - rows.max()) if len(rows) else None), top - AHEAD_TOP
+    if not len(rows):
+        return None, top - AHEAD_TOP, None
+    return int(top - rows.max()), top - AHEAD_TOP, int(rows.max())
 
 
 def gap_ahead(frame: np.ndarray) -> int | None:
@@ -148,11 +152,32 @@ def gap_ahead(frame: np.ndarray) -> int | None:
     return _gap_ahead(frame)[0]
 
 
+def nearest_car(frame: np.ndarray) -> tuple[float, int | None]:
+    """(`nearness`, the nearest car's lowest row drawn, level or ahead; None when none is seen)."""
+    gap, most, row = _gap_ahead(frame)
+    return (0.0 if gap is None else 1.0 - gap / most), row
+
+
 def nearness(frame: np.ndarray) -> float:
     """1 when another car is level with the player, falling linearly with the gap to the nearest
     car ahead, to 0 for a car at AHEAD_TOP and when no car is seen ahead."""
-    gap, most = _gap_ahead(frame)
-    return 0.0 if gap is None else 1.0 - gap / most
+    return nearest_car(frame)[0]
+
+
+# A car moving this many rows or more in one agent step is not held; in random play the nearest
+# car moves 2-3 rows up the screen in most steps (the player is the slower), under the scripted
+# follower it stays in its row in most steps.
+HOLD_ROWS = 3
+
+
+def holding(before: int | None, after: int | None) -> float:
+    """How nearly the player holds the nearest car's speed over one agent step, from that car's
+    lowest row in the frame before and after (`nearest_car`): 1 when it stays in its row, falling
+    linearly to 0 at HOLD_ROWS rows (a car passed and another seen is far more); 0 without a car
+    in both frames."""
+    if before is None or after is None:
+        return 0.0
+    return max(0.0, 1.0 - abs(after - before) / HOLD_ROWS)
 
 
 def is_alongside(frame: np.ndarray) -> bool:

@@ -2,7 +2,7 @@
 
 The synthetic oracle of §3.1 is here, with the scripted teachers of B-Pref (Lee et al. 2021):
 Boltzmann-rational, mistake, skip, equal and myopic, Enduro's "keep alongside other cars" (§3.2)
-counted, shaped by closing in and by nearness, and `make_teacher` to pick one from a CLI string. The
+counted, shaped by closing in, by nearness and by holding a car's speed, and `make_teacher` to pick one from a CLI string. The
 person as a labeller (`human.py`) implements the same `Labeller` protocol.
 
 Every synthetic teacher but the "alongside" ones judges a clip by its true reward, minus
@@ -17,7 +17,8 @@ from typing import Callable, Protocol, runtime_checkable
 import numpy as np
 
 from clips.clip import STACK, Clip
-from pref_interface.labellers.alongside import alongside_steps, clip_alongside, clip_closing, nearness
+from pref_interface.labellers.alongside import (alongside_steps, clip_alongside, clip_closing,
+                                                holding, nearest_car, nearness)
 
 
 @runtime_checkable
@@ -262,12 +263,44 @@ class NearAlongsideTeacher(AlongsideTeacher):
         return (near == 1.0) + self.near * near  # nearness is 1 exactly when a car is level
 
 
+class HoldAlongsideTeacher(NearAlongsideTeacher):
+    """"Keep alongside other cars" judged by a person who also credits matching a car's speed:
+    the near teacher's worth of each step, plus `hold` times its nearness times how nearly the
+    nearest car stays in its row from the frame before (`alongside.holding`). Catching a car up,
+    then holding its speed beside or close behind it, is what the step's worth climbs with, and
+    braking or accelerating changes it within a few steps."""
+
+    measure = "the holding alongside score"
+
+    def __init__(self, hold: float = 1.0, rng: np.random.Generator | int | None = None,
+                 episode_end_penalty: float = 0.0) -> None:
+        super().__init__(rng=rng, episode_end_penalty=episode_end_penalty)
+        if not hold >= 0:
+            raise ValueError(f"hold must be >= 0, got {hold}")
+        self.hold = float(hold)
+
+    def returns(self, left: Clip, right: Clip) -> tuple[float, float]:
+        return tuple(float(self._step_scores(c.frames()[STACK - 2:]).sum()) for c in (left, right))
+
+    def step_scores(self, obs: np.ndarray) -> np.ndarray:
+        return np.array([self._step_scores(o[-2:])[0] for o in obs], dtype=np.float64)
+
+    def _step_scores(self, frames: np.ndarray) -> np.ndarray:
+        """The worth of each step of frames (T + 1, 84, 84): the frame before the first step,
+        then the frame each step leads to."""
+        near, rows = zip(*(nearest_car(f) for f in frames))
+        now = np.array(near[1:], dtype=np.float64)
+        held = np.array([holding(a, b) for a, b in zip(rows, rows[1:])])
+        return (now == 1.0) + self.near * now + self.hold * now * held
+
+
 # kind -> (class, its one parameter and that parameter's default); "oracle", "alongside": none.
 TEACHERS: dict[str, tuple[Callable[..., OracleTeacher], str | None, float | None]] = {
     "oracle": (OracleTeacher, None, None),
     "alongside": (AlongsideTeacher, None, None),
     "alongside_shaped": (ShapedAlongsideTeacher, "closing", 10.0),
     "alongside_near": (NearAlongsideTeacher, "near", 1.0),
+    "alongside_hold": (HoldAlongsideTeacher, "hold", 1.0),
     "boltzmann": (BoltzmannTeacher, "beta", 1.0),
     "mistake": (MistakeTeacher, "eps", 0.1),
     "skip": (SkipTeacher, "threshold", 0.0),
@@ -275,10 +308,10 @@ TEACHERS: dict[str, tuple[Callable[..., OracleTeacher], str | None, float | None
     "myopic": (MyopicTeacher, "gamma", 0.9),
 }
 # the teachers that judge Enduro's frames, not the reward
-ENDURO_TEACHERS = frozenset({"alongside", "alongside_shaped", "alongside_near"})
+ENDURO_TEACHERS = frozenset({"alongside", "alongside_shaped", "alongside_near", "alongside_hold"})
 TEACHER_SPECS = ("oracle, boltzmann:beta=1.0, mistake:eps=0.1, skip:threshold=0, equal:threshold=0.5, "
                  "myopic:gamma=0.9, alongside (Enduro), alongside_shaped:closing=10 (Enduro), "
-                 "alongside_near:near=1 (Enduro)")
+                 "alongside_near:near=1 (Enduro), alongside_hold:hold=1 (Enduro)")
 
 
 def teacher_kind(spec: str) -> str:
