@@ -8,16 +8,16 @@ of driving, before any learning.
     python -m experiments.alongside_teachers --accelerating 0.2 0.5 0.8  # open-loop speeds only
 
 The four drivers: random play, always accelerating, always braking, and a scripted follower that
-steers beside
-the nearest car ahead, speeds up to reach it and then brakes or accelerates as that car drifts
-back or ahead, reading the frames with the teachers' own detector
+steers beside the nearest car ahead, speeds up to reach it and then brakes or accelerates as
+that car drifts back or ahead, reading the frames with the teachers' own detector
 (`pref_interface.labellers.alongside`). Per driver it prints the share of steps level with
-another car and the near teacher's mean score per step, and for pairs of 25-step clips: how many pairs of its own clips each teacher can
-decide (a tie teaches the predictor nothing), each teacher's mean answer for the driver's clip
-against one of random play (1: always the driver's, 0.5: ties or an even split), and how often
-each teacher gives the counting teacher's answer to the same pair of the driver's clips; then the
-time a label takes each teacher. The follower shows that the behaviour is within reach of a
-policy that sees only the frames, and which teacher says so more clearly.
+another car and the near and holding teachers' mean scores per step, and for pairs of 25-step
+clips: how many pairs of its own clips each teacher can decide (a tie teaches the predictor
+nothing), each teacher's mean answer for the driver's clip against one of random play (1: always
+the driver's, 0.5: ties or an even split), and how often each teacher gives the counting
+teacher's answer to the same pair of the driver's clips; then the time a label takes each
+teacher. The follower shows that the behaviour is within reach of a policy that sees only the
+frames, and which teacher says so more clearly.
 """
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     clips: dict[str, list[Clip]] = {}
     print(f"{ENV_ID}: {a.episodes} episode(s) of {a.steps:,} steps per driver, "
           f"{a.pairs} pairs of {CLIP_STEPS}-step clips per teacher")
-    print("| driver | level with a car | alongside_near per step | " + " | ".join(
+    print("| driver | level with a car | per step: alongside_near / alongside_hold | " + " | ".join(
         f"{t}: decided / against random" for t in TEACHERS) + " | " + " | ".join(
         f"{t}: the count's answer" for t in TEACHERS[1:]) + " |")
     print("|---|---|---|" + "---|" * (2 * len(TEACHERS) - 1))
@@ -198,9 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     for driver in ("random", "fire", "down", "follower"):
         episodes = [play(driver, a.steps, seed) for seed in range(a.episodes)]
         level = np.mean([level_share(e) for e in episodes])
-        # the near teacher's mean score per step: the reward of `--teacher_reward` before scaling
-        near = np.mean([teachers["alongside_near"].step_scores(observations(e)).mean()
-                        for e in episodes])
+        # the mean score per step of the teachers that score each step themselves: the reward of
+        # `--teacher_reward` before scaling
+        per_step = " / ".join(
+            f"{np.mean([teachers[t].step_scores(observations(e)).mean() for e in episodes]):.3f}"
+            for t in ("alongside_near", "alongside_hold"))
         clips[driver] = [c for e in episodes for c in clips_of(e)]
         terms.append(f"| {driver} | {shaped_terms(episodes, clips[driver])} |")
         mine, theirs = clips[driver], clips["random"]
@@ -217,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"{np.mean([t.label(*pair) for pair in against]):.2f}"
                  for name, t in teachers.items()]
         same = [f"{np.mean(own[TEACHERS[0]] == own[name]):.0%}" for name in TEACHERS[1:]]
-        print(f"| {driver} | {level:.1%} | {near:.3f} | " + " | ".join(cells + same) + " |",
+        print(f"| {driver} | {level:.1%} | {per_step} | " + " | ".join(cells + same) + " |",
               flush=True)
         if driver == "follower" and a.gif:
             from runtime.video import write_gif

@@ -496,9 +496,10 @@ def test_the_teachers_experiment_prints_a_row_per_driver_and_draws_the_follower(
     for shares, terms in zip(rows[1:5], rows[6:]):
         p = float(shares.split(" | ")[1].rstrip("%")) / 100
         assert float(terms.split(" | ")[1].split(" / ")[0]) == pytest.approx(p * (1 - p), abs=2e-3)
-        # the near teacher gives a level step 2 and any other step its nearness, 0 to 1
-        near = float(shares.split(" | ")[2])
-        assert 2 * p - 1e-3 <= near <= 1 + p + 1e-3
+        # the near teacher gives a level step 2 and any other step its nearness, 0 to 1; the
+        # holding teacher adds at most the nearness again
+        near, hold = map(float, shares.split(" | ")[2].split(" / "))
+        assert 2 * p - 1e-3 <= near <= 1 + p + 1e-3 and near <= hold <= 2 * near + 1e-3
     with Image.open(gif) as drawn:
         assert drawn.n_frames == 12 and drawn.size == (84 * 3, 84 * 3)
     with pytest.raises(SystemExit):
