@@ -12,10 +12,9 @@ with `examples.ppo`'s settings. Every 100,000 agent steps, and when stopped (Ctr
 its model (`ppo.zip`) and its network as our policy weights file (`ppo_policy.pt`) are saved in
 `--out`, and a line gives the episodes ended since the last one: their share of steps level
 with another car, the teacher's mean score per step (the reward before scaling) and the game's
-score. The same command with the same `--out` goes on from the
-saved model (flags given again override the saved ones, e.g. a larger `--million_timesteps`).
-`python -m experiments.evaluate OUT/ppo_policy.pt --env EnduroNoFrameskip-v4` plays the policy
-as it plays A2C's.
+score. The same command with the same `--out` goes on from the saved model (flags given again
+override the saved ones, e.g. a larger `--million_timesteps`). `python -m experiments.evaluate
+OUT/ppo_policy.pt --env EnduroNoFrameskip-v4` plays the policy as it plays A2C's.
 """
 from __future__ import annotations
 

@@ -257,9 +257,10 @@ class Settings:
         "or training the predictor")
     teacher_reward: bool = setting(
         False, "predictor", "with --synthetic_prefs and an Enduro teacher (--teacher alongside, "
-        "alongside_shaped, alongside_near or alongside_hold): train the policy on the teacher's own per-step "
-        "score, scaled as r̂ is, without labels or a predictor (about what a predictor that "
-        "learnt the teacher perfectly would give; its episode sums are charts/predicted_return)")
+        "alongside_shaped, alongside_near or alongside_hold): train the policy on the teacher's "
+        "own per-step score, scaled as r̂ is, without labels or a predictor (about what a "
+        "predictor that learnt the teacher perfectly would give; its episode sums are "
+        "charts/predicted_return)")
     adaptive_l2: bool = setting(
         TrainerConfig.adaptive_l2, "predictor", "adjust each member's L2 weight, from 1e-4, to "
         "keep its validation loss at 1.1-1.5x its training loss (App. A)",

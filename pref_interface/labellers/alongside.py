@@ -164,9 +164,8 @@ def nearness(frame: np.ndarray) -> float:
     return nearest_car(frame)[0]
 
 
-# A car moving this many rows or more in one agent step is not held; in random play the nearest
-# car moves 2-3 rows up the screen in most steps (the player is the slower), under the scripted
-# follower it stays in its row in most steps.
+# A car moving this many rows or more in one agent step is not held: random play's nearest car
+# climbs 2-3 rows a step (docs/experiments.md, "a teacher that credits holding a car's speed").
 HOLD_ROWS = 3
 
 

@@ -2,8 +2,9 @@
 
 The synthetic oracle of §3.1 is here, with the scripted teachers of B-Pref (Lee et al. 2021):
 Boltzmann-rational, mistake, skip, equal and myopic, Enduro's "keep alongside other cars" (§3.2)
-counted, shaped by closing in, by nearness and by holding a car's speed, and `make_teacher` to pick one from a CLI string. The
-person as a labeller (`human.py`) implements the same `Labeller` protocol.
+counted, shaped by closing in, by nearness and by holding a car's speed, and `make_teacher` to
+pick one from a CLI string. The person as a labeller (`human.py`) implements the same
+`Labeller` protocol.
 
 Every synthetic teacher but the "alongside" ones judges a clip by its true reward, minus
 `episode_end_penalty` for each episode end inside the clip (App. A: the agent is never told of
