@@ -260,7 +260,10 @@ class NearAlongsideTeacher(AlongsideTeacher):
         return self._frame_scores(obs[:, -1])
 
     def _frame_scores(self, frames: np.ndarray) -> np.ndarray:
-        near = np.array([nearness(f) for f in frames], dtype=np.float64)
+        return self._worth(np.array([nearness(f) for f in frames], dtype=np.float64))
+
+    def _worth(self, near: np.ndarray) -> np.ndarray:
+        """Each step's worth from its frame's nearness."""
         return (near == 1.0) + self.near * near  # nearness is 1 exactly when a car is level
 
 
@@ -292,7 +295,7 @@ class HoldAlongsideTeacher(NearAlongsideTeacher):
         near, rows = zip(*(nearest_car(f) for f in frames))
         now = np.array(near[1:], dtype=np.float64)
         held = np.array([holding(a, b) for a, b in zip(rows, rows[1:])])
-        return (now == 1.0) + self.near * now + self.hold * now * held
+        return self._worth(now) + self.hold * now * held
 
 
 # kind -> (class, its one parameter and that parameter's default); "oracle", "alongside": none.
