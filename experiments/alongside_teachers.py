@@ -6,6 +6,7 @@ of driving, before any learning.
     python -m experiments.alongside_teachers --episodes 1 --steps 1000
     python -m experiments.alongside_teachers --gif follower.gif  # also the follower, drawn
     python -m experiments.alongside_teachers --accelerating 0.2 0.5 0.8  # open-loop speeds only
+    python -m experiments.alongside_teachers --following 0 0.25 0.5 0.75 1  # random to follower
 
 The four drivers: random play, always accelerating, always braking, and a scripted follower that
 steers beside the nearest car ahead, speeds up to reach it and then brakes or accelerates as
@@ -75,13 +76,21 @@ class Follower:
 
 
 def driver_policy(driver: str, rng: np.random.Generator) -> Callable[[np.ndarray], int]:
-    """frame -> action for a driver: random, follower, one of Enduro's actions held, or
+    """frame -> action for a driver: random, follower, one of Enduro's actions held,
     `accelerating:P`, open-loop play that takes one of the three accelerating actions with
-    probability P and otherwise one of the six others, uniformly (random play is P = 1/3)."""
+    probability P and otherwise one of the six others, uniformly (random play is P = 1/3), or
+    `following:P`, the follower's action with probability P and a random one otherwise."""
     if driver == "random":
         return lambda frame: int(rng.integers(len(_ACTIONS)))
     if driver == "follower":
         return Follower()
+    if driver.startswith("following:"):
+        p, follower = float(driver.split(":")[1]), Follower()
+
+        def act(frame: np.ndarray) -> int:
+            action = follower(frame)  # it reads every frame, so that it knows the car's drift
+            return action if rng.random() < p else int(rng.integers(len(_ACTIONS)))
+        return act
     if driver.startswith("accelerating:"):
         p = float(driver.split(":")[1])
         fast = [i for name, i in _ACTIONS.items() if name.endswith("fire")]
@@ -157,6 +166,24 @@ def marked(frames: np.ndarray) -> list[np.ndarray]:
     return out
 
 
+def mix_row(driver: str, episodes: int, steps: int) -> str:
+    """A table row for a driver `KIND:P` (`driver_policy`) over episodes of seeds 0..: P, its
+    share of steps level with a car, per episode and in all, and the near and holding teachers'
+    mean scores per step."""
+    played = [play(driver, steps, seed) for seed in range(episodes)]
+    shares = [level_share(e) for e in played]
+    return (f"| {float(driver.split(':')[1]):.2f} | {np.mean(shares):.1%} | "
+            f"{', '.join(f'{v:.1%}' for v in shares)} | {per_step_scores(played)} |")
+
+
+def per_step_scores(episodes: list[np.ndarray]) -> str:
+    """The near and holding teachers' mean scores per step over episodes (`play`'s frames), as
+    "near / hold": the reward of `--teacher_reward` before scaling."""
+    return " / ".join(
+        f"{np.mean([make_teacher(t).step_scores(observations(e)).mean() for e in episodes]):.3f}"
+        for t in ("alongside_near", "alongside_hold"))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--episodes", type=int, default=3, help="episodes of each driver (seeds 0..)")
@@ -167,22 +194,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gif_start", type=int, default=0, help="the first step drawn")
     p.add_argument("--gif_steps", type=int, default=600, help="steps of that episode drawn")
     p.add_argument("--accelerating", type=float, nargs="+", metavar="P",
-                   help="instead of the teachers' table: the share of steps level with a car of "
-                        "open-loop drivers that accelerate with each probability P (random play: "
-                        "1/3), does a speed alone keep a car alongside?")
+                   help="instead of the teachers' table: open-loop drivers that accelerate with "
+                        "each probability P (random play: 1/3), does a speed alone keep a car "
+                        "alongside?")
+    p.add_argument("--following", type=float, nargs="+", metavar="P",
+                   help="instead of the teachers' table: drivers that take the follower's action "
+                        "with each probability P and a random one otherwise, the way from "
+                        "random play (0) to the follower (1)")
     a = p.parse_args(argv)
     if a.episodes < 1 or a.steps < CLIP_STEPS * 2 or a.pairs < 1:
         p.error(f"--episodes and --pairs must be >= 1 and --steps >= {CLIP_STEPS * 2}")
-    if a.accelerating:
-        if not all(0 <= x <= 1 for x in a.accelerating):
-            p.error("--accelerating takes probabilities between 0 and 1")
-        print(f"{ENV_ID}: {a.episodes} episode(s) of {a.steps:,} steps per driver\n"
-              "| accelerating | level with a car | per episode |\n|---|---|---|")
-        for x in a.accelerating:
-            shares = [level_share(play(f"accelerating:{x}", a.steps, seed))
-                      for seed in range(a.episodes)]
-            print(f"| {x:.2f} | {np.mean(shares):.1%} | "
-                  f"{', '.join(f'{v:.1%}' for v in shares)} |", flush=True)
+    mixes = [(flag, ps) for flag, ps in (("accelerating", a.accelerating),
+                                         ("following", a.following)) if ps]
+    for flag, ps in mixes:
+        if not all(0 <= x <= 1 for x in ps):
+            p.error(f"--{flag} takes probabilities between 0 and 1")
+    if mixes:
+        print(f"{ENV_ID}: {a.episodes} episode(s) of {a.steps:,} steps per driver")
+        for flag, ps in mixes:
+            print(f"\n| {flag} | level with a car | per episode | "
+                  "per step: alongside_near / alongside_hold |\n|---|---|---|---|")
+            for x in ps:
+                print(mix_row(f"{flag}:{x}", a.episodes, a.steps), flush=True)
         return 0
     teachers = {name: make_teacher(name) for name in TEACHERS}
     rng = np.random.default_rng(0)
@@ -198,11 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     for driver in ("random", "fire", "down", "follower"):
         episodes = [play(driver, a.steps, seed) for seed in range(a.episodes)]
         level = np.mean([level_share(e) for e in episodes])
-        # the mean score per step of the teachers that score each step themselves: the reward of
-        # `--teacher_reward` before scaling
-        per_step = " / ".join(
-            f"{np.mean([teachers[t].step_scores(observations(e)).mean() for e in episodes]):.3f}"
-            for t in ("alongside_near", "alongside_hold"))
+        per_step = per_step_scores(episodes)
         clips[driver] = [c for e in episodes for c in clips_of(e)]
         terms.append(f"| {driver} | {shaped_terms(episodes, clips[driver])} |")
         mine, theirs = clips[driver], clips["random"]

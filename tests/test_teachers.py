@@ -506,7 +506,7 @@ def test_the_teachers_experiment_prints_a_row_per_driver_and_draws_the_follower(
         main(["--steps", "10"])
 
 
-def test_open_loop_drivers_accelerate_with_their_probability(capsys):
+def test_mixed_drivers_take_their_action_with_its_probability(capsys):
     import numpy as np
 
     from experiments.alongside_teachers import _ACTIONS, driver_policy, main
@@ -518,8 +518,21 @@ def test_open_loop_drivers_accelerate_with_their_probability(capsys):
         act = driver_policy(f"accelerating:{p}", np.random.default_rng(0))
         share = np.mean([act(frame) in fast for _ in range(2000)])
         assert share == pytest.approx(p, abs=0.04)
-    assert main(["--accelerating", "0.5", "1", "--episodes", "1", "--steps", "60"]) == 0
+    # a mix with the follower: with nothing ahead it accelerates, at random 1 time in 9
+    blank = enduro_frame()
+    for p in (0.0, 0.5, 1.0):
+        act = driver_policy(f"following:{p}", np.random.default_rng(0))
+        share = np.mean([act(blank) == _ACTIONS["fire"] for _ in range(2000)])
+        assert share == pytest.approx(p + (1 - p) / 9, abs=0.04)
+    assert main(["--accelerating", "0.5", "1", "--following", "1", "--episodes", "1",
+                 "--steps", "60"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
-    assert [r.split(" | ")[0] for r in rows[1:]] == ["| 0.50", "| 1.00"]
-    with pytest.raises(SystemExit):
-        main(["--accelerating", "1.5"])
+    assert [r.split(" | ")[0] for r in rows] == [
+        "| accelerating", "| 0.50", "| 1.00", "| following", "| 1.00"]
+    for row in rows[1:3] + rows[4:]:  # the near teacher gives a level step 2, the holding one more
+        p = float(row.split(" | ")[1].rstrip("%")) / 100
+        near, hold = map(float, row.split(" | ")[3].rstrip(" |").split(" / "))
+        assert 2 * p - 1e-3 <= near <= hold
+    for bad in (["--accelerating", "1.5"], ["--following", "-0.1"]):
+        with pytest.raises(SystemExit):
+            main(bad)
