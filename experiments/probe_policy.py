@@ -4,12 +4,13 @@
     python -m experiments.probe_policy RUN_DIR                   # every kept checkpoint
     python -m experiments.probe_policy RUN_DIR --from 3.5 --to 4.5   # agent steps, millions
     python -m experiments.probe_policy CKPT.pt ... --env PongNoFrameskip-v4
+    python -m experiments.probe_policy RUN_DIR --actions   # also what each checkpoint plays
 
 Plays the env with random actions, keeps every 4th observation, and runs each checkpoint's
 network on them. Per checkpoint it prints the share of each ReLU layer's units (channels of a
 convolution, neurons of the dense layer) that are positive somewhere in some observation
 ("alive"), how much the policy's logits and the value vary across observations, and the
-policy's mean entropy. A layer with no unit alive passes nothing on: the policy is then one
+policy's mean entropy; with `--actions`, also the mean probability of each action. A layer with no unit alive passes nothing on: the policy is then one
 fixed distribution whatever the screen shows, no gradient reaches the layers below, and the run
 cannot learn again (docs/experiments.md, "Why the level was touched, not held").
 """
@@ -38,11 +39,17 @@ class Probe:
     logit_spread: float  # std of each logit across observations, averaged over actions
     value_spread: float  # std of the value across observations
     entropy: float  # the policy's mean entropy (nats)
+    actions: list[float]  # each action's mean probability
 
     @property
     def dead(self) -> bool:
         from a2c.policies import is_dead
         return is_dead(self.alive)
+
+    def action_row(self, names: list[str]) -> str:
+        """Each action's mean probability, most likely first."""
+        ranked = sorted(zip(self.actions, names), reverse=True)
+        return "  actions: " + ", ".join(f"{name} {p:.2f}" for p, name in ranked)
 
     def row(self) -> str:
         alive = " ".join(f"{a:5.0%}" for a in self.alive)
@@ -69,7 +76,7 @@ def probe(net, obs: np.ndarray, timesteps: int) -> Probe:
         logits, value = net(obs_t)
     logp = logits.log_softmax(-1)
     return Probe(timesteps, alive, logit_spread(logits), float(value.std()),
-                 float(-(logp.exp() * logp).sum(-1).mean()))
+                 float(-(logp.exp() * logp).sum(-1).mean()), logp.exp().mean(0).tolist())
 
 
 def probe_checkpoint(env_id: str, state: dict, source: str | Path, obs: np.ndarray) -> Probe:
@@ -97,11 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=RANDOM_STEPS, help="random steps of each env")
     p.add_argument("--n_envs", type=int, default=RANDOM_ENVS, help="envs played side by side")
     p.add_argument("--seed", type=int, default=0, help="env and action seed")
+    p.add_argument("--actions", action="store_true",
+                   help="also each action's mean probability, most likely first")
     a = p.parse_args(argv)
     import torch
 
     from a2c.checkpoint import CheckpointError, check_fits, load_policy_weights
-    from envs import UnknownEnvError, env_kind
+    from envs import UnknownEnvError, action_names, env_kind
 
     torch.set_num_threads(1)
     try:
@@ -135,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         if k == 0:
             print(header(len(row.alive)))
         print(row.row())
+        if a.actions:
+            print(row.action_row(action_names(env_id)))
     return 0
 
 

@@ -3,6 +3,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from a2c.checkpoint import load_policy_weights
@@ -38,6 +39,13 @@ def test_a_run_directory_gives_a_row_per_checkpoint(capsys):
     assert probe_policy.main([str(RUN), "--steps", "8", "--n_envs", "1"]) == 0
     rows = re.findall(r"^ +(\d+\.\d\d)M ", capsys.readouterr().out, re.MULTILINE)
     assert rows == ["0.00"]  # the fixture keeps one checkpoint, at 4,000 agent steps
+    assert probe_policy.main([str(RUN), "--steps", "8", "--n_envs", "1", "--actions"]) == 0
+    shown = re.findall(r"^  actions: (.*)$", capsys.readouterr().out, re.MULTILINE)
+    assert len(shown) == 1
+    named = dict(item.rsplit(" ", 1) for item in shown[0].split(", "))
+    probs = [float(v) for v in named.values()]
+    assert len(named) == 5 and sum(probs) == pytest.approx(1, abs=0.03)
+    assert probs == sorted(probs, reverse=True)
 
 
 def test_bad_input_is_one_line(capsys):
