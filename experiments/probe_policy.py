@@ -10,9 +10,10 @@ Plays the env with random actions, keeps every 4th observation, and runs each ch
 network on them. Per checkpoint it prints the share of each ReLU layer's units (channels of a
 convolution, neurons of the dense layer) that are positive somewhere in some observation
 ("alive"), how much the policy's logits and the value vary across observations, and the
-policy's mean entropy; with `--actions`, also the mean probability of each action. A layer with no unit alive passes nothing on: the policy is then one
-fixed distribution whatever the screen shows, no gradient reaches the layers below, and the run
-cannot learn again (docs/experiments.md, "Why the level was touched, not held").
+policy's mean entropy; with `--actions`, also each action's mean probability. A layer with no
+unit alive passes nothing on: the policy is then one fixed distribution whatever the screen
+shows, no gradient reaches the layers below, and the run cannot learn again (docs/experiments.md,
+"Why the level was touched, not held").
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ class Probe:
         from a2c.policies import is_dead
         return is_dead(self.alive)
 
-    def action_row(self, names: list[str]) -> str:
+    def action_row(self, names: tuple[str, ...]) -> str:
         """Each action's mean probability, most likely first."""
         ranked = sorted(zip(self.actions, names), reverse=True)
         return "  actions: " + ", ".join(f"{name} {p:.2f}" for p, name in ranked)
