@@ -166,22 +166,23 @@ def marked(frames: np.ndarray) -> list[np.ndarray]:
     return out
 
 
-def mix_row(driver: str, episodes: int, steps: int) -> str:
-    """A table row for a driver `KIND:P` (`driver_policy`) over episodes of seeds 0..: P, its
+def mix_row(kind: str, p: float, episodes: int, steps: int) -> str:
+    """A table row for the driver `KIND:P` (`driver_policy`) over episodes of seeds 0..: P, its
     share of steps level with a car, per episode and in all, and the near and holding teachers'
     mean scores per step."""
-    played = [play(driver, steps, seed) for seed in range(episodes)]
+    played = [play(f"{kind}:{p}", steps, seed) for seed in range(episodes)]
     shares = [level_share(e) for e in played]
-    return (f"| {float(driver.split(':')[1]):.2f} | {np.mean(shares):.1%} | "
+    return (f"| {p:.2f} | {np.mean(shares):.1%} | "
             f"{', '.join(f'{v:.1%}' for v in shares)} | {per_step_scores(played)} |")
 
 
 def per_step_scores(episodes: list[np.ndarray]) -> str:
     """The near and holding teachers' mean scores per step over episodes (`play`'s frames), as
     "near / hold": the reward of `--teacher_reward` before scaling."""
+    teachers = [make_teacher(t) for t in ("alongside_near", "alongside_hold")]
     return " / ".join(
-        f"{np.mean([make_teacher(t).step_scores(observations(e)).mean() for e in episodes]):.3f}"
-        for t in ("alongside_near", "alongside_hold"))
+        f"{np.mean([t.step_scores(observations(e)).mean() for e in episodes]):.3f}"
+        for t in teachers)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n| {flag} | level with a car | per episode | "
                   "per step: alongside_near / alongside_hold |\n|---|---|---|---|")
             for x in ps:
-                print(mix_row(f"{flag}:{x}", a.episodes, a.steps), flush=True)
+                print(mix_row(flag, x, a.episodes, a.steps), flush=True)
         return 0
     teachers = {name: make_teacher(name) for name in TEACHERS}
     rng = np.random.default_rng(0)
