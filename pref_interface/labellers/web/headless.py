@@ -18,17 +18,27 @@ CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-sync"]
 URL_LINE = re.compile(r"label in your browser: (http://\S+)")
-# An init script: each answer a tab posts, {pair, key, status}, in its `window.answersSent`.
+# An init script: each answer a tab posts, {pair, key, status}, in its `window.answersSent`, once
+# its reply is in; `window.answersPending` counts those still waiting for one.
 RECORD_ANSWERS = """(() => {
   const fetch0 = window.fetch;
   window.answersSent = [];
+  window.answersPending = 0;
   window.fetch = async (url, options) => {
-    const response = await fetch0(url, options);
-    if (options && options.method === "POST" && String(url).startsWith("/answer")) {
-      const body = JSON.parse(options.body);
-      window.answersSent.push({pair: body.pair, key: body.key, status: response.status});
+    if (!(options && options.method === "POST" && String(url).startsWith("/answer"))) {
+      return fetch0(url, options);
     }
-    return response;
+    const body = JSON.parse(options.body);
+    window.answersPending += 1;
+    let status = null;
+    try {
+      const response = await fetch0(url, options);
+      status = response.status;
+      return response;
+    } finally {
+      window.answersSent.push({pair: body.pair, key: body.key, status});
+      window.answersPending -= 1;
+    }
   };
 })();"""
 TEAM_URL_LINE = re.compile(r"^(\S+) labels in their browser: (http://\S+)", re.MULTILINE)
