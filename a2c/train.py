@@ -10,11 +10,11 @@ import numpy as np
 import torch
 
 from a2c.a2c import A2C
-from a2c.config import ALIVE_TAG, GRAD_NORM_MAX_TAG, A2CRunConfig, A2CStats
+from a2c.config import ALIVE_TAG, GRAD_NORM_MAX_TAG, LOGIT_SPREAD_TAG, A2CRunConfig, A2CStats
 from a2c.checkpoint import load_policy, load_weights_into, read_checkpoint, save_policy
 from a2c.loop_side import LoopSide, Pace
 from a2c.optim import load_state_keeping_settings
-from a2c.policies import alive_units, is_dead, make_policy
+from a2c.policies import alive_units, is_dead, logit_spread, make_policy
 from a2c.rollout import RewardFn, Rollout, RolloutCollector, RolloutObserver
 from runtime.precision import use_bf16
 
@@ -123,8 +123,8 @@ class A2CAgent:
                     recent_returns=self.side.recent_returns)
 
     def check_alive(self, revive: bool = False) -> None:
-        """Each layer's share of live units on the last rollout's screens, to TensorBoard; while
-        a layer has none (and `revive` finds no checkpoint to go back to, or is off), the shared
+        """Each layer's share of live units on the last rollout's screens and the spread of the
+        logits there (in fp32), to TensorBoard; while a layer has none (and `revive` finds no checkpoint to go back to, or is off), the shared
         counters say since which check (`a2c.policies.is_dead`)."""
         if self.timesteps == self.start_timesteps:
             return  # no rollout yet in this process: its screens are not filled in
@@ -134,6 +134,8 @@ class A2CAgent:
             alive = alive_units(self.policy, screens)
         for layer, share in enumerate(alive, 1):
             self.telemetry.record(f"{ALIVE_TAG}{layer}", share)
+        with torch.no_grad():
+            self.telemetry.record(LOGIT_SPREAD_TAG, logit_spread(self.policy(screens)[0]))
         dead = is_dead(alive)
         if dead and revive:
             dead = not self.revive()

@@ -26,6 +26,8 @@ def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
         a2c.add_scalar("losses/grad_norm_max", norm, step)
     for step, share in ((100, 0.1), (200, 0.3)):  # Enduro's share of steps level with a car
         a2c.add_scalar("charts/alongside_share", share, step)
+    for step, spread in ((500, 0.25), (900, 0.0012), (1100, 0.3)):  # the window's last counts
+        a2c.add_scalar("alive_units/logit_spread", spread, step)
     a2c.close()
     assert summarise_run.main([str(tmp_path), "--every", "1000"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -37,6 +39,7 @@ def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
     assert (first["grad_max"], second["grad_max"]) == ("7.50", "0.20")  # the window's spike
     assert first["labels"] == first["val_acc"] == "-"  # not a preference run
     assert (first["level"], second["level"]) == ("20.0%", "-")
+    assert (first["logit_sd"], second["logit_sd"]) == ("0.001", "0.300")
 
 
 def test_a_resumed_runs_curve_is_read_without_tensorboards_restart_warning(tmp_path, caplog,
