@@ -124,8 +124,9 @@ class A2CAgent:
 
     def check_alive(self, revive: bool = False) -> None:
         """Each layer's share of live units on the last rollout's screens and the spread of the
-        logits there (in fp32), to TensorBoard; while a layer has none (and `revive` finds no checkpoint to go back to, or is off), the shared
-        counters say since which check (`a2c.policies.is_dead`)."""
+        logits there (in fp32), to TensorBoard; while a layer has none (and `revive` finds no
+        checkpoint to go back to, or is off), the shared counters say since which check
+        (`a2c.policies.is_dead`)."""
         if self.timesteps == self.start_timesteps:
             return  # no rollout yet in this process: its screens are not filled in
         c = self.collector
