@@ -77,6 +77,16 @@ def is_dead(alive: list[float]) -> bool:
     return min(alive) == 0.0
 
 
+def alive_and_spread(net: ActorCritic, obs: torch.Tensor, autocast: torch.autocast
+                     ) -> tuple[list[float], float]:
+    """`alive_units` under `autocast` (as the net is trained) and `logit_spread` in fp32 (bf16
+    rounds logits of 5-10 to about 0.03)."""
+    with autocast:
+        alive = alive_units(net, obs)
+    with torch.no_grad():
+        return alive, logit_spread(net(obs)[0])
+
+
 def logit_spread(logits: torch.Tensor) -> float:
     """How much a policy's logits (B, A) vary across B observations: each action's standard
     deviation, averaged. Near 0, the policy plays one distribution whatever it sees."""

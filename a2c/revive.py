@@ -93,18 +93,12 @@ class Reviver:
         return self._screens.to(device)
 
     def measure(self, net: ActorCritic, autocast: torch.autocast) -> tuple[list[float], float]:
-        """`net` on random play's screens: its live units per torso layer (under `autocast`,
-        as it is trained) and the spread of its logits (in fp32: bf16 rounds logits of 5-10 to
-        about 0.03, a fifth of the bar)."""
-        import torch
+        """`net` on random play's screens: its live units per torso layer and the spread of its
+        logits (`a2c.policies.alive_and_spread`; in bf16 the spread would round to a fifth of
+        the bar)."""
+        from a2c.policies import alive_and_spread
 
-        from a2c.policies import alive_units, logit_spread
-
-        screens = self.screens(next(net.parameters()).device)
-        with autocast:
-            alive = alive_units(net, screens)
-        with torch.no_grad():
-            return alive, logit_spread(net(screens)[0])
+        return alive_and_spread(net, self.screens(next(net.parameters()).device), autocast)
 
     def is_dead(self, net: ActorCritic, autocast: torch.autocast) -> bool:
         from a2c.policies import is_dead

@@ -14,7 +14,7 @@ from a2c.config import ALIVE_TAG, GRAD_NORM_MAX_TAG, LOGIT_SPREAD_TAG, A2CRunCon
 from a2c.checkpoint import load_policy, load_weights_into, read_checkpoint, save_policy
 from a2c.loop_side import LoopSide, Pace
 from a2c.optim import load_state_keeping_settings
-from a2c.policies import alive_units, is_dead, logit_spread, make_policy
+from a2c.policies import alive_and_spread, is_dead, make_policy
 from a2c.rollout import RewardFn, Rollout, RolloutCollector, RolloutObserver
 from runtime.precision import use_bf16
 
@@ -131,12 +131,10 @@ class A2CAgent:
             return  # no rollout yet in this process: its screens are not filled in
         c = self.collector
         screens = torch.from_numpy(c.obs[:-1].reshape(-1, *c.obs.shape[2:])).to(c.device)
-        with c.autocast():  # as trained
-            alive = alive_units(self.policy, screens)
+        alive, spread = alive_and_spread(self.policy, screens, c.autocast())
         for layer, share in enumerate(alive, 1):
             self.telemetry.record(f"{ALIVE_TAG}{layer}", share)
-        with torch.no_grad():
-            self.telemetry.record(LOGIT_SPREAD_TAG, logit_spread(self.policy(screens)[0]))
+        self.telemetry.record(LOGIT_SPREAD_TAG, spread)
         dead = is_dead(alive)
         if dead and revive:
             dead = not self.revive()
