@@ -47,8 +47,9 @@ class Candidate:
 
 def random_play(env_id: str, steps: int = RANDOM_STEPS, n_envs: int = RANDOM_ENVS,
                 seed: int = 0) -> np.ndarray:
-    """Every KEEP_EVERY-th observation of `steps` random steps of `n_envs` envs (uint8)."""
-    from envs import make_vec_env
+    """Every KEEP_EVERY-th observation of `steps` random steps of `n_envs` envs (uint8), leaving
+    out the screens of an episode's first steps (`envs.full_stacks`)."""
+    from envs import full_stacks, make_vec_env
 
     env = make_vec_env(env_id, n_envs, seed=seed, num_threads=1)
     rng = np.random.default_rng(seed)
@@ -58,7 +59,7 @@ def random_play(env_id: str, steps: int = RANDOM_STEPS, n_envs: int = RANDOM_ENV
         for t in range(steps):
             obs = env.step(rng.integers(env.num_actions, size=n_envs)).obs
             if t % KEEP_EVERY == 0:
-                kept.append(obs)
+                kept.append(obs[full_stacks(obs)])
     finally:
         env.close()
     return np.concatenate(kept)

@@ -16,6 +16,7 @@ from a2c.loop_side import LoopSide, Pace
 from a2c.optim import load_state_keeping_settings
 from a2c.policies import alive_and_spread, is_dead, make_policy
 from a2c.rollout import RewardFn, Rollout, RolloutCollector, RolloutObserver
+from envs import full_stacks
 from runtime.precision import use_bf16
 
 
@@ -123,14 +124,16 @@ class A2CAgent:
                     recent_returns=self.side.recent_returns)
 
     def check_alive(self, revive: bool = False) -> None:
-        """Each layer's share of live units on the last rollout's screens and the spread of the
-        logits there (in fp32), to TensorBoard; while a layer has none (and `revive` finds no
-        checkpoint to go back to, or is off), the shared counters say since which check
-        (`a2c.policies.is_dead`)."""
+        """Each layer's share of live units on the last rollout's screens (but an episode's first
+        ones) and the spread of the logits there (in fp32), to TensorBoard; while a layer has
+        none (and `revive` finds no checkpoint to go back to, or is off), the shared counters say
+        since which check (`a2c.policies.is_dead`)."""
         if self.timesteps == self.start_timesteps:
             return  # no rollout yet in this process: its screens are not filled in
         c = self.collector
-        screens = torch.from_numpy(c.obs[:-1].reshape(-1, *c.obs.shape[2:])).to(c.device)
+        screens = torch.from_numpy(c.obs[:-1].reshape(-1, *c.obs.shape[2:]))
+        full = full_stacks(screens)  # an episode's first screens would hide a blind policy
+        screens = (screens[full] if full.any() else screens).to(c.device)
         alive, spread = alive_and_spread(self.policy, screens, c.autocast())
         for layer, share in enumerate(alive, 1):
             self.telemetry.record(f"{ALIVE_TAG}{layer}", share)

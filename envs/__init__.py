@@ -1,7 +1,13 @@
 """Environments: MovingDot and any ALE game, all as uint8 (N, 4, 84, 84) vector envs."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from envs.vec_env import EpisodeRecord, StepResult, VecEnv
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 MOVING_DOT_IDS = ("MovingDotNoFrameskip-v0", "MovingDot-v0")
 
@@ -47,12 +53,20 @@ def make_vec_env(env_id: str, num_envs: int, seed: int = 0, num_threads: int = 0
                        noop_max=NOOP_MAX if noop_max is None else noop_max)
 
 
+def full_stacks(obs: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+    """A mask over a batch of (B, 4, 84, 84) screens: those whose four frames are all of the
+    episode. A new episode's first three screens (the reset's and the next two) are padded with
+    black frames, by ale-py's vector env and MovingDot alike: screens unlike any other, on which a
+    policy that ignores the game can still vary. A frame of play is never wholly black."""
+    return (obs[:, 0] > 0).reshape(len(obs), -1).any(1)
+
+
 def register_envs() -> None:
     """Register the MovingDot ids with gymnasium (the Atari ids come with `import ale_py`)."""
     from envs.moving_dot import register
     register()
 
 
-__all__ = ["EpisodeRecord", "StepResult", "VecEnv", "UnknownEnvError", "env_kind", "make_vec_env",
-           "register_envs", "MOVING_DOT_IDS"]
+__all__ = ["EpisodeRecord", "StepResult", "VecEnv", "UnknownEnvError", "env_kind", "full_stacks",
+           "make_vec_env", "register_envs", "MOVING_DOT_IDS"]
 register_envs()

@@ -6,8 +6,9 @@
     python -m experiments.probe_policy CKPT.pt ... --env PongNoFrameskip-v4
     python -m experiments.probe_policy RUN_DIR --actions   # also what each checkpoint plays
 
-Plays the env with random actions, keeps every 4th observation, and runs each checkpoint's
-network on them. Per checkpoint it prints the share of each ReLU layer's units (channels of a
+Plays the env with random actions, keeps every 4th observation but those of an episode's first
+steps (their frame stacks are padded with black frames, screens the policy never meets in play),
+and runs each checkpoint's network on them. Per checkpoint it prints the share of each ReLU layer's units (channels of a
 convolution, neurons of the dense layer) that are positive somewhere in some observation
 ("alive"), how much the policy's logits and the value vary across observations, and the
 policy's mean entropy; with `--actions`, also each action's mean probability. A layer with no
@@ -115,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     try:
-        if a.steps < KEEP_EVERY or a.n_envs <= 0:
-            raise ValueError(f"--steps must be at least {KEEP_EVERY} and --n_envs positive")
+        if a.steps <= 2 * KEEP_EVERY or a.n_envs <= 0:  # two full-stack screens of each env
+            raise ValueError(f"--steps must be more than {2 * KEEP_EVERY} and --n_envs positive")
         files, env_ids = [], set()
         for arg in a.policies:
             found, env_id, _ = find_policies(Path(arg), all_checkpoints=True)

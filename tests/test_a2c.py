@@ -369,6 +369,29 @@ def test_a_check_of_a_policy_whose_layer_died_says_since_when(tmp_path):
     assert len(spread) == len(layer1) and spread[0] > 0 and spread[-1] == 0.0
 
 
+def test_the_alive_check_leaves_out_the_screens_of_an_episodes_first_steps(tmp_path, monkeypatch):
+    import a2c.train
+    from a2c.train import A2CAgent
+    from envs import full_stacks
+
+    measured = []
+    measure = a2c.train.alive_and_spread
+    monkeypatch.setattr(a2c.train, "alive_and_spread",
+                        lambda net, obs, autocast: measured.append(obs) or measure(net, obs, autocast))
+    config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=800, seed=0,
+                          ckpt_dir=str(tmp_path / "p"))
+    agent = A2CAgent(config, log_dir=str(tmp_path / "tb"))
+    try:
+        agent.learn(agent.act())  # the first rollout begins at the envs' reset
+        rollout = torch.from_numpy(agent.collector.obs[:-1].reshape(-1, 4, 84, 84))
+        agent.checkpoint()
+    finally:
+        agent.close()
+    full = full_stacks(rollout)
+    assert 0 < int(full.sum()) < len(rollout)  # the reset's padded stacks are in the rollout
+    assert measured and all(torch.equal(screens, rollout[full]) for screens in measured)
+
+
 def test_a_dead_policy_is_revived_from_the_newest_live_checkpoint(tmp_path, capsys):
     import multiprocessing as mp
 

@@ -8,6 +8,7 @@ import torch
 
 from a2c.checkpoint import load_policy_weights
 from a2c.policies import make_policy
+from envs import full_stacks, make_vec_env
 from experiments import probe_policy
 
 RUN = Path(__file__).resolve().parent / "fixtures" / "run_29d3a96"  # MovingDot, 4,000 steps
@@ -21,7 +22,7 @@ def fixture_policy() -> torch.nn.Module:
 
 def test_a_layer_with_no_unit_alive_makes_one_distribution_for_every_screen():
     obs = probe_policy.random_play("MovingDotNoFrameskip-v0", 40, 2, seed=0)
-    assert obs.shape == (20, 4, 84, 84) and obs.dtype == np.uint8
+    assert obs.shape == (18, 4, 84, 84) and obs.dtype == np.uint8  # 2 x 10 kept, but each t=0's
     healthy = probe_policy.probe(fixture_policy(), obs, 4000)
     assert all(0 < a <= 1 for a in healthy.alive) and not healthy.dead
     assert healthy.logit_spread > 0
@@ -35,11 +36,20 @@ def test_a_layer_with_no_unit_alive_makes_one_distribution_for_every_screen():
     assert "DEAD" in dead.row() and "DEAD" not in healthy.row()
 
 
+def test_random_play_leaves_out_the_screens_of_an_episodes_first_steps():
+    env = make_vec_env("MovingDotNoFrameskip-v0", 2, seed=0)
+    screens = [env.reset()] + [env.step(np.zeros(2, dtype=np.int64)).obs for _ in range(4)]
+    # the reset's stack holds one frame of play, and each step adds one: full from the third step
+    assert [bool(full_stacks(o).any()) for o in screens] == [False, False, False, True, True]
+    assert full_stacks(torch.from_numpy(screens[3])).all()  # torch tensors too
+    assert full_stacks(probe_policy.random_play("MovingDotNoFrameskip-v0", 40, 2, seed=0)).all()
+
+
 def test_a_run_directory_gives_a_row_per_checkpoint(capsys):
-    assert probe_policy.main([str(RUN), "--steps", "8", "--n_envs", "1"]) == 0
+    assert probe_policy.main([str(RUN), "--steps", "12", "--n_envs", "1"]) == 0
     rows = re.findall(r"^ +(\d+\.\d\d)M ", capsys.readouterr().out, re.MULTILINE)
     assert rows == ["0.00"]  # the fixture keeps one checkpoint, at 4,000 agent steps
-    assert probe_policy.main([str(RUN), "--steps", "8", "--n_envs", "1", "--actions"]) == 0
+    assert probe_policy.main([str(RUN), "--steps", "12", "--n_envs", "1", "--actions"]) == 0
     shown = re.findall(r"^  actions: (.*)$", capsys.readouterr().out, re.MULTILINE)
     assert len(shown) == 1
     named = dict(item.rsplit(" ", 1) for item in shown[0].split(", "))
@@ -52,5 +62,6 @@ def test_bad_input_is_one_line(capsys):
     assert probe_policy.main([str(RUN), "--from", "1"]) == 2  # no checkpoint that late
     assert probe_policy.main([str(RUN / "policy")]) == 2  # a folder names no env
     assert probe_policy.main([str(RUN), "--env", "PongNoFrameskip-v4"]) == 2  # another env's
+    assert probe_policy.main([str(RUN), "--steps", "8"]) == 2  # one full-stack screen per env
     err = capsys.readouterr().err
-    assert err.count("\n") == 3 and err.count("probe_policy: error:") == 3, err
+    assert err.count("\n") == 4 and err.count("probe_policy: error:") == 4, err
