@@ -8,8 +8,10 @@ from pathlib import Path
 
 CHECKPOINT_PREFIX = "policy-"  # a policy checkpoint is policy-<agent steps, 12 digits>.pt
 ALIVE_TAG = "alive_units/layer"  # + 1, 2, ...: the share of a torso layer's units that fired
-# how much the policy's logits vary across a rollout's screens (near 0: it ignores what it sees)
+# how much the policy's logits and value vary across a rollout's screens (near 0: it ignores what
+# it sees; the logits start near 0 anyway, the policy head being initialised small)
 LOGIT_SPREAD_TAG = "alive_units/logit_spread"
+VALUE_SPREAD_TAG = "alive_units/value_spread"
 GRAD_NORM_MAX_TAG = "losses/grad_norm_max"  # the largest gradient norm, before clipping, per dump
 # Enduro: each episode's share of steps level with another car (pref_interface.labellers.alongside)
 ALONGSIDE_SHARE_TAG = "charts/alongside_share"

@@ -78,13 +78,14 @@ def is_dead(alive: list[float]) -> bool:
 
 
 def alive_and_spread(net: ActorCritic, obs: torch.Tensor, autocast: torch.autocast
-                     ) -> tuple[list[float], float]:
-    """`alive_units` under `autocast` (as the net is trained) and `logit_spread` in fp32 (bf16
-    rounds logits of 5-10 to about 0.03)."""
+                     ) -> tuple[list[float], float, float]:
+    """`alive_units` under `autocast` (as the net is trained), then `logit_spread` and the value's
+    standard deviation across `obs` in fp32 (bf16 rounds logits of 5-10 to about 0.03)."""
     with autocast:
         alive = alive_units(net, obs)
     with torch.no_grad():
-        return alive, logit_spread(net(obs)[0])
+        logits, value = net(obs)
+    return alive, logit_spread(logits), float(value.float().std())
 
 
 def logit_spread(logits: torch.Tensor) -> float:

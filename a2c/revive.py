@@ -99,7 +99,9 @@ class Reviver:
         the bar)."""
         from a2c.policies import alive_and_spread
 
-        return alive_and_spread(net, self.screens(next(net.parameters()).device), autocast)
+        alive, spread, _ = alive_and_spread(net, self.screens(next(net.parameters()).device),
+                                            autocast)
+        return alive, spread
 
     def is_dead(self, net: ActorCritic, autocast: torch.autocast) -> bool:
         from a2c.policies import is_dead

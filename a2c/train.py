@@ -10,7 +10,8 @@ import numpy as np
 import torch
 
 from a2c.a2c import A2C
-from a2c.config import ALIVE_TAG, GRAD_NORM_MAX_TAG, LOGIT_SPREAD_TAG, A2CRunConfig, A2CStats
+from a2c.config import (ALIVE_TAG, GRAD_NORM_MAX_TAG, LOGIT_SPREAD_TAG, VALUE_SPREAD_TAG,
+                        A2CRunConfig, A2CStats)
 from a2c.checkpoint import load_policy, load_weights_into, read_checkpoint, save_policy
 from a2c.loop_side import LoopSide, Pace
 from a2c.optim import load_state_keeping_settings
@@ -125,19 +126,20 @@ class A2CAgent:
 
     def check_alive(self, revive: bool = False) -> None:
         """Each layer's share of live units on the last rollout's screens (but an episode's first
-        ones) and the spread of the logits there (in fp32), to TensorBoard; while a layer has
-        none (and `revive` finds no checkpoint to go back to, or is off), the shared counters say
-        since which check (`a2c.policies.is_dead`)."""
+        ones) and the spreads of the logits and value there (in fp32), to TensorBoard; while a
+        layer has none (and `revive` finds no checkpoint to go back to, or is off), the shared
+        counters say since which check (`a2c.policies.is_dead`)."""
         if self.timesteps == self.start_timesteps:
             return  # no rollout yet in this process: its screens are not filled in
         c = self.collector
         screens = torch.from_numpy(c.obs[:-1].reshape(-1, *c.obs.shape[2:]))
         full = full_stacks(screens)  # an episode's first screens would hide a blind policy
         screens = (screens[full] if full.any() else screens).to(c.device)
-        alive, spread = alive_and_spread(self.policy, screens, c.autocast())
+        alive, spread, value_spread = alive_and_spread(self.policy, screens, c.autocast())
         for layer, share in enumerate(alive, 1):
             self.telemetry.record(f"{ALIVE_TAG}{layer}", share)
         self.telemetry.record(LOGIT_SPREAD_TAG, spread)
+        self.telemetry.record(VALUE_SPREAD_TAG, value_spread)
         dead = is_dead(alive)
         if dead and revive:
             dead = not self.revive()

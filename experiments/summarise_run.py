@@ -12,16 +12,17 @@ true episode return and length (in Enduro also the share of steps level with ano
 clipping (`grad_max`: a blow that can kill the network's units shows as a spike), the share of each
 torso layer's units alive at the window's last check (`alive %`, layer by layer; a 0 is a dead
 layer, after which the policy can no longer learn), the spread of the reward A2C trains on
-(`--reward_std` is its target), how much the policy's logits vary across its screens at that check
-(`logit_sd`; near 0 it plays one distribution whatever it sees, even with no layer dead), A2C's
+(`--reward_std` is its target), how much the policy's logits and value vary across its screens at
+that check (`logit_sd`, `value_sd`; both near 0: it ignores what it sees, even with no layer dead;
+the logits start near 0 anyway, the value does not), A2C's
 speed and the share of time it waited for the predictor (over the window's time, long waits
 included), labels in the store and the predictor's validation
 accuracy at the window's end, how well the reward A2C was given ordered the policy's own episodes
 (`rhat_corr`: the correlation of each episode's summed r̂ with its true return; `rhat_step_corr`:
 the same for r̂ per step, which episode length does not sway: once a Pong policy wins, its best
 episodes are its shortest), and the mean of the members' L2 weights (adaptive L2, App. A). A column
-whose curve the run did not log shows "-" (older runs log none of `grad_max`, `alive %` and
-`logit_sd`).
+whose curve the run did not log shows "-" (older runs log none of `grad_max`, `alive %`,
+`logit_sd` and `value_sd`).
 """
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ from pathlib import Path
 import numpy as np
 
 
-from a2c.config import ALIVE_TAG, ALONGSIDE_SHARE_TAG, GRAD_NORM_MAX_TAG, LOGIT_SPREAD_TAG
+from a2c.config import (ALIVE_TAG, ALONGSIDE_SHARE_TAG, GRAD_NORM_MAX_TAG, LOGIT_SPREAD_TAG,
+                        VALUE_SPREAD_TAG)
 from experiments.runlog import RunLog, best_window
 
 
@@ -48,6 +50,7 @@ COLUMNS = [
     ("grad_max", GRAD_NORM_MAX_TAG, "", "max", "{:.2f}"),
     ("r_std", "charts/reward_std", "", "mean", "{:.3f}"),
     ("logit_sd", LOGIT_SPREAD_TAG, "", "last", "{:.3f}"),
+    ("value_sd", VALUE_SPREAD_TAG, "", "last", "{:.3f}"),
     ("steps/s", "charts/SPS", "", "timed", "{:.0f}"),  # steps over time, waits included
     ("waiting", "charts/waiting_for_predictor", "", "timed", "{:.0%}"),
     ("labels", "labels/total", "labels", "last", "{:.0f}"),

@@ -28,6 +28,7 @@ def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
         a2c.add_scalar("charts/alongside_share", share, step)
     for step, spread in ((500, 0.25), (900, 0.0012), (1100, 0.3)):  # the window's last counts
         a2c.add_scalar("alive_units/logit_spread", spread, step)
+        a2c.add_scalar("alive_units/value_spread", spread / 2, step)
     a2c.close()
     assert summarise_run.main([str(tmp_path), "--every", "1000"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -40,6 +41,7 @@ def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
     assert first["labels"] == first["val_acc"] == "-"  # not a preference run
     assert (first["level"], second["level"]) == ("20.0%", "-")
     assert (first["logit_sd"], second["logit_sd"]) == ("0.001", "0.300")
+    assert (first["value_sd"], second["value_sd"]) == ("0.001", "0.150")
 
 
 def test_a_resumed_runs_curve_is_read_without_tensorboards_restart_warning(tmp_path, caplog,
