@@ -47,10 +47,14 @@ class A2C:
                                         config.rms_alpha, config.rms_eps)
 
     def learning_rate(self, timesteps: int) -> float:
+        """The rate at `timesteps` agent steps: the warm-up's rise, then the linear decay."""
         c = self.config
-        if not c.lr_zero_timesteps:
-            return c.lr
-        return c.lr * max(0.0, 1.0 - timesteps / c.lr_zero_timesteps)
+        lr = c.lr
+        if c.lr_warmup_timesteps:
+            lr *= min(1.0, timesteps / c.lr_warmup_timesteps)
+        if c.lr_zero_timesteps:
+            lr *= max(0.0, 1.0 - timesteps / c.lr_zero_timesteps)
+        return lr
 
     def update(self, logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor,
                rewards: torch.Tensor, dones: torch.Tensor, last_value: torch.Tensor,

@@ -31,7 +31,9 @@ def a2c_config(run: Run):
         env_id=s.env_id, total_timesteps=int(s.million_timesteps * MILLION),
         a2c=A2CConfig(n_envs=s.n_envs, ent_coef=s.ent_coef, lr=s.lr, optimizer=s.optimizer,
                       lr_zero_timesteps=(s.lr_zero_million_timesteps * MILLION
-                                         if s.lr_zero_million_timesteps else None)),
+                                         if s.lr_zero_million_timesteps else None),
+                      lr_warmup_timesteps=(s.lr_warmup_million_timesteps * MILLION
+                                           if s.lr_warmup_million_timesteps else None)),
         seed=s.seed, ckpt_dir=str(run.dir / "policy"), ckpt_interval=s.policy_ckpt_interval,
         ckpt_keep=s.policy_ckpts_kept, revive_dead=s.revive_dead_policy,
         load_ckpt_dir=run.policy_ckpt_dir, torch_threads=s.torch_threads,

@@ -157,6 +157,14 @@ def test_learning_rate_decays_linearly_to_zero():
     assert algo.learning_rate(2000) == 0.0
 
 
+def test_learning_rate_warms_up_linearly_then_decays():
+    algo = A2C(make_policy("moving_dot", 5),
+               A2CConfig(lr=1e-3, lr_warmup_timesteps=100, lr_zero_timesteps=1000))
+    assert algo.learning_rate(0) == 0.0
+    assert algo.learning_rate(50) == pytest.approx(0.5 * 1e-3 * 0.95)
+    assert algo.learning_rate(500) == pytest.approx(5e-4)  # warmed: the decay alone
+
+
 def test_rmsprop_tf_follows_tensorflows_update_rule():
     """ms starts at 1 and eps sits inside the root (baselines' A2C); torch's RMSprop differs."""
     from a2c.optim import RMSpropTF
