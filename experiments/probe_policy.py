@@ -8,11 +8,11 @@
 
 Plays the env with random actions, keeps every 4th observation but those of an episode's first
 steps (their frame stacks are padded with black frames, screens the policy never meets in play),
-and runs each checkpoint's network on them. Per checkpoint it prints the share of each ReLU layer's units (channels of a
-convolution, neurons of the dense layer) that are positive somewhere in some observation
-("alive"), how much the policy's logits and the value vary across observations, and the
-policy's mean entropy; with `--actions`, also each action's mean probability. A layer with no
-unit alive passes nothing on: the policy is then one fixed distribution whatever the screen
+and runs each checkpoint's network on them. Per checkpoint it prints the share of each ReLU
+layer's units (channels of a convolution, neurons of the dense layer) that are positive somewhere
+in some observation ("alive"), how much the policy's logits and the value vary across
+observations, and the policy's mean entropy; with `--actions`, also each action's mean
+probability. A layer with no unit alive passes nothing on: the policy is then one fixed distribution whatever the screen
 shows, no gradient reaches the layers below, and the run cannot learn again (docs/experiments.md,
 "Why the level was touched, not held").
 """

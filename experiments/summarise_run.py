@@ -14,10 +14,9 @@ torso layer's units alive at the window's last check (`alive %`, layer by layer;
 layer, after which the policy can no longer learn), the spread of the reward A2C trains on
 (`--reward_std` is its target), how much the policy's logits and value vary across its screens at
 that check (`logit_sd`, `value_sd`; both near 0: it ignores what it sees, even with no layer dead;
-the logits start near 0 anyway, the value does not), A2C's
-speed and the share of time it waited for the predictor (over the window's time, long waits
-included), labels in the store and the predictor's validation
-accuracy at the window's end, how well the reward A2C was given ordered the policy's own episodes
+the logits start near 0 anyway, the value does not), A2C's speed and the share of time it waited
+for the predictor (over the window's time, long waits included), labels in the store and the
+predictor's validation accuracy at the window's end, how well the reward A2C was given ordered the policy's own episodes
 (`rhat_corr`: the correlation of each episode's summed r̂ with its true return; `rhat_step_corr`:
 the same for r̂ per step, which episode length does not sway: once a Pong policy wins, its best
 episodes are its shortest), and the mean of the members' L2 weights (adaptive L2, App. A). A column
