@@ -12,9 +12,9 @@ and runs each checkpoint's network on them. Per checkpoint it prints the share o
 layer's units (channels of a convolution, neurons of the dense layer) that are positive somewhere
 in some observation ("alive"), how much the policy's logits and the value vary across
 observations, and the policy's mean entropy; with `--actions`, also each action's mean
-probability. A layer with no unit alive passes nothing on: the policy is then one fixed distribution whatever the screen
-shows, no gradient reaches the layers below, and the run cannot learn again (docs/experiments.md,
-"Why the level was touched, not held").
+probability. A layer with no unit alive passes nothing on: the policy is then one fixed
+distribution whatever the screen shows, no gradient reaches the layers below, and the run cannot
+learn again (docs/experiments.md, "Why the level was touched, not held").
 """
 from __future__ import annotations
 
