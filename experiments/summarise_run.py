@@ -20,8 +20,8 @@ predictor's validation accuracy at the window's end, how well the reward A2C was
 the policy's own episodes (`rhat_corr`: the correlation of each episode's summed r̂ with its true
 return; `rhat_step_corr`: the same for r̂ per step, which episode length does not sway: once a Pong
 policy wins, its best episodes are its shortest), and the mean of the members' L2 weights
-(adaptive L2, App. A). A column whose curve the run did not log shows "-" (older runs log none of `grad_max`, `alive %`,
-`logit_sd` and `value_sd`).
+(adaptive L2, App. A). A column whose curve the run did not log shows "-" (older runs log none
+of `grad_max`, `alive %`, `logit_sd` and `value_sd`).
 """
 from __future__ import annotations
 
