@@ -56,7 +56,7 @@ class Probe:
     def row(self) -> str:
         alive = " ".join(f"{a:5.0%}" for a in self.alive)
         mark = "  DEAD: one distribution for every screen" if self.dead else ""
-        return (f"{self.timesteps / 1e6:9.2f}M  {alive}  {self.logit_spread:8.4f}  "
+        return (f"{self.timesteps / 1e6:9.3f}M  {alive}  {self.logit_spread:8.4f}  "
                 f"{self.value_spread:8.4f}  {self.entropy:7.3f}{mark}")
 
 

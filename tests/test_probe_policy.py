@@ -47,8 +47,8 @@ def test_random_play_leaves_out_the_screens_of_an_episodes_first_steps():
 
 def test_a_run_directory_gives_a_row_per_checkpoint(capsys):
     assert probe_policy.main([str(RUN), "--steps", "12", "--n_envs", "1"]) == 0
-    rows = re.findall(r"^ +(\d+\.\d\d)M ", capsys.readouterr().out, re.MULTILINE)
-    assert rows == ["0.00"]  # the fixture keeps one checkpoint, at 4,000 agent steps
+    rows = re.findall(r"^ +(\d+\.\d+)M ", capsys.readouterr().out, re.MULTILINE)
+    assert rows == ["0.004"]  # the fixture keeps one checkpoint, at 4,000 agent steps
     assert probe_policy.main([str(RUN), "--steps", "12", "--n_envs", "1", "--actions"]) == 0
     shown = re.findall(r"^  actions: (.*)$", capsys.readouterr().out, re.MULTILINE)
     assert len(shown) == 1
