@@ -42,8 +42,8 @@ class A2CConfig:
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     lr_zero_timesteps: float | None = None  # lr decays linearly to 0 here (paper: 80M); None: constant
-    # lr rises linearly from 0 over these first agent steps (None: none), so that RMSProp's mean
-    # square warms before the full rate: PyTorch's first steps are ~10x the rate on every weight
+    # lr rises linearly from 0 over these first agent steps (None: none), while RMSProp's mean
+    # square warms (--lr_warmup_million_timesteps says why)
     lr_warmup_timesteps: float | None = None
 
 

@@ -23,6 +23,11 @@ def agent_stats(ctx, run: Run):
     return A2CStats(ctx, checkpoint_steps(kept[-1]) if kept else 0)
 
 
+def steps_or_none(million: float | None) -> float | None:
+    """A setting in millions of agent steps as agent steps; unset stays None."""
+    return million * MILLION if million else None
+
+
 def a2c_config(run: Run):
     from a2c.config import A2CConfig, A2CRunConfig
 
@@ -30,10 +35,8 @@ def a2c_config(run: Run):
     return A2CRunConfig(
         env_id=s.env_id, total_timesteps=int(s.million_timesteps * MILLION),
         a2c=A2CConfig(n_envs=s.n_envs, ent_coef=s.ent_coef, lr=s.lr, optimizer=s.optimizer,
-                      lr_zero_timesteps=(s.lr_zero_million_timesteps * MILLION
-                                         if s.lr_zero_million_timesteps else None),
-                      lr_warmup_timesteps=(s.lr_warmup_million_timesteps * MILLION
-                                           if s.lr_warmup_million_timesteps else None)),
+                      lr_zero_timesteps=steps_or_none(s.lr_zero_million_timesteps),
+                      lr_warmup_timesteps=steps_or_none(s.lr_warmup_million_timesteps)),
         seed=s.seed, ckpt_dir=str(run.dir / "policy"), ckpt_interval=s.policy_ckpt_interval,
         ckpt_keep=s.policy_ckpts_kept, revive_dead=s.revive_dead_policy,
         load_ckpt_dir=run.policy_ckpt_dir, torch_threads=s.torch_threads,
