@@ -38,10 +38,15 @@ DOC = DOCS / "reproduction.md"
 RECORDS = DOCS / "run_records"
 WINDOW = 10  # episodes averaged for the Atari milestones (experiments.milestone)
 MOVING_DOT = (MOVING_DOT_LEVEL, 64)  # its level and window there
-# Pong's defaults for the settings that changed on 2026-11-29 (launch/env_settings.py), by the
-# date a run started: before it a constant rate and no revival, as the milestone ran until then.
-PONG_SINCE = (("2026-11-29", {"lr_zero_million_timesteps": 6.0, "revive_dead_policy": True}),
-              ("", {"lr_zero_million_timesteps": None, "revive_dead_policy": False}))
+# Pong's defaults for the settings that changed (launch/env_settings.py), by the UTC time a run
+# started: before 2026-11-29 a constant rate and no revival, as the milestone ran until then.
+PONG_SINCE = (
+    ("2026-12-02T16:15", {"lr_warmup_million_timesteps": 0.02, "lr_zero_million_timesteps": 6.0,
+                          "revive_dead_policy": True}),
+    ("2026-11-29", {"lr_warmup_million_timesteps": None, "lr_zero_million_timesteps": 6.0,
+                    "revive_dead_policy": True}),
+    ("", {"lr_warmup_million_timesteps": None, "lr_zero_million_timesteps": None,
+          "revive_dead_policy": False}))
 
 
 def started(rec: RunRecord) -> str:
@@ -85,24 +90,26 @@ def commands(rows: list[RunRow]) -> str:
     return "\n".join(lines)
 
 
-def pong_setting(rec: RunRecord) -> tuple[float | None, bool]:
-    """A Pong run's (learning rate's zero in millions of steps, revival on): its saved settings,
-    or for a record without them its start flags, else the defaults of the day it started."""
-    if rec.settings:
-        return rec.settings.get("lr_zero_million_timesteps"), rec.settings["revive_dead_policy"]
+def pong_setting(rec: RunRecord) -> dict[str, object]:
+    """A Pong run's learning-rate warm-up and zero (millions of steps) and revival: its saved
+    settings, or for a record without them its start flags, else the defaults of the day it
+    started."""
     defaults = next(d for since, d in PONG_SINCE if started(rec) >= since)
-    given = {**defaults, **{k: v for k, v in rec.start_flags.items() if k in defaults}}
-    return given["lr_zero_million_timesteps"], given["revive_dead_policy"]
+    given = rec.settings or {**defaults, **rec.start_flags}
+    return {k: given.get(k) for k in defaults}
 
 
 def name_pong(rows: list[RunRow]) -> None:
     """Name each run by its learning-rate schedule and revival, typed or by default."""
     name_by_flags(rows, ignore=tuple(PONG_SINCE[0][1]))
     for row in rows:
-        zero, revive = pong_setting(row.record)
-        schedule = "constant lr" if zero is None else f"lr to 0 at {zero:g}M"
-        row.flags = ", ".join(filter(None, (schedule + (", revives a dead policy" if revive
-                                                        else ""), row.flags)))
+        s = pong_setting(row.record)
+        warmup, zero = s["lr_warmup_million_timesteps"], s["lr_zero_million_timesteps"]
+        schedule = ", ".join(filter(None, (
+            f"lr warm-up {warmup:g}M" if warmup else "",
+            "constant lr" if zero is None else f"lr to 0 at {zero:g}M",
+            "revives a dead policy" if s["revive_dead_policy"] else "")))
+        row.flags = ", ".join(filter(None, (schedule, row.flags)))
 
 
 def pong_figure(rows: list[RunRow], out: str) -> None:
@@ -113,7 +120,7 @@ def pong_figure(rows: list[RunRow], out: str) -> None:
     import matplotlib.pyplot as plt
 
     def decayed(row: RunRow) -> bool:  # its rate reached 0 within the milestone's 6M steps
-        zero = pong_setting(row.record)[0]
+        zero = pong_setting(row.record)["lr_zero_million_timesteps"]
         return zero is not None and zero <= 6
 
     true = [r for r in rows if r.kind == "true"]

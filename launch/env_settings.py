@@ -26,12 +26,13 @@ _ATARI = {
     "dropout": 0.5, "batchnorm": True, "label_schedule": "annealed", "max_labels": 3300,
     "n_initial_epochs": 20, "min_predictor_labels_per_step": 0.1,
 }
-# Pong: A2C's rate decays to zero over the run's 6M steps (the paper's over 80M, nearly constant
-# here), and a network whose units all stop firing goes back to a live checkpoint, so every
-# checkpoint is kept (docs/reproduction.md, "Pong from preferences").
+# Pong: A2C's rate rises from 0 over the first 0.02M steps, where the full rate blinded the
+# policy's torso on six seeds of six, then decays to zero over the run's 6M steps (the paper's
+# over 80M, nearly constant here); a network whose units all stop firing goes back to a live
+# checkpoint, so every checkpoint is kept (docs/reproduction.md, "Pong from preferences").
 _PONG = {
-    **_ATARI, "million_timesteps": 6.0, "lr_zero_million_timesteps": 6.0,
-    "revive_dead_policy": True, "policy_ckpts_kept": 0,
+    **_ATARI, "million_timesteps": 6.0, "lr_warmup_million_timesteps": 0.02,
+    "lr_zero_million_timesteps": 6.0, "revive_dead_policy": True, "policy_ckpts_kept": 0,
 }
 ENV_SETTINGS: dict[str, dict[str, object]] = {
     "MovingDotNoFrameskip-v0": _MOVING_DOT,

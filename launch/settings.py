@@ -138,8 +138,8 @@ class Settings:
         "zero (App. A.2: 80; unset: a constant rate)", check=positive)
     lr_warmup_million_timesteps: float | None = setting(
         None, "a2c", "million agent steps over which the learning rate first rises linearly from "
-        "0 (unset: none); PyTorch's RMSProp moves every weight by about ten times the rate in its "
-        "first steps", check=positive)
+        "0 (unset or 0: none, the paper); PyTorch's RMSProp moves every weight by about ten times "
+        "the rate in its first steps", check=non_negative)
     load_policy_ckpt_dir: str | None = setting(
         None, "a2c", "start from the newest policy checkpoint in this directory")
     policy_ckpt_interval: int = setting(

@@ -24,22 +24,28 @@ def pong_record(records, name, seed, start, since, returns=(-21.0, -20.0, 19.0, 
 
 
 def test_a_new_seeds_record_joins_the_pong_table_named_by_the_defaults_of_its_day(tmp_path):
-    """The same command before and after 2026-11-29 ran different defaults: the rows say which;
-    flags typed win over them; the runs are in the order they started."""
+    """The same command on different days ran different defaults: the rows say which; flags
+    typed win over them; the runs are in the order they started."""
+    newest = report.PONG_SINCE[0][0]
     pong_record(tmp_path, "pong_prefs_seed1", 1, f"{START} --seed 1", "2026-11-25T19:09:01Z")
     table = report.pong_prefs(tmp_path, None)
-    assert "No run started on or after 2026-11-29" in table
+    assert f"No run started on or after {newest}" in table
     pong_record(tmp_path, "pong_prefs_seed3", 3, f"{START} --seed 3", "2026-11-29T00:56:51Z")
     pong_record(tmp_path, "pong_prefs_paper", 4, f"{START} --seed 4 --lr_zero_million_timesteps 80 "
                 "--no_revive_dead_policy", "2026-11-30T00:00:00Z")
+    pong_record(tmp_path, "pong_prefs_seed7", 7, f"{START} --seed 7", f"{newest}:01Z")
+    pong_record(tmp_path, "pong_prefs_no_warmup", 8, f"{START} --seed 8 "
+                "--lr_warmup_million_timesteps 0", f"{newest}:02Z")
     pong_record(tmp_path, "pong_true_seed0", 0, "python run.py train_policy_with_original_rewards "
                 "PongNoFrameskip-v4 --seed 0", "2026-11-26T04:11:09Z")
     table = report.pong_prefs(tmp_path, None)
     runs = [line.split("|")[1].strip() for line in table.splitlines()
             if line.startswith("| from") or line.startswith("| true")]
-    assert runs[:3] == ["from preferences, constant lr",
+    assert runs[:5] == ["from preferences, constant lr",
                         "from preferences, lr to 0 at 6M, revives a dead policy",
-                        "from preferences, lr to 0 at 80M"]
+                        "from preferences, lr to 0 at 80M",
+                        "from preferences, lr warm-up 0.02M, lr to 0 at 6M, revives a dead policy",
+                        "from preferences, lr to 0 at 6M, revives a dead policy"]
     assert "No run started on or after" not in table
     assert "| true reward, constant lr | 0 |" in table  # in the table of stretches
     assert "`python run.py train_policy_with_preferences PongNoFrameskip-v4 --synthetic_prefs " \
