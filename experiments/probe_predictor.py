@@ -4,6 +4,7 @@
     python -m experiments.probe_predictor RUN_DIR                 # random play
     python -m experiments.probe_predictor RUN_DIR --policy run    # the run's newest policy
     python -m experiments.probe_predictor RUN_DIR --policy fixed  # each action held throughout
+    python -m experiments.probe_predictor RUN_DIR --policy follower  # Enduro: the scripted follower
     python -m experiments.probe_predictor RUN_DIR --stored_labels # the run's own labels
 
 Plays the run's env, scores every step with the run's saved predictor exactly as A2C gets it
@@ -20,10 +21,14 @@ closing in on one (`alongside_shaped`) or for each step's nearness to one (`alon
 hacking: the policy's own clips scored well by r̂ but badly by the game. `--policy fixed` plays
 each action held at every step, from the same starts, and prints one line each: r̂'s mean a step
 and the true reward's (or the share of steps level with a car), what the simplest play earns from
-each. `--stored_labels` plays nothing: it scores the run's own training and validation labels
-(ties left out), each member's accuracy and that of the reward A2C is given, and for a run of one
-of Enduro's teachers how often the count of level steps alone gives the label (a predictor that
-learnt only the count would score that): does the predictor fit its own labels at all?
+each. `--policy follower` (Enduro) plays the scripted follower of `experiments.alongside_teachers`
+in half the envs and random play in the others, side by side, and says whether r̂ pays for the
+behaviour: its mean a step for each, and over pairs of clips, one of each, how often r̂ and the
+run's teacher prefer the follower's. `--stored_labels` plays nothing: it scores the run's own
+training and validation labels (ties left out), each member's accuracy and that of the reward A2C is
+given, and for a run of one of Enduro's teachers how often the count of level steps alone gives the
+label (a predictor that learnt only the count would score that): does the predictor fit its own
+labels at all?
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from launch.rundir import is_run_dir
+from pref_interface.labellers.alongside import judges
 from pref_interface.labellers.teachers import (
     ENDURO_TEACHERS,
     AlongsideTeacher,
@@ -66,10 +72,7 @@ class Probe:
 
     def clip_returns(self) -> tuple[np.ndarray, np.ndarray]:
         """Summed rewards of every CLIP-step window (overlapping), predicted and true."""
-        def windows(x: np.ndarray) -> np.ndarray:
-            c = np.concatenate([np.zeros((1, x.shape[1])), np.cumsum(x, 0)])
-            return (c[CLIP:] - c[:-CLIP]).ravel()
-        return windows(self.predicted), windows(self.true)
+        return clip_sums(self.predicted), clip_sums(self.true)
 
     def clip_correlation(self) -> float:
         return _corr(*self.clip_returns())
@@ -97,6 +100,30 @@ class Probe:
         rows = np.array([[self.predicted[t + lag, n] for lag in LAGS] for t, n in events])
         rows -= self.predicted.mean()
         return rows.mean(0), rows.std(0) / np.sqrt(len(rows)), len(rows)
+
+
+def clip_sums(x: np.ndarray) -> np.ndarray:
+    """The sums of every CLIP-step window (overlapping) of each env's column of `x` (T, N)."""
+    c = np.concatenate([np.zeros((1, x.shape[1])), np.cumsum(x, 0)])
+    return (c[CLIP:] - c[:-CLIP]).ravel()
+
+
+def follower_contrast(probe: Probe, n_random: int, n_pairs: int = 20_000, seed: int = 0) -> str:
+    """Whether r̂ pays for the behaviour: the probe's first `n_random` envs played at random, the
+    others the scripted follower. r̂'s mean a step for each, and for random pairs of clips, one of
+    each, how often r̂ and the teacher's score prefer the follower's (a tie counts half)."""
+    def prefers(x: np.ndarray) -> float:
+        rand, follow = clip_sums(x[:, :n_random]), clip_sums(x[:, n_random:])
+        rng = np.random.default_rng(seed)
+        diff = follow[rng.integers(0, len(follow), n_pairs)] - rand[rng.integers(0, len(rand),
+                                                                                 n_pairs)]
+        return float(np.mean(np.sign(diff)) / 2 + 0.5)
+
+    p = probe.predicted
+    return (f"r̂ a step: follower {p[:, n_random:].mean():+.4f}, random play "
+            f"{p[:, :n_random].mean():+.4f}; of pairs of {CLIP}-step clips, one of each, r̂ "
+            f"prefers the follower's in {prefers(p):.1%}, {probe.target} in "
+            f"{prefers(probe.true):.1%} (ties half)")
 
 
 def _corr(a: np.ndarray, b: np.ndarray) -> float:
@@ -144,7 +171,9 @@ def run_teacher(run: Run):
 
 
 def load_run(run: Run, policy: str, n_envs: int, seed: int):
-    """The run's env, its predictor as A2C uses it, and an action function."""
+    """The run's env, its predictor as A2C uses it, and an action function: random play, the
+    run's newest policy, or (`follower`, Enduro) random play in the first half of the envs and
+    the scripted follower in the others."""
     import torch
 
     from a2c.rollout import sample_actions
@@ -156,6 +185,17 @@ def load_run(run: Run, policy: str, n_envs: int, seed: int):
     if policy == "random":
         rng = np.random.default_rng(seed)
         return env, ensemble.reward, lambda obs: rng.integers(0, env.num_actions, len(obs))
+    if policy == "follower":
+        from experiments.alongside_teachers import Follower
+
+        rng, followers = np.random.default_rng(seed), [Follower() for _ in range(n_envs)]
+
+        def act(obs: np.ndarray) -> np.ndarray:
+            actions = rng.integers(0, env.num_actions, len(obs))
+            for i in range(n_envs // 2, n_envs):
+                actions[i] = followers[i](obs[i, -1])
+            return actions
+        return env, ensemble.reward, act
     from a2c.checkpoint import load_policy_weights
     from a2c.policies import make_policy
 
@@ -276,9 +316,10 @@ def stored_label_accuracy(run: Run, counted: bool) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run_dir", help="a run directory with a saved reward predictor")
-    p.add_argument("--policy", choices=("random", "run", "fixed"), default="random",
-                   help="who plays: uniformly random actions, the run's newest policy, or each "
-                        "action held throughout (a line each)")
+    p.add_argument("--policy", choices=("random", "run", "fixed", "follower"), default="random",
+                   help="who plays: uniformly random actions, the run's newest policy, each "
+                        "action held throughout (a line each), or (Enduro) the scripted "
+                        "follower in half the envs and random play in the others")
     p.add_argument("--steps", type=int, default=1000, help="steps of each env")
     p.add_argument("--n_envs", type=int, default=8, help="envs played side by side")
     p.add_argument("--seed", type=int, default=1, help="env and action seed")
@@ -303,8 +344,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{run_dir}: the predictor on its own labels\n"
                   f"{stored_label_accuracy(run, counted)}")
             return 0
-        env, reward_fn, act = load_run(run, "run" if a.policy == "run" else "random", a.n_envs,
-                                       a.seed)
+        if a.policy == "follower" and (not judges(run.settings.env_id) or a.n_envs < 2):
+            raise UsageError("--policy follower drives in Enduro, in at least 2 envs (half of "
+                             f"them random); this run is {run.settings.env_id}")
+        env, reward_fn, act = load_run(run, "random" if a.policy == "fixed" else a.policy,
+                                       a.n_envs, a.seed)
     except (CheckpointError, UsageError) as e:
         p.error(str(e))
     teacher = run_teacher(run)
@@ -322,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         env.close()
     print(report(probe))
+    if a.policy == "follower":
+        print(follower_contrast(probe, a.n_envs // 2))
     if a.out:
         plot(probe, a.out, f"{run_dir.name}: {a.policy} play")
         print(f"wrote {a.out}")

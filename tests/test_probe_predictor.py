@@ -204,3 +204,17 @@ def test_stored_labels_gives_the_level_counts_answer_where_it_can_count(tmp_path
     rows = [line.split(" | ") for line in table.splitlines()[2:]]
     assert [r[0] for r in rows] == ["| training", "| validation"]
     assert all(r[-1] == "50% |" and len(r[2].split(" / ")) == 3 for r in rows)
+
+
+def test_the_follower_contrast_says_how_often_each_prefers_the_followers_clips():
+    """Envs 0-1 random play, 2-3 the follower: a teacher paying only the follower's steps prefers
+    its clips in every pair; r̂ paying both alike ties every pair, which counts half."""
+    from experiments.probe_predictor import follower_contrast
+
+    true = np.zeros((100, 4))
+    true[:, 2:] = 1.0
+    line = follower_contrast(Probe(np.full((100, 4), 0.25), true, "the score"), n_random=2)
+    assert "follower +0.2500, random play +0.2500" in line
+    assert "r̂ prefers the follower's in 50.0%, the score in 100.0%" in line
+    backwards = follower_contrast(Probe(-true, true, "the score"), n_random=2)
+    assert "r̂ prefers the follower's in 0.0%" in backwards
