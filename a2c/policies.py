@@ -5,9 +5,15 @@ import torch
 from torch import nn
 
 
+POLICY_GAIN, VALUE_GAIN = 0.01, 1.0  # the heads' orthogonal gains; the torso's is sqrt(2)
+
+
 def _init(layer: nn.Module, gain: float = 2 ** 0.5) -> nn.Module:
-    nn.init.orthogonal_(layer.weight, gain)
-    nn.init.zeros_(layer.bias)
+    weight = torch.empty(layer.weight.shape)  # drawn contiguous: the layer may be channels_last
+    nn.init.orthogonal_(weight, gain)
+    with torch.no_grad():
+        layer.weight.copy_(weight)
+        layer.bias.zero_()
     return layer
 
 
@@ -20,8 +26,8 @@ class ActorCritic(nn.Module):
     def __init__(self, torso: nn.Sequential, n_features: int, n_actions: int):
         super().__init__()
         self.torso = torso
-        self.policy = _init(nn.Linear(n_features, n_actions), gain=0.01)
-        self.value = _init(nn.Linear(n_features, 1), gain=1.0)
+        self.policy = _init(nn.Linear(n_features, n_actions), gain=POLICY_GAIN)
+        self.value = _init(nn.Linear(n_features, 1), gain=VALUE_GAIN)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # channels_last: oneDNN's convolution backward is faster on CPU in this layout.
@@ -47,6 +53,15 @@ def small_cnn(n_actions: int) -> ActorCritic:
         _init(nn.Conv2d(16, 32, 4, stride=2)), nn.ReLU(),
         nn.Flatten(), _init(nn.Linear(32 * 9 * 9, 128)), nn.ReLU())
     return ActorCritic(torso, 128, n_actions)
+
+
+def initialise(net: ActorCritic) -> None:
+    """Fresh weights for every layer of `net`, drawn as the network is made."""
+    for layer in net.torso:
+        if isinstance(layer, (nn.Conv2d, nn.Linear)):
+            _init(layer)
+    _init(net.policy, POLICY_GAIN)
+    _init(net.value, VALUE_GAIN)
 
 
 def make_policy(env_kind: str, n_actions: int) -> ActorCritic:

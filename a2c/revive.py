@@ -1,12 +1,14 @@
-"""Reviving a dead policy (`--revive_dead_policy`, off by default; not the paper's).
+"""Reviving a dead policy (`--revive_dead_policy`, on for Pong, off otherwise; not the paper's).
 
 A torso layer with no unit alive (`a2c.policies.is_dead`) never comes back: its units pass no
 gradient, so the run plays one action distribution whatever it sees until its last step
 (docs/experiments.md, "Why the level was touched, not held"). With this on, a check that finds the
-policy dead looks again on screens of random play (a rollout's may all be an episode's first);
-if it is dead there too, the newest kept checkpoint whose network still tells those screens
-apart is put back, with its optimiser state, and the run goes on from there; its count of agent
-steps goes on too. torch is imported where needed: probe_policy's --help does without it.
+policy dead looks again on screens of random play (a rollout's may all be an episode's first); if
+it is dead there too, the newest kept checkpoint whose network still tells those screens apart is
+put back, with its optimiser state, and the run goes on from there; its count of agent steps goes
+on too. A checkpoint whose value varies across them less than a tenth as much as a fresh network's
+is blind, however many of its units fire: going back to it would not help. torch is imported where
+needed: probe_policy's --help does without it.
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ RANDOM_STEPS, RANDOM_ENVS = 400, 8  # random play's steps per env, and envs: 800
 # A checkpoint revives the run if its logits vary across random play's screens at least this
 # share of the most any live kept checkpoint's do: a dying network's vary far less than a playing
 # one's (docs/experiments.md, "Why the level was touched, not held"), a live one early in a run
-# may vary little.
+# may vary little. Its value must vary at least this share of a fresh network's: the full rate's
+# first updates leave a blind one 15-80 times below (docs/experiments.md, 2026-12-02).
 SPREAD_SHARE = 0.1
 
 
@@ -43,6 +46,7 @@ class Candidate:
     timesteps: int
     alive: list[float]  # per torso layer (alive_units, under the policy's autocast)
     spread: float  # logit_spread, in fp32
+    value_spread: float  # the value's standard deviation, in fp32
 
 
 def random_play(env_id: str, steps: int = RANDOM_STEPS, n_envs: int = RANDOM_ENVS,
@@ -65,12 +69,14 @@ def random_play(env_id: str, steps: int = RANDOM_STEPS, n_envs: int = RANDOM_ENV
     return np.concatenate(kept)
 
 
-def choose(candidates: list[Candidate]) -> Candidate | None:
+def choose(candidates: list[Candidate], fresh_value_spread: float = 0.0) -> Candidate | None:
     """The newest live checkpoint whose logits vary at least SPREAD_SHARE of the most any live
-    one's do; None when every kept checkpoint is dead."""
+    one's do; None when every kept checkpoint is dead or blind (its value varying less than
+    SPREAD_SHARE of `fresh_value_spread`, a fresh network's)."""
     from a2c.policies import is_dead
 
-    live = [c for c in candidates if not is_dead(c.alive)]
+    live = [c for c in candidates if not is_dead(c.alive)
+            and c.value_spread >= SPREAD_SHARE * fresh_value_spread]
     if not live:
         return None
     most = max(c.spread for c in live)
@@ -84,6 +90,7 @@ class Reviver:
     def __init__(self, env_id: str, seed: int, ckpt_dir: str | Path) -> None:
         self.env_id, self.seed, self.ckpt_dir = env_id, seed, ckpt_dir
         self._screens: torch.Tensor | None = None
+        self._fresh_value_spread: float | None = None
         self._measured: dict[Path, Candidate | None] = {}  # None: not a training checkpoint
 
     def screens(self, device: torch.device) -> torch.Tensor:
@@ -93,15 +100,29 @@ class Reviver:
             self._screens = torch.from_numpy(random_play(self.env_id, seed=self.seed))
         return self._screens.to(device)
 
-    def measure(self, net: ActorCritic, autocast: torch.autocast) -> tuple[list[float], float]:
-        """`net` on random play's screens: its live units per torso layer and the spread of its
-        logits (`a2c.policies.alive_and_spread`; in bf16 the spread would round to a fifth of
-        the bar)."""
+    def measure(self, net: ActorCritic, autocast: torch.autocast
+                ) -> tuple[list[float], float, float]:
+        """`net` on random play's screens: its live units per torso layer and the spreads of its
+        logits and value (`a2c.policies.alive_and_spread`; in bf16 the logits' would round to a
+        fifth of the bar)."""
         from a2c.policies import alive_and_spread
 
-        alive, spread, _ = alive_and_spread(net, self.screens(next(net.parameters()).device),
-                                            autocast)
-        return alive, spread
+        return alive_and_spread(net, self.screens(next(net.parameters()).device), autocast)
+
+    def fresh_value_spread(self, policy: ActorCritic, autocast: torch.autocast) -> float:
+        """The value's spread on random play's screens of a network like `policy` with fresh
+        weights (drawn from the run's seed, leaving the run's own random state as it was)."""
+        import torch
+
+        from a2c.policies import initialise
+
+        if self._fresh_value_spread is None:
+            fresh = copy.deepcopy(policy)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.seed)
+                initialise(fresh)
+            self._fresh_value_spread = self.measure(fresh, autocast)[2]
+        return self._fresh_value_spread
 
     def is_dead(self, net: ActorCritic, autocast: torch.autocast) -> bool:
         from a2c.policies import is_dead

@@ -163,10 +163,16 @@ class A2CAgent:
         if not self.reviver.is_dead(self.policy, autocast):
             return True  # a layer silent on one rollout's screens that fires on others'
         candidates = self.reviver.candidates(self.policy, autocast)
-        chosen = choose(candidates)
+        fresh = self.reviver.fresh_value_spread(self.policy, autocast)
+        chosen = choose(candidates, fresh)
         where = f"policy dead at {self.timesteps:,} agent steps"
         if chosen is None:
-            print(f"{where}: no kept checkpoint is alive to revive it from", file=sys.stderr)
+            live = [c for c in candidates if not is_dead(c.alive)]
+            print(f"{where}: " + ("no kept checkpoint is alive to revive it from" if not live else
+                  "no kept checkpoint tells screens apart: their value's spread is at most "
+                  f"{max(c.value_spread for c in live):.4f}, a fresh network's {fresh:.4f} (a "
+                  "warm-up of the rate, --lr_warmup_million_timesteps, keeps a run from starting "
+                  "blind)"), file=sys.stderr)
             return False
         state = read_checkpoint(chosen.path)
         self.policy.load_state_dict(state["policy"])

@@ -498,18 +498,71 @@ def test_a_layer_silent_on_the_rollout_but_alive_in_random_play_is_left_as_it_is
         agent.close()
 
 
+def test_a_run_whose_kept_checkpoints_are_all_blind_is_not_taken_back_to_one(tmp_path, monkeypatch,
+                                                                             capsys):
+    import multiprocessing as mp
+    from pathlib import Path
+
+    from a2c.config import A2CStats
+    from a2c.revive import Candidate, Reviver
+    from a2c.train import A2CAgent
+
+    stats = A2CStats(mp.get_context("spawn"))
+    config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=800, seed=0,
+                          ckpt_dir=str(tmp_path / "p"), ckpt_keep=0, revive_dead=True)
+    agent = A2CAgent(config, log_dir=str(tmp_path / "tb"), stats=stats)
+    blind = Candidate(Path("policy-80.pt"), 80, [1.0, 0.5], 0.00001, 0.0002)
+    monkeypatch.setattr(Reviver, "is_dead", lambda *_: True)
+    monkeypatch.setattr(Reviver, "candidates", lambda *_: [blind])
+    monkeypatch.setattr(Reviver, "fresh_value_spread", lambda *_: 0.012)
+    try:
+        agent.learn(agent.act())
+        with torch.no_grad():
+            agent.policy.torso[0].bias.fill_(-1e3)
+        agent.learn(agent.act())
+        agent.checkpoint()
+        assert stats.dead_since.value == agent.timesteps and stats.revivals.value == 0
+    finally:
+        agent.close()
+    assert "no kept checkpoint tells screens apart: their value's spread is at most 0.0002, a " \
+           "fresh network's 0.0120" in capsys.readouterr().err
+
+
 def test_a_revival_takes_the_newest_checkpoint_that_still_tells_screens_apart():
     from pathlib import Path
 
     from a2c.revive import Candidate, choose
 
-    def kept(steps, alive, spread):
-        return Candidate(Path(f"policy-{steps}.pt"), steps, [1.0, alive], spread)
+    def kept(steps, alive, spread, value_spread=0.3):
+        return Candidate(Path(f"policy-{steps}.pt"), steps, [1.0, alive], spread, value_spread)
 
     healthy, sick, dead = kept(3_840, 0.8, 0.9), kept(4_160, 0.1, 0.04), kept(4_240, 0.0, 0.0)
     assert choose([kept(3_520, 0.8, 1.3), healthy, sick, dead]) is healthy
     assert choose([sick, dead]) is sick  # the most any live one varies sets the bar
     assert choose([dead]) is None
+    # blind: units fire, but its value varies far less than a fresh network's
+    blind = kept(4_000, 0.5, 0.00002, value_spread=0.0003)
+    assert choose([blind, healthy], fresh_value_spread=0.01) is healthy
+    assert choose([blind], fresh_value_spread=0.01) is None
+    assert choose([blind]) is blind  # with no fresh network to compare, only death counts
+
+
+def test_a_fresh_networks_spread_is_drawn_from_the_runs_seed_and_leaves_its_random_state(tmp_path,
+                                                                                       monkeypatch):
+    import a2c.revive
+    from a2c.revive import Reviver
+
+    screens = np.random.default_rng(0).integers(0, 256, (32, 4, 84, 84), dtype=np.uint8)
+    monkeypatch.setattr(a2c.revive, "random_play", lambda *_, **__: screens)
+    policy, autocast = make_policy("moving_dot", 5), torch.autocast("cpu", enabled=False)
+    with torch.no_grad():
+        policy.value.weight.zero_()  # the run's own network: its value is the same everywhere
+    before = torch.random.get_rng_state()
+    spread = Reviver("MovingDotNoFrameskip-v0", 3, tmp_path).fresh_value_spread(policy, autocast)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert spread > 0 and not policy.value.weight.detach().any()  # a copy was drawn anew
+    again = Reviver("MovingDotNoFrameskip-v0", 3, tmp_path).fresh_value_spread(policy, autocast)
+    assert again == spread
 
 
 def test_a_resumed_run_checks_its_policy_after_its_first_update(tmp_path):
