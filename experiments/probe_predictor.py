@@ -188,12 +188,13 @@ def load_run(run: Run, policy: str, n_envs: int, seed: int):
     if policy == "follower":
         from experiments.alongside_teachers import Follower
 
-        rng, followers = np.random.default_rng(seed), [Follower() for _ in range(n_envs)]
+        rng = np.random.default_rng(seed)
+        followers = {i: Follower() for i in range(n_envs // 2, n_envs)}  # each reads its env
 
         def act(obs: np.ndarray) -> np.ndarray:
             actions = rng.integers(0, env.num_actions, len(obs))
-            for i in range(n_envs // 2, n_envs):
-                actions[i] = followers[i](obs[i, -1])
+            for i, follower in followers.items():
+                actions[i] = follower(obs[i, -1])
             return actions
         return env, ensemble.reward, act
     from a2c.checkpoint import load_policy_weights

@@ -38,8 +38,8 @@ DOC = DOCS / "reproduction.md"
 RECORDS = DOCS / "run_records"
 WINDOW = 10  # episodes averaged for the Atari milestones (experiments.milestone)
 MOVING_DOT = (MOVING_DOT_LEVEL, 64)  # its level and window there
-# Pong's defaults for the settings that changed (launch/env_settings.py), by the UTC time a run
-# started: before 2026-11-29 a constant rate and no revival, as the milestone ran until then.
+# Pong's defaults for the settings that changed (launch/env_settings.py), newest first, by the UTC
+# time a run started: before 2026-11-29 a constant rate and no revival, as the milestone ran.
 PONG_SINCE = (
     ("2026-12-02T16:15", {"lr_warmup_million_timesteps": 0.02, "lr_zero_million_timesteps": 6.0,
                           "revive_dead_policy": True}),
