@@ -8,9 +8,10 @@ from torch import nn
 POLICY_GAIN, VALUE_GAIN = 0.01, 1.0  # the heads' orthogonal gains; the torso's is sqrt(2)
 
 
-def _init(layer: nn.Module, gain: float = 2 ** 0.5) -> nn.Module:
+def _init(layer: nn.Module, gain: float = 2 ** 0.5,
+          generator: torch.Generator | None = None) -> nn.Module:
     weight = torch.empty(layer.weight.shape)  # drawn contiguous: the layer may be channels_last
-    nn.init.orthogonal_(weight, gain)
+    nn.init.orthogonal_(weight, gain, generator=generator)
     with torch.no_grad():
         layer.weight.copy_(weight)
         layer.bias.zero_()
@@ -55,13 +56,14 @@ def small_cnn(n_actions: int) -> ActorCritic:
     return ActorCritic(torso, 128, n_actions)
 
 
-def initialise(net: ActorCritic) -> None:
-    """Fresh weights for every layer of `net`, drawn as the network is made."""
+def initialise(net: ActorCritic, generator: torch.Generator | None = None) -> None:
+    """Fresh weights for every layer of `net`, drawn as the network is made (from `generator`,
+    else torch's own random state)."""
     for layer in net.torso:
         if isinstance(layer, (nn.Conv2d, nn.Linear)):
-            _init(layer)
-    _init(net.policy, POLICY_GAIN)
-    _init(net.value, VALUE_GAIN)
+            _init(layer, generator=generator)
+    _init(net.policy, POLICY_GAIN, generator)
+    _init(net.value, VALUE_GAIN, generator)
 
 
 def make_policy(env_kind: str, n_actions: int) -> ActorCritic:

@@ -33,9 +33,12 @@ RANDOM_STEPS, RANDOM_ENVS = 400, 8  # random play's steps per env, and envs: 800
 # A checkpoint revives the run if its logits vary across random play's screens at least this
 # share of the most any live kept checkpoint's do: a dying network's vary far less than a playing
 # one's (docs/experiments.md, "Why the level was touched, not held"), a live one early in a run
-# may vary little. Its value must vary at least this share of a fresh network's: the full rate's
-# first updates leave a blind one 15-80 times below (docs/experiments.md, 2026-12-02).
+# may vary little. Its value must vary at least this share of a fresh network's (the median of
+# FRESH_DRAWS): the full rate's first updates leave a blind one 15-80 times below, and a run that
+# went on to learn was about 1.6 times above the bar at its first checkpoint (docs/experiments.md,
+# 2026-12-02).
 SPREAD_SHARE = 0.1
+FRESH_DRAWS = 3
 
 
 @dataclass
@@ -69,14 +72,19 @@ def random_play(env_id: str, steps: int = RANDOM_STEPS, n_envs: int = RANDOM_ENV
     return np.concatenate(kept)
 
 
-def choose(candidates: list[Candidate], fresh_value_spread: float = 0.0) -> Candidate | None:
-    """The newest live checkpoint whose logits vary at least SPREAD_SHARE of the most any live
-    one's do; None when every kept checkpoint is dead or blind (its value varying less than
-    SPREAD_SHARE of `fresh_value_spread`, a fresh network's)."""
+def seeing(candidates: list[Candidate], fresh_value_spread: float = 0.0) -> list[Candidate]:
+    """The kept checkpoints that are alive and not blind: their value varies at least
+    SPREAD_SHARE of `fresh_value_spread`, a fresh network's."""
     from a2c.policies import is_dead
 
-    live = [c for c in candidates if not is_dead(c.alive)
+    return [c for c in candidates if not is_dead(c.alive)
             and c.value_spread >= SPREAD_SHARE * fresh_value_spread]
+
+
+def choose(candidates: list[Candidate], fresh_value_spread: float = 0.0) -> Candidate | None:
+    """The newest checkpoint that sees (`seeing`) whose logits vary at least SPREAD_SHARE of the
+    most any such one's do; None when every kept checkpoint is dead or blind."""
+    live = seeing(candidates, fresh_value_spread)
     if not live:
         return None
     most = max(c.spread for c in live)
@@ -110,18 +118,20 @@ class Reviver:
         return alive_and_spread(net, self.screens(next(net.parameters()).device), autocast)
 
     def fresh_value_spread(self, policy: ActorCritic, autocast: torch.autocast) -> float:
-        """The value's spread on random play's screens of a network like `policy` with fresh
-        weights (drawn from the run's seed, leaving the run's own random state as it was)."""
+        """The median value's spread on random play's screens of FRESH_DRAWS networks like
+        `policy` with fresh weights, drawn from the run's seed by a generator of their own (the
+        run's random state is left as it was)."""
         import torch
 
         from a2c.policies import initialise
 
         if self._fresh_value_spread is None:
-            fresh = copy.deepcopy(policy)
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(self.seed)
-                initialise(fresh)
-            self._fresh_value_spread = self.measure(fresh, autocast)[2]
+            fresh, spreads = copy.deepcopy(policy), []
+            generator = torch.Generator().manual_seed(self.seed)
+            for _ in range(FRESH_DRAWS):
+                initialise(fresh, generator)
+                spreads.append(self.measure(fresh, autocast)[2])
+            self._fresh_value_spread = float(np.median(spreads))
         return self._fresh_value_spread
 
     def is_dead(self, net: ActorCritic, autocast: torch.autocast) -> bool:

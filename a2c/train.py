@@ -155,7 +155,7 @@ class A2CAgent:
         (a2c/revive.py), weights and optimiser state. False while it stays dead."""
         import sys
 
-        from a2c.revive import Reviver, choose
+        from a2c.revive import Reviver, choose, seeing
 
         if self.reviver is None:
             self.reviver = Reviver(self.config.env_id, self.config.seed, self.config.ckpt_dir)
@@ -181,8 +181,8 @@ class A2CAgent:
         if self.stats is not None:
             self.stats.revivals.value += 1
         print(f"{where}: revived from its checkpoint at {chosen.timesteps:,} (logits' spread "
-              f"{chosen.spread:.3f}, the most of any kept one "
-              f"{max(k.spread for k in candidates):.3f})", file=sys.stderr)
+              f"{chosen.spread:.3f}, the most of any kept one that sees "
+              f"{max(k.spread for k in seeing(candidates, fresh)):.3f})", file=sys.stderr)
         return True
 
     def close(self) -> None:

@@ -108,6 +108,12 @@ def clip_sums(x: np.ndarray) -> np.ndarray:
     return (c[CLIP:] - c[:-CLIP]).ravel()
 
 
+def follower_envs(n_envs: int) -> range:
+    """The envs the scripted follower drives in `--policy follower`: the second half; the first
+    play at random."""
+    return range(n_envs // 2, n_envs)
+
+
 def follower_contrast(probe: Probe, n_random: int, n_pairs: int = 20_000, seed: int = 0) -> str:
     """Whether r̂ pays for the behaviour: the probe's first `n_random` envs played at random, the
     others the scripted follower. r̂'s mean a step for each, and for random pairs of clips, one of
@@ -189,7 +195,7 @@ def load_run(run: Run, policy: str, n_envs: int, seed: int):
         from experiments.alongside_teachers import Follower
 
         rng = np.random.default_rng(seed)
-        followers = {i: Follower() for i in range(n_envs // 2, n_envs)}  # each reads its env
+        followers = {i: Follower() for i in follower_envs(n_envs)}  # each reads its env
 
         def act(obs: np.ndarray) -> np.ndarray:
             actions = rng.integers(0, env.num_actions, len(obs))
@@ -345,9 +351,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{run_dir}: the predictor on its own labels\n"
                   f"{stored_label_accuracy(run, counted)}")
             return 0
-        if a.policy == "follower" and (not judges(run.settings.env_id) or a.n_envs < 2):
-            raise UsageError("--policy follower drives in Enduro, in at least 2 envs (half of "
-                             f"them random); this run is {run.settings.env_id}")
+        if a.policy == "follower" and not judges(run.settings.env_id):
+            raise UsageError("--policy follower drives in Enduro; this run is "
+                             f"{run.settings.env_id}")
+        if a.policy == "follower" and a.n_envs < 2:
+            raise UsageError("--policy follower needs --n_envs 2 or more: half play at random")
         env, reward_fn, act = load_run(run, "random" if a.policy == "fixed" else a.policy,
                                        a.n_envs, a.seed)
     except (CheckpointError, UsageError) as e:
@@ -368,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         env.close()
     print(report(probe))
     if a.policy == "follower":
-        print(follower_contrast(probe, a.n_envs // 2))
+        print(follower_contrast(probe, follower_envs(a.n_envs).start))
     if a.out:
         plot(probe, a.out, f"{run_dir.name}: {a.policy} play")
         print(f"wrote {a.out}")

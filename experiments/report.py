@@ -154,11 +154,11 @@ def pong_prefs(records: Path, figures: Path | None) -> str:
     if figures:
         pong_figure(rows, str(figures / "pong_seeds.png"))
     prefs = [r for r in rows if r.kind == "prefs"]
-    new = [r for r in prefs if started(r.record) >= PONG_SINCE[0][0]]
+    new = [r for r in prefs if pong_setting(r.record) == PONG_SINCE[0][1]]
     return "\n".join([
         run_table(prefs, 19.0), "",
-        *([] if new else [f"No run started on or after {PONG_SINCE[0][0]}, with the defaults of "
-                          "that day, has a committed record yet.", ""]),
+        *([] if new else [f"No run with today's defaults (since {PONG_SINCE[0][0]}) has a "
+                          "committed record yet.", ""]),
         "![Pong from preferences: every run's true return (mean of 10 episodes) against agent "
         "steps, the true-reward runs dashed in both panels](pong_seeds.png)", "",
         "Each run's mean true return and share of episodes lost (below 0) per 0.5M agent "

@@ -149,8 +149,8 @@ class Settings:
         "how many of the newest policy checkpoints RUN_DIR/policy keeps (0: all)", check=non_negative)
     revive_dead_policy: bool = setting(
         A2CRunConfig.revive_dead, "a2c", "when a layer of the policy has no unit firing, even on "
-        "random play's screens, go back to the newest kept checkpoint still alive (not in the "
-        "paper)",
+        "random play's screens, go back to the newest kept checkpoint still alive and not blind "
+        "(its value varying at least a tenth as much as a fresh network's; not in the paper)",
         negation=("--no_revive_dead_policy", "never go back to an earlier checkpoint (the paper)"))
     render_episodes: bool = setting(
         False, "a2c", "loop the agent's latest full episode (env 0) in a second window when a "

@@ -218,3 +218,17 @@ def test_the_follower_contrast_says_how_often_each_prefers_the_followers_clips()
     assert "r̂ prefers the follower's in 50.0%, the score in 100.0%" in line
     backwards = follower_contrast(Probe(-true, true, "the score"), n_random=2)
     assert "r̂ prefers the follower's in 0.0%" in backwards
+
+
+def test_the_follower_drives_only_in_enduro_and_beside_random_play(tmp_path, capsys):
+    import shutil
+    from pathlib import Path
+
+    from experiments.probe_predictor import follower_envs
+
+    run = tmp_path / "run"  # a MovingDot run with a saved predictor
+    shutil.copytree(Path(__file__).resolve().parent / "fixtures" / "run_29d3a96", run)
+    with pytest.raises(SystemExit) as e:
+        main([str(run), "--policy", "follower"])
+    assert e.value.code == 2 and "drives in Enduro; this run is MovingDot" in capsys.readouterr().err
+    assert list(follower_envs(4)) == [2, 3] and list(follower_envs(3)) == [1, 2]

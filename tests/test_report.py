@@ -15,12 +15,13 @@ def test_the_committed_report_is_what_the_records_give():
         assert f"<!-- begin {name} -->" in doc and f"<!-- end {name} -->" in doc, name
 
 
-def pong_record(records, name, seed, start, since, returns=(-21.0, -20.0, 19.0, 20.0)):
+def pong_record(records, name, seed, start, since, returns=(-21.0, -20.0, 19.0, 20.0),
+                settings=None):
     steps = np.arange(1, len(returns) + 1) * 1e6
     RunRecord(name, seed, "PongNoFrameskip-v4", [start, "python run.py --resume x"],
               [f"{since}\tAMD EPYC, 2 cores, avx2\tpolicy on cpu, predictor on cpu"],
               float(steps[-1]), 3600.0, steps, np.array(returns), steps / 1e3, steps,
-              steps / 1e3).save(records / f"{name}.json")
+              steps / 1e3, settings).save(records / f"{name}.json")
 
 
 def test_a_new_seeds_record_joins_the_pong_table_named_by_the_defaults_of_its_day(tmp_path):
@@ -29,7 +30,7 @@ def test_a_new_seeds_record_joins_the_pong_table_named_by_the_defaults_of_its_da
     newest = report.PONG_SINCE[0][0]
     pong_record(tmp_path, "pong_prefs_seed1", 1, f"{START} --seed 1", "2026-11-25T19:09:01Z")
     table = report.pong_prefs(tmp_path, None)
-    assert f"No run started on or after {newest}" in table
+    assert "No run with today's defaults" in table
     pong_record(tmp_path, "pong_prefs_seed3", 3, f"{START} --seed 3", "2026-11-29T00:56:51Z")
     pong_record(tmp_path, "pong_prefs_paper", 4, f"{START} --seed 4 --lr_zero_million_timesteps 80 "
                 "--no_revive_dead_policy", "2026-11-30T00:00:00Z")
@@ -46,10 +47,29 @@ def test_a_new_seeds_record_joins_the_pong_table_named_by_the_defaults_of_its_da
                         "from preferences, lr to 0 at 80M",
                         "from preferences, lr warm-up 0.02M, lr to 0 at 6M, revives a dead policy",
                         "from preferences, lr to 0 at 6M, revives a dead policy"]
-    assert "No run started on or after" not in table
+    assert "No run with today's defaults" not in table
     assert "| true reward, constant lr | 0 |" in table  # in the table of stretches
     assert "`python run.py train_policy_with_preferences PongNoFrameskip-v4 --synthetic_prefs " \
            "--seed 3`" in table
+
+
+def test_a_run_is_named_by_its_saved_settings_and_counts_as_todays_by_them(tmp_path):
+    """A record with settings.json is named by them whenever it started: one that typed today's
+    defaults before they were the defaults counts as a run of them; one saved before the warm-up
+    existed (no key) had none."""
+    def saved(warmup):
+        return {"lr_zero_million_timesteps": 6.0, "revive_dead_policy": True,
+                **({} if warmup is None else {"lr_warmup_million_timesteps": warmup})}
+
+    pong_record(tmp_path, "pong_prefs_seed5", 5, f"{START} --seed 5", "2026-12-02T10:30:56Z",
+                settings=saved(None))
+    assert "No run with today's defaults" in report.pong_prefs(tmp_path, None)
+    pong_record(tmp_path, "pong_prefs_seed6", 6, f"{START} --seed 6 --lr_warmup_million_timesteps "
+                "0.02", "2026-12-02T13:43:59Z", settings=saved(0.02))
+    table = report.pong_prefs(tmp_path, None)
+    assert "No run with today's defaults" not in table
+    assert "| from preferences, lr to 0 at 6M, revives a dead policy | 5 |" in table
+    assert "| from preferences, lr warm-up 0.02M, lr to 0 at 6M, revives a dead policy | 6 |" in table
 
 
 def test_without_records_a_block_says_so_and_the_figures_come_from_records(tmp_path):
