@@ -114,10 +114,11 @@ def follower_envs(n_envs: int) -> range:
     return range(n_envs // 2, n_envs)
 
 
-def follower_contrast(probe: Probe, n_random: int, n_pairs: int = 20_000, seed: int = 0) -> str:
-    """Whether r̂ pays for the behaviour: the probe's first `n_random` envs played at random, the
-    others the scripted follower. r̂'s mean a step for each, and for random pairs of clips, one of
-    each, how often r̂ and the teacher's score prefer the follower's (a tie counts half)."""
+def follower_preferred(probe: Probe, n_random: int, n_pairs: int = 20_000, seed: int = 0
+                       ) -> tuple[float, float]:
+    """The probe's first `n_random` envs played at random, the others the scripted follower: for
+    random pairs of clips, one of each, how often r̂ and the teacher's score prefer the
+    follower's (a tie counts half)."""
     def prefers(x: np.ndarray) -> float:
         rand, follow = clip_sums(x[:, :n_random]), clip_sums(x[:, n_random:])
         rng = np.random.default_rng(seed)
@@ -125,11 +126,18 @@ def follower_contrast(probe: Probe, n_random: int, n_pairs: int = 20_000, seed: 
                                                                                  n_pairs)]
         return float(np.mean(np.sign(diff)) / 2 + 0.5)
 
+    return prefers(probe.predicted), prefers(probe.true)
+
+
+def follower_contrast(probe: Probe, n_random: int) -> str:
+    """Whether r̂ pays for the behaviour (`follower_preferred`), with r̂'s mean a step for the
+    follower and for random play."""
     p = probe.predicted
+    by_r_hat, by_teacher = follower_preferred(probe, n_random)
     return (f"r̂ a step: follower {p[:, n_random:].mean():+.4f}, random play "
             f"{p[:, :n_random].mean():+.4f}; of pairs of {CLIP}-step clips, one of each, r̂ "
-            f"prefers the follower's in {prefers(p):.1%}, {probe.target} in "
-            f"{prefers(probe.true):.1%} (ties half)")
+            f"prefers the follower's in {by_r_hat:.1%}, {probe.target} in {by_teacher:.1%} "
+            "(ties half)")
 
 
 def _corr(a: np.ndarray, b: np.ndarray) -> float:
