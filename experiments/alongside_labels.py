@@ -64,16 +64,9 @@ def add_labels(store_path: Path, clips: list, teacher, n: int, val_fraction: flo
 
 def probe(run_dir: Path, steps: int, n_envs: int, seed: int) -> dict[str, float]:
     """A pretrained predictor against its teacher on the follower's and random play's clips."""
-    from experiments.probe_predictor import (collect, follower_envs, follower_preferred,
-                                             load_run, run_teacher)
-    from launch.cli import saved_run
+    from experiments.probe_predictor import follower_envs, follower_preferred, probe_run
 
-    run = saved_run(run_dir)
-    env, reward_fn, act = load_run(run, "follower", n_envs, seed)
-    try:
-        found = collect(env, reward_fn, act, steps, run_teacher(run))
-    finally:
-        env.close()
+    found = probe_run(run_dir, "follower", steps, n_envs, seed)
     by_r_hat, by_teacher = follower_preferred(found, follower_envs(n_envs).start)
     return {"r_hat": by_r_hat, "teacher": by_teacher, "agreement": found.clip_agreement()}
 

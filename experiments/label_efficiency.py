@@ -71,15 +71,9 @@ def first_labels(src: Path, n: int, dst: Path) -> None:
 
 def agreement(run_dir: Path, steps: int, n_envs: int, seed: int) -> dict:
     """The predictor of `run_dir` on fresh random play: clip agreement and correlation."""
-    from experiments.probe_predictor import collect, load_run, run_teacher
-    from launch.cli import saved_run
+    from experiments.probe_predictor import probe_run
 
-    run = saved_run(run_dir)
-    env, reward_fn, act = load_run(run, "random", n_envs, seed)
-    try:
-        probe = collect(env, reward_fn, act, steps, run_teacher(run))
-    finally:
-        env.close()
+    probe = probe_run(run_dir, "random", steps, n_envs, seed)
     return {"clip_agreement": probe.clip_agreement(), "clip_correlation": probe.clip_correlation(),
             "target": probe.target}
 

@@ -221,6 +221,19 @@ def load_run(run: Run, policy: str, n_envs: int, seed: int):
     return env, ensemble.reward, lambda obs: sample_actions(net, obs)
 
 
+def probe_run(run_dir: Path, policy: str, steps: int, n_envs: int, seed: int) -> Probe:
+    """A saved run's predictor against its target (the reward, or its Enduro teacher's score) on
+    `steps` fresh steps of `n_envs` envs played by `policy` (`load_run`'s)."""
+    from launch.cli import saved_run
+
+    run = saved_run(run_dir)
+    env, reward_fn, act = load_run(run, policy, n_envs, seed)
+    try:
+        return collect(env, reward_fn, act, steps, run_teacher(run))
+    finally:
+        env.close()
+
+
 def each_action(make_env: Callable[[], object],
                 reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray], names: list[str],
                 steps: int, teacher: Any = None) -> dict[str, Probe]:
