@@ -167,7 +167,7 @@ class A2CAgent:
         chosen = choose(candidates, fresh)
         where = f"policy dead at {self.timesteps:,} agent steps"
         if chosen is None:
-            live = [c for c in candidates if not is_dead(c.alive)]
+            live = seeing(candidates)  # alive, whatever their spread
             print(f"{where}: " + ("no kept checkpoint is alive to revive it from" if not live else
                   "no kept checkpoint tells screens apart: their value's spread is at most "
                   f"{max(c.value_spread for c in live):.4f}, a fresh network's {fresh:.4f} (a "
