@@ -59,6 +59,7 @@ class A2CRunConfig:
     ckpt_interval: int = 1000  # updates between policy checkpoints
     ckpt_keep: int = 3  # the newest policy checkpoints kept (0: all)
     load_ckpt_dir: str | None = None
+    start_weights: str | None = None  # weights a new run starts from (load_ckpt_dir comes first)
     torch_threads: int = 1
     env_threads: int = 1  # ale-py threads; 0: one per core
     # "fp32", "bf16" (autocast), or "auto": bf16 where the device has it natively

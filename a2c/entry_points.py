@@ -9,3 +9,11 @@ def check_policy(ckpt_dir: str, env_id: str) -> None:
     from a2c.checkpoint import check_fits, latest_checkpoint, load_policy
 
     check_fits(env_id, load_policy(ckpt_dir)["policy"], latest_checkpoint(ckpt_dir))
+
+
+def check_start_policy(path: str, env_id: str) -> None:
+    """Load the weights a new run's policy starts from (`--start_policy`) and check that they fit
+    `env_id`'s network (CheckpointError, one line, if not)."""
+    from a2c.checkpoint import check_fits, load_policy_weights
+
+    check_fits(env_id, load_policy_weights(path)["policy"], path)

@@ -12,7 +12,7 @@ import torch
 from a2c.a2c import A2C
 from a2c.config import (ALIVE_TAG, GRAD_NORM_MAX_TAG, LOGIT_SPREAD_TAG, VALUE_SPREAD_TAG,
                         A2CRunConfig, A2CStats)
-from a2c.checkpoint import load_policy, load_weights_into, read_checkpoint, save_policy
+from a2c.checkpoint import load_policy, load_policy_weights, load_weights_into, read_checkpoint, save_policy
 from a2c.loop_side import LoopSide, Pace
 from a2c.optim import load_state_keeping_settings
 from a2c.policies import alive_and_spread, is_dead, make_policy
@@ -56,6 +56,9 @@ class A2CAgent:
             if self.algo is not None:
                 load_state_keeping_settings(self.algo.optimizer, state["optimizer"])
             self.timesteps, self.updates = state["timesteps"], state["updates"]
+        elif config.start_weights:
+            load_weights_into(self.policy, load_policy_weights(config.start_weights)["policy"],
+                              config.start_weights)
         self.reward_fn = make_reward_fn() if make_reward_fn else None
         self.start_timesteps, self.start_updates = self.timesteps, self.updates
         self.collector = RolloutCollector(

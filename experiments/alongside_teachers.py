@@ -75,11 +75,38 @@ class Follower:
         return _ACTIONS[_DRIVE[(speed, steer)]]
 
 
+class PolicyDriver:
+    """A saved Enduro policy (a run's directory, a checkpoint or a weights file) sampling its
+    actions as in training, from a stack of the last STACK frames it was shown (the first one
+    repeated until there are STACK)."""
+
+    def __init__(self, path: str, rng: np.random.Generator) -> None:
+        from a2c.checkpoint import load_policy_weights
+        from a2c.policies import make_policy
+        from envs import env_kind
+
+        self.net = make_policy(env_kind(ENV_ID), len(_ACTIONS))
+        self.net.load_state_dict(load_policy_weights(path)["policy"])
+        self.net.eval()
+        self.rng = rng
+        self.stack: list[np.ndarray] = []
+
+    def __call__(self, frame: np.ndarray) -> int:
+        import torch
+
+        self.stack = (self.stack or [frame] * (STACK - 1))[-(STACK - 1):] + [frame]
+        with torch.no_grad():
+            logits, _ = self.net(torch.from_numpy(np.stack(self.stack)[None]))
+        probs = torch.softmax(logits[0].double(), -1).numpy()
+        return int(self.rng.choice(len(probs), p=probs / probs.sum()))
+
+
 def driver_policy(driver: str, rng: np.random.Generator) -> Callable[[np.ndarray], int]:
     """frame -> action for a driver: random, follower, one of Enduro's actions held,
     `accelerating:P`, open-loop play that takes one of the three accelerating actions with
-    probability P and otherwise one of the six others, uniformly (random play is P = 1/3), or
-    `following:P`, the follower's action with probability P and a random one otherwise."""
+    probability P and otherwise one of the six others, uniformly (random play is P = 1/3),
+    `following:P`, the follower's action with probability P and a random one otherwise, or
+    `policy:PATH`, a saved policy's sampled play (`PolicyDriver`)."""
     if driver == "random":
         return lambda frame: int(rng.integers(len(_ACTIONS)))
     if driver == "follower":
@@ -91,6 +118,8 @@ def driver_policy(driver: str, rng: np.random.Generator) -> Callable[[np.ndarray
             action = follower(frame)  # it reads every frame, so that it knows the car's drift
             return action if rng.random() < p else int(rng.integers(len(_ACTIONS)))
         return act
+    if driver.startswith("policy:"):
+        return PolicyDriver(driver.split(":", 1)[1], rng)
     if driver.startswith("accelerating:"):
         p = float(driver.split(":")[1])
         fast = [i for name, i in _ACTIONS.items() if name.endswith("fire")]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from a2c.config import checkpoint_steps, checkpoints
-from a2c.entry_points import check_policy
+from a2c.entry_points import check_policy, check_start_policy
 from launch.env_settings import describe as env_settings_help
 from launch.env_settings import env_settings
 from launch.preflight import first_error
@@ -77,7 +77,7 @@ def with_env_settings(settings: Settings, given: dict[str, Any]) -> Settings:
 
 
 # Settings only a new run takes: `--resume` refuses them.
-NEW_RUN_ONLY = ("log_dir", "run_name", "load_prefs_dir", "load_policy_ckpt_dir",
+NEW_RUN_ONLY = ("log_dir", "run_name", "load_prefs_dir", "load_policy_ckpt_dir", "start_policy",
                 "load_reward_predictor_ckpt_dir")
 
 
@@ -206,8 +206,13 @@ def check_checkpoints(run: Run) -> None:
     """Load the checkpoints the run starts from, in a child (loading needs torch)."""
     from launch.configs import trainer_config
 
-    checks = ([partial(check_policy, run.policy_ckpt_dir, run.settings.env_id)]
-              if run.policy_ckpt_dir else [])
+    s = run.settings
+    if s.start_policy and s.load_policy_ckpt_dir:
+        raise UsageError("--start_policy and --load_policy_ckpt_dir both say where the policy "
+                         "starts: give one")
+    checks = ([partial(check_policy, run.policy_ckpt_dir, s.env_id)] if run.policy_ckpt_dir
+              else [partial(check_start_policy, s.start_policy, s.env_id)] if s.start_policy
+              else [])
     if run.reward_ckpt_path:
         checks.append(partial(check_predictor, trainer_config(run, load_from=None, save=False),
                               run.reward_ckpt_path))

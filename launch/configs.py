@@ -39,7 +39,7 @@ def a2c_config(run: Run):
                       lr_warmup_timesteps=steps_or_none(s.lr_warmup_million_timesteps)),
         seed=s.seed, ckpt_dir=str(run.dir / "policy"), ckpt_interval=s.policy_ckpt_interval,
         ckpt_keep=s.policy_ckpts_kept, revive_dead=s.revive_dead_policy,
-        load_ckpt_dir=run.policy_ckpt_dir, torch_threads=s.torch_threads,
+        load_ckpt_dir=run.policy_ckpt_dir, start_weights=s.start_policy, torch_threads=s.torch_threads,
         env_threads=s.env_threads, precision=s.precision, device=run.policy_device,
         # App. A: the agent sees one continuous episode when it learns from preferences.
         hide_episode_ends=(not s.show_episode_ends

@@ -19,7 +19,8 @@ from reward_predictor import entry_points as predictor
 
 
 def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = None) -> int:
-    """The untrained policy acts (no updates) while clips are labelled into the store."""
+    """The starting policy (untrained unless --start_policy) acts, with no updates, while clips
+    are labelled into the store."""
     from pref_interface.labelling import LabellingStats
 
     n_labels = run.settings.n_initial_prefs
@@ -39,7 +40,8 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
     start_agent(sup, ch, config, log_dir=str(run.dir / "tb" / "gather"), stats=a2c_stats,
                 make_observers=ch.a2c_observers(run.settings.env_id, labelling_stats, every_env,
                                                 hold=True))
-    print(f"gathering {n_labels} labels from the untrained policy", file=sys.stderr)
+    whose = "the starting policy" if run.settings.start_policy else "the untrained policy"
+    print(f"gathering {n_labels} labels from {whose}", file=sys.stderr)
     if ch.answers is not None and run.player_kind == "web" and not sys.stdin.isatty():
         print("answer on the page; Ctrl-C stops the run", file=sys.stderr)
     elif ch.answers is not None:

@@ -105,7 +105,8 @@ class Settings:
     # run
     resume: str | None = setting(
         None, "run", "continue the stopped run in RUN_DIR from its last checkpoints and saved "
-        "settings, which flags given now override (all but --log_dir, --run_name and --load_*)",
+        "settings, which flags given now override (all but --log_dir, --run_name, --load_* and "
+        "--start_policy)",
         metavar="RUN_DIR")
     log_dir: str | None = setting(None, "run", "directory for this run (must not exist yet)", check=not_empty)
     run_name: str | None = setting(None, "run", "name of the run directory under runs/", check=plain_name)
@@ -142,6 +143,10 @@ class Settings:
         "the rate in its first steps", check=non_negative)
     load_policy_ckpt_dir: str | None = setting(
         None, "a2c", "start from the newest policy checkpoint in this directory")
+    start_policy: str | None = setting(
+        None, "a2c", "a new run's policy starts from these weights (a run directory, a checkpoint "
+        "or a weights file such as models/*.pt) at 0 agent steps, with a fresh optimiser: to "
+        "teach a policy that plays the game a new behaviour")
     policy_ckpt_interval: int = setting(
         A2CRunConfig.ckpt_interval, "a2c", "A2C updates between policy checkpoints", check=positive)
     policy_ckpts_kept: int = setting(

@@ -307,6 +307,27 @@ def test_a2c_trains_a_policy_on_the_gpu_and_its_checkpoint_loads_on_the_cpu(tmp_
     assert run_agent(resumed, log_dir=str(tmp_path / "tb")) == 8_000  # optimiser state onto the GPU
 
 
+def test_a_new_run_starts_from_a_saved_policys_weights_at_zero_steps(tmp_path):
+    # --start_policy: the weights of a shared policy (a weights file), a fresh optimiser, the
+    # agent steps counted from 0 (not from the weights' own 12,345).
+    from a2c.train import A2CAgent
+
+    torch.manual_seed(7)
+    shared = make_policy("moving_dot", 5)
+    save_policy_weights(tmp_path / "shared.pt", {"policy": shared.state_dict(), "timesteps": 12_345})
+    config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=800, seed=0,
+                          ckpt_dir=str(tmp_path / "p"), start_weights=str(tmp_path / "shared.pt"))
+    agent = A2CAgent(config, log_dir=str(tmp_path / "tb"))
+    try:
+        assert agent.timesteps == 0
+        for name, w in shared.state_dict().items():
+            assert torch.equal(agent.policy.state_dict()[name], w), name
+        assert not agent.algo.optimizer.state  # nothing of the shared run's optimiser
+    finally:
+        agent.close()
+    assert run_agent(config, log_dir=str(tmp_path / "tb")) == 800
+
+
 def test_a_resumed_run_takes_over_the_curves_from_its_checkpoint(tmp_path):
     # A run killed after its last checkpoint had logged steps that the resumed run plays again:
     # after the checkpoint's step, TensorBoard (and experiments.runlog) show only the new points.

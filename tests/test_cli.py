@@ -182,6 +182,16 @@ def test_another_games_policy_or_a_weights_file_is_refused_before_the_run(tmp_pa
                 "--load_policy_ckpt_dir", str(tmp_path / ckpt), "--log_dir", str(tmp_path / "r"))
         assert r.return_code == 2 and "\n" not in r.stderr and message in r.stderr, r.stderr
         assert not (tmp_path / "r").exists()
+    # --start_policy: another game's weights, or with --load_policy_ckpt_dir as well
+    save_policy_weights(tmp_path / "pong.pt", {"policy": pong.state_dict(), "timesteps": 8})
+    for flags, message in ((["--start_policy", str(tmp_path / "pong.pt")],
+                            "does not fit this environment"),
+                           (["--start_policy", str(tmp_path / "pong.pt"), "--load_policy_ckpt_dir",
+                             str(tmp_path / "pong")], "give one")):
+        r = run("run.py", "train_policy_with_original_rewards", "MovingDot-v0", *flags,
+                "--log_dir", str(tmp_path / "r"))
+        assert r.return_code == 2 and "\n" not in r.stderr and message in r.stderr, r.stderr
+        assert not (tmp_path / "r").exists()
 
 
 def test_a_run_directory_goes_unguarded_where_the_filesystem_has_no_flock(tmp_path,
