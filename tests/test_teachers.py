@@ -536,3 +536,24 @@ def test_mixed_drivers_take_their_action_with_its_probability(capsys):
     for bad in (["--accelerating", "1.5"], ["--following", "-0.1"]):
         with pytest.raises(SystemExit):
             main(bad)
+
+
+def test_a_saved_policy_drives_with_its_own_sampled_actions(tmp_path):
+    import numpy as np
+    import torch
+
+    from a2c.checkpoint import save_policy_weights
+    from a2c.policies import make_policy
+    from clips.clip import STACK
+    from experiments.alongside_teachers import _ACTIONS, driver_policy
+
+    net = make_policy("atari", len(_ACTIONS))
+    with torch.no_grad():  # a policy that always brakes, whatever it sees
+        net.policy.weight.zero_()
+        net.policy.bias.fill_(-50.0)
+        net.policy.bias[_ACTIONS["down"]] = 50.0
+    save_policy_weights(tmp_path / "brakes.pt", {"policy": net.state_dict(), "timesteps": 0})
+    act = driver_policy(f"policy:{tmp_path / 'brakes.pt'}", np.random.default_rng(0))
+    frames = np.random.default_rng(1).integers(0, 255, (6, 84, 84), dtype=np.uint8)
+    assert [act(f) for f in frames] == [_ACTIONS["down"]] * 6
+    assert len(act.stack) == STACK and (act.stack[-1] == frames[-1]).all()
