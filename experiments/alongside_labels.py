@@ -9,7 +9,8 @@ RUN is a run taught by one of Enduro's teachers. Two predictors are pretrained f
 the same settings (`run.py pretrain_reward_predictor`; by default one member for 30 epochs,
 cheaper than a run's three for 50): `base` on the labels of RUN's store, `closer` on those and
 `--labels` more from the same teacher, on random pairs of 25-step clips of `--drivers` (those of
-`experiments.alongside_teachers`: random play, the scripted follower, `following:P`), a share held
+`experiments.alongside_teachers`: random play, the scripted follower, `following:P`,
+`policy:PATH` for a saved policy's sampled play), a share held
 out for validation as the labelling process holds it out. Each is then probed as
 `experiments.probe_predictor --policy follower` does, on fresh episodes: how often r̂ and the
 teacher prefer the follower's clip to random play's, and how often r̂ orders pairs of clips of
