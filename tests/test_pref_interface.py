@@ -223,6 +223,29 @@ def test_a_clip_is_offered_in_at_most_max_pairs_per_clip_pairs(val_fraction):
     assert len(free.sample_new_pairs(16, rng)) == 16
 
 
+def test_a_pair_answered_after_its_clips_left_the_buffer_keeps_their_split():
+    """A person away, or a team's slow tab, answers a pair whose clips the buffer has since
+    evicted: the label still gets the split its clips had when they arrived."""
+    rng = np.random.default_rng(0)
+    buf = ClipBuffer(max_clips=4, val_fraction=0.5, seed=7)
+    clip = tiny_clip(0)
+    for _ in range(4):
+        buf.add(clip)
+    arrived = {i: buf.is_validation(i) for i in range(4)}
+    assert set(arrived.values()) == {False, True}  # both splits, so a wrong answer can show
+    offered = buf.sample_new_pairs(2, rng)
+    for _ in range(8):  # every clip of the pairs is evicted
+        buf.add(clip)
+    assert len(buf) == 4 and offered
+    for a, _, b, _ in offered:
+        assert buf.is_validation(a) == buf.is_validation(b) == arrived[a]
+    # The same seed gives the same splits; another seed others.
+    again = ClipBuffer(max_clips=4, val_fraction=0.5, seed=7)
+    other = ClipBuffer(max_clips=4, val_fraction=0.5, seed=8)
+    assert [again.is_validation(i) for i in range(64)] == [buf.is_validation(i) for i in range(64)]
+    assert [other.is_validation(i) for i in range(64)] != [buf.is_validation(i) for i in range(64)]
+
+
 def test_select_pairs_queries_where_the_score_is_highest():
     """§2.2.4: of the candidate pairs, ask about those the predictors disagree on most."""
     rng = np.random.default_rng(2)
@@ -308,7 +331,8 @@ def test_no_preference_is_dropped_when_the_trainer_is_slow(tmp_path):
     ctx = mp.get_context("spawn")
     clip_queue, pref_queue = ctx.Queue(CLIP_QUEUE_MAXSIZE), ctx.Queue()
     stop_event, stats = ctx.Event(), LabellingStats.create(ctx)
-    config = LabellingConfig(max_clips=8, max_in_flight=3, stop_after_labels=25, seed=0,
+    # 12 clips all kept: at least 30 pairs within the splits, however the clips fall in them
+    config = LabellingConfig(max_clips=12, max_in_flight=3, stop_after_labels=25, seed=0,
                              synthetic=True, max_pairs_per_clip=None)
     store_path = str(tmp_path / "prefs.sqlite")
     proc = ctx.Process(target=run_labelling, args=(config, Channels(stop_event, clip_queue, pref_queue)),
@@ -433,7 +457,9 @@ def test_interface_exits_promptly_even_when_the_trainer_stopped_reading(tmp_path
     stop_event, stats = ctx.Event(), LabellingStats.create(ctx)
     store_path = str(tmp_path / "prefs.sqlite")
     proc = ctx.Process(target=_interface_that_shows_its_stacks, args=(
-        LabellingConfig(max_in_flight=16, seed=0, synthetic=True, max_pairs_per_clip=None),
+        # one split: the 28 pairs of 8 clips, enough for the 16 labels awaited below
+        LabellingConfig(max_in_flight=16, seed=0, val_fraction=0.0, synthetic=True,
+                        max_pairs_per_clip=None),
         Channels(stop_event, clip_queue, pref_queue)),
         kwargs=dict(stats=stats, store_path=store_path))
     proc.start()

@@ -46,7 +46,9 @@ class ClipBuffer:
     Each clip is put in the validation split with probability `val_fraction` when it arrives,
     and pairs are only drawn within a split. A label's split is then that of its clips, so no
     validation label shares a clip with a training label (a split drawn per label leaked
-    validation into training: docs/experiments.md).
+    validation into training: docs/experiments.md). The draw is a function of the seed and the
+    clip's id, so a pair answered after its clips left the buffer (a person away, a team's slow
+    tab) still has its split.
     """
 
     def __init__(self, max_clips: int = 1000, val_fraction: float = 0.0,
@@ -59,7 +61,8 @@ class ClipBuffer:
         # Labels made faster than clips arrive would reuse a few clips many times over: a cap makes
         # labelling wait for new clips (docs/experiments.md, "MovingDot's initial labels").
         self.max_pairs_per_clip = max_pairs_per_clip
-        self._split_rng = np.random.default_rng(seed)
+        self._split_seed = (seed if isinstance(seed, np.random.SeedSequence)
+                            else np.random.SeedSequence(seed))
         self._clips: OrderedDict[int, Clip] = OrderedDict()
         self._is_val: dict[int, bool] = {}
         self._next_id = 0
@@ -73,8 +76,7 @@ class ClipBuffer:
         clip_id = self._next_id
         self._next_id += 1
         self._clips[clip_id] = clip
-        self._is_val[clip_id] = bool(self.val_fraction
-                                     and self._split_rng.random() < self.val_fraction)
+        self._is_val[clip_id] = self._draw_split(clip_id)
         while len(self._clips) > self.max_clips:
             old, _ = self._clips.popitem(last=False)
             split = self._is_val.pop(old)
@@ -84,8 +86,17 @@ class ClipBuffer:
         return clip_id
 
     def is_validation(self, clip_id: int) -> bool:
-        """Whether a clip (and so every label on it) belongs to the validation split."""
-        return self._is_val[clip_id]
+        """Whether a clip (and so every label on it) belongs to the validation split; also for
+        a clip no longer held."""
+        split = self._is_val.get(clip_id)
+        return self._draw_split(clip_id) if split is None else split
+
+    def _draw_split(self, clip_id: int) -> bool:
+        if not self.val_fraction:
+            return False
+        s = self._split_seed
+        own = np.random.SeedSequence(s.entropy, spawn_key=(*s.spawn_key, clip_id))
+        return bool(np.random.default_rng(own).random() < self.val_fraction)
 
     def __len__(self) -> int:
         return len(self._clips)
