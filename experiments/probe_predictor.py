@@ -23,12 +23,15 @@ each action held at every step, from the same starts, and prints one line each: 
 and the true reward's (or the share of steps level with a car), what the simplest play earns from
 each. `--policy follower` (Enduro) plays the scripted follower of `experiments.alongside_teachers`
 in half the envs and random play in the others, side by side, and says whether r̂ pays for the
-behaviour: its mean a step for each, and over pairs of clips, one of each, how often r̂ and the
-run's teacher prefer the follower's. `--stored_labels` plays nothing: it scores the run's own
-training and validation labels (ties left out), each member's accuracy and that of the reward A2C is
-given, and for a run of one of Enduro's teachers how often the count of level steps alone gives the
-label (a predictor that learnt only the count would score that): does the predictor fit its own
-labels at all?
+behaviour: its mean a step for each, over pairs of clips, one of each, how often r̂ and the
+run's teacher prefer the follower's, and r̂'s mean a step for each within bands of the teacher's
+score (does r̂ pay the follower's best steps as it pays random play's at the same score?); with
+`--following P` the follower acts only with probability P, part of the way to the behaviour (does
+r̂ pay for the first steps towards it?).
+`--stored_labels` plays nothing: it scores the run's own training and validation labels (ties
+left out), each member's accuracy and that of the reward A2C is given, and for a run of one of
+Enduro's teachers how often the count of level steps alone gives the label (a predictor that
+learnt only the count would score that): does the predictor fit its own labels at all?
 """
 from __future__ import annotations
 
@@ -184,10 +187,11 @@ def run_teacher(run: Run):
     return None
 
 
-def load_run(run: Run, policy: str, n_envs: int, seed: int):
+def load_run(run: Run, policy: str, n_envs: int, seed: int, following: float = 1.0):
     """The run's env, its predictor as A2C uses it, and an action function: random play, the
     run's newest policy, or (`follower`, Enduro) random play in the first half of the envs and
-    the scripted follower in the others."""
+    the scripted follower in the others, taking its action with probability `following` and a
+    random one otherwise."""
     import torch
 
     from a2c.rollout import sample_actions
@@ -200,10 +204,11 @@ def load_run(run: Run, policy: str, n_envs: int, seed: int):
         rng = np.random.default_rng(seed)
         return env, ensemble.reward, lambda obs: rng.integers(0, env.num_actions, len(obs))
     if policy == "follower":
-        from experiments.alongside_teachers import Follower
+        from experiments.alongside_teachers import driver_policy
 
         rng = np.random.default_rng(seed)
-        followers = {i: Follower() for i in follower_envs(n_envs)}  # each reads its env
+        driver = "follower" if following == 1 else f"following:{following}"
+        followers = {i: driver_policy(driver, rng) for i in follower_envs(n_envs)}  # one an env
 
         def act(obs: np.ndarray) -> np.ndarray:
             actions = rng.integers(0, env.num_actions, len(obs))
@@ -221,13 +226,14 @@ def load_run(run: Run, policy: str, n_envs: int, seed: int):
     return env, ensemble.reward, lambda obs: sample_actions(net, obs)
 
 
-def probe_run(run_dir: Path, policy: str, steps: int, n_envs: int, seed: int) -> Probe:
+def probe_run(run_dir: Path, policy: str, steps: int, n_envs: int, seed: int,
+              following: float = 1.0) -> Probe:
     """A saved run's predictor against its target (the reward, or its Enduro teacher's score) on
     `steps` fresh steps of `n_envs` envs played by `policy` (`load_run`'s)."""
     from launch.cli import saved_run
 
     run = saved_run(run_dir)
-    env, reward_fn, act = load_run(run, policy, n_envs, seed)
+    env, reward_fn, act = load_run(run, policy, n_envs, seed, following)
     try:
         return collect(env, reward_fn, act, steps, run_teacher(run))
     finally:
@@ -290,6 +296,30 @@ def plot(probe: Probe, out: str, title: str) -> None:
     plt.close(fig)
 
 
+def by_score_band(probe: Probe, n_random: int) -> str:
+    """r̂'s mean a step for random play (the first `n_random` envs) and the follower (the others)
+    within bands of the teacher's score: the steps it scores 0, then thirds of the others. Tells
+    whether r̂ pays for the follower's best steps as it pays for random play's at the same score."""
+    true, pred = probe.true, probe.predicted
+    positive = true[true > 0]
+    edges = np.unique(np.quantile(positive, [0, 1 / 3, 2 / 3, 1])) if positive.size else []
+    bands = [("0", true <= 0)] + [
+        (f"{lo:.2f}–{hi:.2f}", (true >= lo) & ((true < hi) if k < len(edges) - 2 else (true <= hi)))
+        for k, (lo, hi) in enumerate(zip(edges[:-1], edges[1:]))]
+    if len(edges) == 1:  # one positive value (a count of level steps): one band for it
+        bands.append((f"{edges[0]:g}", true == edges[0]))
+    lines = [f"| {probe.target} a step | random play: share, r̂ | follower: share, r̂ |",
+             "|---|---|---|"]
+    for name, band in bands:
+        cells = []
+        for cols in (slice(0, n_random), slice(n_random, None)):
+            inside = band[:, cols]
+            mean = f"{pred[:, cols][inside].mean():+.4f}" if inside.any() else "–"
+            cells.append(f"{inside.mean():.0%}, {mean}")
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
 def report(probe: Probe) -> str:
     lines = [f"predicted reward: mean {probe.predicted.mean():+.4f}, "
              f"std {probe.predicted.std():.4f}"]
@@ -348,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="who plays: uniformly random actions, the run's newest policy, each "
                         "action held throughout (a line each), or (Enduro) the scripted "
                         "follower in half the envs and random play in the others")
+    p.add_argument("--following", type=float, default=1.0, metavar="P",
+                   help="with --policy follower: the follower's action with probability P and a "
+                        "random one otherwise, part of the way from random play to it")
     p.add_argument("--steps", type=int, default=1000, help="steps of each env")
     p.add_argument("--n_envs", type=int, default=8, help="envs played side by side")
     p.add_argument("--seed", type=int, default=1, help="env and action seed")
@@ -361,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"{run_dir} is not a run directory with a saved reward predictor")
     if a.steps <= CLIP or a.n_envs <= 0:
         p.error(f"--steps must exceed {CLIP} and --n_envs must be positive")
+    if not 0 < a.following <= 1 or (a.following != 1 and a.policy != "follower"):
+        p.error("--following is a probability in (0, 1], with --policy follower")
     import torch
     torch.set_num_threads(1)
     from a2c.checkpoint import CheckpointError
@@ -378,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.policy == "follower" and a.n_envs < 2:
             raise UsageError("--policy follower needs --n_envs 2 or more: half play at random")
         env, reward_fn, act = load_run(run, "random" if a.policy == "fixed" else a.policy,
-                                       a.n_envs, a.seed)
+                                       a.n_envs, a.seed, a.following)
     except (CheckpointError, UsageError) as e:
         p.error(str(e))
     teacher = run_teacher(run)
@@ -398,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     print(report(probe))
     if a.policy == "follower":
         print(follower_contrast(probe, follower_envs(a.n_envs).start))
+        print(by_score_band(probe, follower_envs(a.n_envs).start))
     if a.out:
         plot(probe, a.out, f"{run_dir.name}: {a.policy} play")
         print(f"wrote {a.out}")

@@ -232,3 +232,34 @@ def test_the_follower_drives_only_in_enduro_and_beside_random_play(tmp_path, cap
         main([str(run), "--policy", "follower"])
     assert e.value.code == 2 and "drives in Enduro; this run is MovingDot" in capsys.readouterr().err
     assert list(follower_envs(4)) == [2, 3] and list(follower_envs(3)) == [1, 2]
+    for args in (["--following", "0.5"], ["--policy", "follower", "--following", "0"],
+                 ["--policy", "follower", "--following", "1.5"]):
+        with pytest.raises(SystemExit) as e:
+            main([str(run), *args])
+        assert e.value.code == 2 and "--following is a probability in (0, 1]" in \
+            capsys.readouterr().err
+
+
+def test_score_bands_show_r_hat_paying_random_plays_best_steps_but_not_the_followers():
+    """Envs 0-1 random play, 2-3 the follower, each with steps the teacher scores 0, 1, 2 and 3:
+    r̂ pays random play's scored steps and not the follower's, and the bands say so."""
+    from experiments.probe_predictor import by_score_band
+
+    true = np.tile(np.repeat([0.0, 1.0, 2.0, 3.0], 10), 4).reshape(4, 40).T  # (40, 4)
+    pred = np.where(true > 0, 0.5, 0.0)
+    pred[:, 2:] = -0.25
+    rows = by_score_band(Probe(pred, true, "the score"), n_random=2).splitlines()
+    assert rows[0] == "| the score a step | random play: share, r̂ | follower: share, r̂ |"
+    assert rows[2] == "| 0 | 25%, +0.0000 | 25%, -0.2500 |"
+    assert [r.split(" | ")[0] for r in rows[3:]] == ["| 1.00–1.67", "| 1.67–2.33", "| 2.33–3.00"]
+    assert all(r.endswith(" | 25%, +0.5000 | 25%, -0.2500 |") for r in rows[3:])
+
+
+def test_a_count_of_level_steps_has_one_band_beside_zero():
+    from experiments.probe_predictor import by_score_band
+
+    true = np.zeros((20, 2))
+    true[::4] = 1.0
+    rows = by_score_band(Probe(true.copy(), true, "steps"), n_random=1).splitlines()
+    assert [r.split(" | ")[0] for r in rows[2:]] == ["| 0", "| 1"]
+    assert rows[3] == "| 1 | 25%, +1.0000 | 25%, +1.0000 |"
