@@ -301,19 +301,19 @@ def by_score_band(probe: Probe, n_random: int) -> str:
     within bands of the teacher's score: the steps it scores 0, then thirds of the others. Tells
     whether r̂ pays for the follower's best steps as it pays for random play's at the same score."""
     true, pred = probe.true, probe.predicted
-    positive = true[true > 0]
-    edges = np.unique(np.quantile(positive, [0, 1 / 3, 2 / 3, 1])) if positive.size else []
-    bands = [("0", true <= 0)] + [
-        (f"{lo:.2f}–{hi:.2f}", (true >= lo) & ((true < hi) if k < len(edges) - 2 else (true <= hi)))
-        for k, (lo, hi) in enumerate(zip(edges[:-1], edges[1:]))]
-    if len(edges) == 1:  # one positive value (a count of level steps): one band for it
-        bands.append((f"{edges[0]:g}", true == edges[0]))
+    positive = true > 0
+    edges = (np.unique(np.quantile(true[positive], [0, 1 / 3, 2 / 3, 1])) if positive.any()
+             else np.zeros(0))
+    # band 0: the steps scored 0; then [lo, hi) between the edges, the last one closed
+    band_of = np.where(positive, 1 + np.searchsorted(edges[1:-1], true, side="right"), 0)
+    names = ["0"] + ([f"{edges[0]:g}"] if len(edges) == 1 else  # one positive value: one band
+                     [f"{lo:.2f}–{hi:.2f}" for lo, hi in zip(edges[:-1], edges[1:])])
     lines = [f"| {probe.target} a step | random play: share, r̂ | follower: share, r̂ |",
              "|---|---|---|"]
-    for name, band in bands:
+    for k, name in enumerate(names):
         cells = []
         for cols in (slice(0, n_random), slice(n_random, None)):
-            inside = band[:, cols]
+            inside = band_of[:, cols] == k
             mean = f"{pred[:, cols][inside].mean():+.4f}" if inside.any() else "–"
             cells.append(f"{inside.mean():.0%}, {mean}")
         lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
