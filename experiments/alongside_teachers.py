@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -106,7 +107,7 @@ def driver_policy(driver: str, rng: np.random.Generator) -> Callable[[np.ndarray
     `accelerating:P`, open-loop play that takes one of the three accelerating actions with
     probability P and otherwise one of the six others, uniformly (random play is P = 1/3),
     `following:P`, the follower's action with probability P and a random one otherwise, or
-    `policy:PATH`, a saved policy's sampled play (`PolicyDriver`)."""
+    `policy:PATH`, a saved policy's sampled play (`PolicyDriver`). ValueError for another name."""
     if driver == "random":
         return lambda frame: int(rng.integers(len(_ACTIONS)))
     if driver == "follower":
@@ -125,25 +126,47 @@ def driver_policy(driver: str, rng: np.random.Generator) -> Callable[[np.ndarray
         fast = [i for name, i in _ACTIONS.items() if name.endswith("fire")]
         rest = [i for i in _ACTIONS.values() if i not in fast]
         return lambda frame: int(rng.choice(fast if rng.random() < p else rest))
-    return lambda frame: _ACTIONS[driver]
+    if driver not in _ACTIONS:
+        raise ValueError(f"unknown driver {driver!r}: random, follower, following:P, "
+                         f"accelerating:P, policy:PATH or one of {', '.join(_ACTIONS)}")
+    action = _ACTIONS[driver]
+    return lambda frame: action
 
 
-def play(driver: str, steps: int, seed: int) -> np.ndarray:
-    """The newest frame of the observation each of one episode's first `steps` steps acts on
-    (the frame a clip's step is judged by), after the three before the first step: uint8
-    (steps + STACK - 1, 84, 84)."""
+@dataclass
+class Drive:
+    """One episode of a driver: the newest frame of the observation each step acts on, after the
+    three before the first step (uint8 (steps + STACK - 1, 84, 84)), and each step's action, game
+    reward and episode end."""
+
+    frames: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    dones: np.ndarray | None  # None: not known
+
+
+def drive(driver: str, steps: int, seed: int) -> Drive:
+    """The first `steps` steps of one episode of a driver (`driver_policy`)."""
     env = make_vec_env(ENV_ID, 1, seed=seed)
     act = driver_policy(driver, np.random.default_rng(seed))
+    actions, rewards, dones = (np.zeros(steps, t) for t in (np.int64, np.float32, bool))
     try:
         obs = env.reset()
         frames = list(obs[0, :STACK - 1])
-        for _ in range(steps):
+        for t in range(steps):
             frame = obs[0, -1].copy()
             frames.append(frame)
-            obs = env.step(np.array([act(frame)])).obs
+            actions[t] = act(frame)
+            result = env.step(actions[t:t + 1])
+            obs, rewards[t], dones[t] = result.obs, result.rewards[0], result.dones[0]
     finally:
         env.close()
-    return np.stack(frames)
+    return Drive(np.stack(frames), actions, rewards, dones)
+
+
+def play(driver: str, steps: int, seed: int) -> np.ndarray:
+    """The frames of `drive`: those a clip's steps are judged by."""
+    return drive(driver, steps, seed).frames
 
 
 def level_share(frames: np.ndarray) -> float:
@@ -157,12 +180,19 @@ def observations(frames: np.ndarray) -> np.ndarray:
     return np.moveaxis(np.lib.stride_tricks.sliding_window_view(frames, STACK, axis=0), -1, 1)
 
 
-def clips_of(frames: np.ndarray) -> list[Clip]:
-    """Consecutive CLIP_STEPS-step clips of one episode's frames."""
-    n = (len(frames) - STACK + 1) // CLIP_STEPS
-    return [Clip.pack(frames[i * CLIP_STEPS:(i + 1) * CLIP_STEPS + STACK - 1],
-                      np.zeros(CLIP_STEPS, np.int64), np.zeros(CLIP_STEPS, np.float32))
-            for i in range(n)]
+def clips_of(played: np.ndarray | Drive) -> list[Clip]:
+    """Consecutive CLIP_STEPS-step clips of one episode: of a `Drive`, with its actions, rewards
+    and episode ends; of its frames alone, with zero actions and rewards and no episode end."""
+    if not isinstance(played, Drive):
+        steps = len(played) - STACK + 1
+        played = Drive(played, np.zeros(steps, np.int64), np.zeros(steps, np.float32), None)
+    clips = []
+    for i in range((len(played.frames) - STACK + 1) // CLIP_STEPS):
+        part = slice(i * CLIP_STEPS, (i + 1) * CLIP_STEPS)
+        clips.append(Clip.pack(played.frames[part.start:part.stop + STACK - 1],
+                               played.actions[part], played.rewards[part],
+                               None if played.dones is None else played.dones[part]))
+    return clips
 
 
 def shaped_terms(episodes: list[np.ndarray], clips: list[Clip]) -> str:

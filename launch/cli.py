@@ -176,6 +176,13 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
     if teacher_kind(s.teacher) in ENDURO_TEACHERS and not judges(s.env_id):
         raise UsageError(f"--teacher {teacher_kind(s.teacher)} reads Enduro's frames; this run is "
                          f"{s.env_id}")
+    if s.demonstrations:
+        from clips.demonstrations import DemonstrationsError, load_demonstrations
+
+        try:
+            load_demonstrations(s.demonstrations, s.env_id)
+        except DemonstrationsError as e:
+            raise UsageError(f"--demonstrations: {e}") from None
     if not 0 <= s.seed <= MAX_SEED - s.n_envs + 1:  # env i gets seed + i; ale-py takes int32
         raise UsageError(f"--seed must be in [0, {MAX_SEED - s.n_envs + 1:,}] with --n_envs "
                          f"{s.n_envs}, got {s.seed}")

@@ -104,5 +104,7 @@ def labelling_config(run: Run, page_updates: Any = None, gather_labels: int | No
                            query_selection="random" if gather_labels else s.query_selection,
                            oversampling=s.oversampling, label_schedule=s.label_schedule,
                            max_labels=s.max_labels, initial_labels=s.n_initial_prefs,
+                           demonstrations=s.demonstrations,
+                           demonstration_share=s.demonstration_share,
                            anneal_every_frames=int(s.anneal_every_frames),
                            total_frames=int(s.million_timesteps * MILLION) * FRAMESKIP)

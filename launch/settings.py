@@ -47,6 +47,10 @@ def fraction(v: float) -> str | None:
     return None if 0.0 <= v < 1.0 else "must be in [0, 1)"
 
 
+def open_fraction(v: float) -> str | None:
+    return None if 0.0 < v < 1.0 else "must be in (0, 1)"
+
+
 def share(v: float) -> str | None:
     return None if 0.0 < v <= 1.0 else "must be in (0, 1]"
 
@@ -242,6 +246,14 @@ class Settings:
         "emulator frames between the annealed schedule's rate decreases (App. A: 5e6)", check=positive)
     load_prefs_dir: str | None = setting(
         None, "prefs", "a run directory whose prefs.sqlite is copied into this run and used")
+    demonstrations: str | None = setting(
+        LabellingConfig.demonstrations, "prefs", "a file of clips of someone else's play "
+        "(python -m experiments.record_demonstrations) that join the clips pairs are drawn from, "
+        "labelled like the agent's", metavar="FILE")
+    demonstration_share: float = setting(
+        LabellingConfig.demonstration_share, "prefs",
+        "with --demonstrations, the share of the clips joining the pool that are demonstrations",
+        check=open_fraction)
     # reward predictor
     ensemble_size: int = setting(TrainerConfig.ensemble_size, "predictor", "ensemble members (App. A)",
                                  check=positive)

@@ -40,6 +40,12 @@ class LabellingConfig:
     training label. App. A holds out 1/e of the data as validation for the adaptive L2
     (validation loss kept at 1.1-1.5x training loss); the split is stored with each label and
     survives restarts. A trainer that validates on bootstrap out-of-bag labels instead can set 0."""
+    demonstrations: str | None = None
+    """A file of clips of someone else's play (clips/demonstrations.py) that join the pool pairs
+    are drawn from and are labelled like the agent's; None: the agent's clips only."""
+    demonstration_share: float = 0.2
+    """With `demonstrations`: the share of the clips joining the pool that are demonstrations
+    (at 0.2, about a third of random pairs compare one with the agent's clip)."""
     max_in_flight: int = 4
     """Labels sent on `preferences` but not yet taken by the trainer; synthetic labelling pauses at
     this many so labels are made as fast as the trainer uses them and no faster. Without a

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from clips.clip import Clip, Preference
+from clips.demonstrations import DemonstrationMix, load_demonstrations
 from pref_interface.config import LabellingConfig
 from pref_interface.labellers.teachers import Labeller, make_teacher
 from pref_interface.labelling import LabellingStats, LabelEditor, increment
@@ -140,6 +141,11 @@ class Labelling:
         self.buffer = ClipBuffer(config.max_clips, config.val_fraction, seed=val_seq,
                                  max_pairs_per_clip=config.max_pairs_per_clip)
         self.store = PreferenceStore(store_path)
+        # Clips of someone else's play, added to the pool beside the agent's (--demonstrations).
+        self.demos = DemonstrationMix(
+            load_demonstrations(config.demonstrations), config.demonstration_share,
+            np.random.default_rng(np.random.SeedSequence(config.seed).spawn(4)[3])
+        ) if config.demonstrations else None
         self.n_stored = stats.labels_stored.value = len(self.store)
         person = labeller.source == "human" if labeller is not None else not config.synthetic
         person = person and not config.labellers  # a team takes every pair drawn, as a teacher
@@ -175,6 +181,8 @@ class Labelling:
     def take_clips(self) -> None:
         """Every clip the agent has sent into the pool pairs are drawn from."""
         arrived = _drain_clips(self.clips, self.buffer, self.stats)
+        if self.demos is not None and arrived:
+            arrived += [(self.buffer.add(clip), clip) for clip in self.demos.after(len(arrived))]
         for clip_id, clip in arrived:
             self.mode.offer(clip_id, clip)
         if arrived and self.demand is not None:
@@ -192,7 +200,8 @@ class Labelling:
         t.record("labels/per_sec", (self.n_stored - self.n_at_dump) / t.since_dump())
         t.record("clips/received", self.stats.clips_received.value)
         t.record("clips/dropped", self.stats.clips_dropped.value)
-        for tag, value in self.mode.scalars().items():
+        for tag, value in {**self.mode.scalars(),
+                           **(self.demos.scalars() if self.demos is not None else {})}.items():
             t.record(tag, value)
         if self.demand is not None:
             t.record("clips/wanted", float(self.demand.wanted))
@@ -279,6 +288,8 @@ class Labelling:
             self.preferences.put(replace(pref, label_id=label_id))
         self.mode.answered(pref.is_validation, pref.mu)  # e.g. the sorted order moves now
         increment(self.stats.labels_total)
+        if self.demos is not None:
+            self.demos.labelled(pref)
         self.labeller.stored(label_id)
         if self.person:  # a person may have deleted labels meanwhile
             self.n_stored = self.stats.labels_stored.value = len(self.store)

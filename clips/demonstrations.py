@@ -1,0 +1,111 @@
+"""Demonstrations: clips of someone else's play, labelled beside the agent's.
+
+Clips of a person's or a scripted driver's own play, cut as the agent's are (25 steps), can join
+the pool labelling draws its pairs from (`--demonstrations FILE`). The labeller compares them with
+the agent's clips like any others, so r̂ can learn what the behaviour looks like before the policy
+first shows it. Ibarz et al. (2018) combine demonstrations with preferences; there a demonstration
+is taken to beat the agent's clip, here it is labelled as any pair is.
+
+A file holds one game's clips as a compressed NumPy archive: `frames` uint8 (N, T + 3, 84, 84),
+`actions` int64 (N, T), `true_rewards` float32 (N, T), `dones` bool (N, T) and `env_id`.
+"""
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from clips.clip import FRAME_SHAPE, STACK, Clip, Preference
+
+RECENT_LABELS = 100  # labels the TensorBoard share of demonstrations preferred is taken over
+KEYS = ("frames", "actions", "true_rewards", "dones", "env_id")
+
+
+class DemonstrationsError(ValueError):
+    """A demonstrations file that cannot be used; its message is one line naming the file."""
+
+
+def save_demonstrations(path: str | Path, env_id: str, clips: Sequence[Clip]) -> None:
+    """Write `clips` of one game (all of one length) to `path`."""
+    if not clips or len({len(c) for c in clips}) != 1:
+        raise DemonstrationsError(f"{path}: needs clips, all of one length")
+    with open(path, "wb") as f:  # an open file: savez would add ".npz" to a name without it
+        np.savez_compressed(
+            f, frames=np.stack([c.frames() for c in clips]),
+            actions=np.stack([c.actions for c in clips]).astype(np.int64),
+            true_rewards=np.stack([c.true_rewards for c in clips]).astype(np.float32),
+            dones=np.stack([np.zeros(len(c), bool) if c.dones is None else c.dones
+                            for c in clips]),
+            env_id=np.array(env_id))
+
+
+def load_demonstrations(path: str | Path, env_id: str | None = None) -> list[Clip]:
+    """The clips in `path`; with `env_id`, they must be of that game. Raises DemonstrationsError."""
+    try:
+        with np.load(Path(path).expanduser(), allow_pickle=False) as f:
+            missing = [k for k in KEYS if k not in f.files]
+            data = {k: f[k] for k in KEYS if k in f.files}
+    except OSError as e:
+        raise DemonstrationsError(f"{path}: {e.strerror or e}") from None
+    except (ValueError, EOFError):
+        raise DemonstrationsError(f"{path} is not a demonstrations file (not a NumPy archive "
+                                  "of arrays)") from None
+    if missing:
+        raise DemonstrationsError(f"{path} is not a demonstrations file (no {', '.join(missing)})")
+    frames, actions = data["frames"], data["actions"]
+    n, t = actions.shape if actions.ndim == 2 else (0, 0)
+    if (n == 0 or frames.dtype != np.uint8 or frames.shape != (n, t + STACK - 1, *FRAME_SHAPE)
+            or data["true_rewards"].shape != (n, t) or data["dones"].shape != (n, t)):
+        raise DemonstrationsError(f"{path}: clips of uint8 frames (N, T + {STACK - 1}, "
+                                  f"{FRAME_SHAPE[0]}, {FRAME_SHAPE[1]}) and (N, T) steps expected, "
+                                  f"got frames {frames.shape} and actions {actions.shape}")
+    if env_id is not None and str(data["env_id"]) != env_id:
+        raise DemonstrationsError(f"{path} holds clips of {data['env_id']}, not {env_id}")
+    return [Clip.pack(frames[i], actions[i].astype(np.int64),
+                      data["true_rewards"][i].astype(np.float32), data["dones"][i].astype(bool))
+            for i in range(n)]
+
+
+class DemonstrationMix:
+    """Which demonstration clips join the pool, and when: beside the agent's clips, so that
+    `share` of the clips that arrive are demonstrations, each taken in a shuffled order and the
+    order shuffled again once all were taken. It also follows how often the labels that compare
+    a demonstration with the agent's clip prefer the demonstration."""
+
+    def __init__(self, clips: Sequence[Clip], share: float, rng: np.random.Generator) -> None:
+        assert clips and 0.0 < share < 1.0, (len(clips), share)
+        self.clips, self.rng = list(clips), rng
+        self.keys = {c.key for c in self.clips}
+        self.per_agent_clip = share / (1.0 - share)
+        self._owed = 0.0
+        self._order: list[int] = []
+        self.n_labels = 0  # labels comparing a demonstration with the agent's clip
+        self.recent: deque[float] = deque(maxlen=RECENT_LABELS)  # their preference for it
+
+    def after(self, n_agent_clips: int) -> list[Clip]:
+        """The demonstrations to add beside `n_agent_clips` newly arrived clips of the agent."""
+        self._owed += n_agent_clips * self.per_agent_clip
+        due, self._owed = int(self._owed), self._owed - int(self._owed)
+        taken = []
+        for _ in range(due):
+            if not self._order:
+                self._order = self.rng.permutation(len(self.clips)).tolist()
+            taken.append(self.clips[self._order.pop()])
+        return taken
+
+    def labelled(self, pref: Preference) -> None:
+        """Take a stored label into account if it compares a demonstration with the agent's clip."""
+        left, right = pref.left.key in self.keys, pref.right.key in self.keys
+        if left != right:
+            self.n_labels += 1
+            self.recent.append(pref.mu if left else 1.0 - pref.mu)
+
+    def scalars(self) -> dict[str, float]:
+        """TensorBoard's: such labels so far, and their mean preference for the demonstration
+        over the latest RECENT_LABELS (near 1 while the agent is far from the demonstrations)."""
+        out = {"demonstrations/labels": float(self.n_labels)}
+        if self.recent:
+            out["demonstrations/preferred"] = float(np.mean(self.recent))
+        return out

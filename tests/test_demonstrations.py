@@ -1,0 +1,128 @@
+"""Demonstrations: the file, the mix into labelling's pool, and the flags."""
+import multiprocessing as mp
+import queue
+
+import numpy as np
+import pytest
+
+from clips.clip import CLIP_LENGTH, FRAME_SHAPE, STACK, Clip, Preference
+from clips.demonstrations import (DemonstrationMix, DemonstrationsError, load_demonstrations,
+                                  save_demonstrations)
+
+ENV = "MovingDotNoFrameskip-v0"
+
+
+def _clips(n: int, seed: int = 0, value: int | None = None) -> list[Clip]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        frames = (np.full((CLIP_LENGTH + STACK - 1, *FRAME_SHAPE), value, np.uint8)
+                  if value is not None else
+                  rng.integers(0, 256, (CLIP_LENGTH + STACK - 1, *FRAME_SHAPE), dtype=np.uint8))
+        dones = np.zeros(CLIP_LENGTH, bool)
+        dones[i % CLIP_LENGTH] = i % 3 == 0
+        out.append(Clip.pack(frames, rng.integers(0, 5, CLIP_LENGTH),
+                             rng.normal(size=CLIP_LENGTH).astype(np.float32), dones))
+    return out
+
+
+def test_a_saved_file_gives_back_the_same_clips(tmp_path):
+    clips = _clips(5)
+    path = tmp_path / "demos"  # no .npz: written where it was asked
+    save_demonstrations(path, ENV, clips)
+    loaded = load_demonstrations(path, ENV)
+    assert path.is_file() and len(loaded) == 5
+    for a, b in zip(clips, loaded):
+        assert a.key == b.key
+        np.testing.assert_array_equal(a.frames(), b.frames())
+        np.testing.assert_array_equal(a.true_rewards, b.true_rewards)
+        np.testing.assert_array_equal(a.dones, b.dones)
+
+
+def test_a_file_that_cannot_be_used_is_one_line_naming_it(tmp_path):
+    good = tmp_path / "good.npz"
+    save_demonstrations(good, ENV, _clips(2))
+    text = tmp_path / "notes.txt"
+    text.write_text("not an archive")
+    partial = tmp_path / "partial.npz"
+    np.savez(partial, frames=np.zeros((2, 28, 84, 84), np.uint8))
+    shapes = tmp_path / "shapes.npz"
+    np.savez(shapes, frames=np.zeros((2, 28, 80, 80), np.uint8),
+             actions=np.zeros((2, 25), np.int64), true_rewards=np.zeros((2, 25), np.float32),
+             dones=np.zeros((2, 25), bool), env_id=np.array(ENV))
+    for path, env, words in [(tmp_path / "none.npz", None, "No such file"),
+                             (text, None, "not a NumPy archive"),
+                             (partial, None, "no actions, true_rewards, dones, env_id"),
+                             (shapes, None, r"got frames \(2, 28, 80, 80\)"),
+                             (good, "PongNoFrameskip-v4", f"holds clips of {ENV}, not Pong")]:
+        with pytest.raises(DemonstrationsError, match=words) as e:
+            load_demonstrations(path, env)
+        assert str(path) in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(DemonstrationsError):
+        save_demonstrations(tmp_path / "empty.npz", ENV, [])
+
+
+def test_the_mix_keeps_its_share_and_takes_every_demonstration_before_one_again():
+    demos = _clips(7)
+    mix = DemonstrationMix(demos, 0.2, np.random.default_rng(0))
+    taken = [c for arrived in [1, 3, 0, 2, 10, 4] * 10 for c in mix.after(arrived)]
+    assert len(taken) == 200 // 4  # a fifth of all clips: one demonstration per 4 of the agent's
+    first = [c.key for c in taken[:7]]
+    assert len(set(first)) == 7  # all of them once, in a shuffled order, before any repeats
+    assert first != [c.key for c in demos]
+
+
+def test_the_mix_follows_how_often_a_demonstration_beats_the_agent():
+    demos, agent = _clips(2), _clips(2, seed=1)
+    mix = DemonstrationMix(demos, 0.5, np.random.default_rng(0))
+    mix.labelled(Preference(demos[0], agent[0], 1.0))  # the demonstration preferred
+    mix.labelled(Preference(agent[1], demos[1], 0.5))  # a tie
+    mix.labelled(Preference(agent[0], agent[1], 1.0))  # no demonstration: not counted
+    mix.labelled(Preference(demos[0], demos[1], 0.0))  # two demonstrations: not counted
+    assert mix.scalars() == {"demonstrations/labels": 2.0, "demonstrations/preferred": 0.75}
+
+
+def test_labelling_draws_pairs_from_the_agents_clips_and_the_demonstrations(tmp_path):
+    from launch.loop import Channels
+    from pref_interface.config import LabellingConfig
+    from pref_interface.labelling import LabellingStats
+    from pref_interface.process import Labelling
+
+    demos_path = tmp_path / "demos.npz"
+    demos = _clips(4, value=255)  # white clips: the oracle sees their rewards, the test their frames
+    save_demonstrations(demos_path, ENV, demos)
+    clips: queue.Queue = queue.Queue()
+    labelling = Labelling(LabellingConfig(synthetic=True, seed=0, max_pairs_per_clip=None,
+                                          demonstrations=str(demos_path),
+                                          demonstration_share=0.25, stop_after_labels=60),
+                          Channels(None, clips), stats=LabellingStats.create(
+                              mp.get_context("spawn")), store_path=str(tmp_path / "prefs.sqlite"))
+    for clip in _clips(30, seed=2, value=0):
+        clips.put(clip)
+    labelling.take_clips()
+    assert len(labelling.buffer) == 40  # 30 of the agent's and 10 demonstrations
+    pairs = labelling.draw_pairs()
+    for pair in pairs:
+        labelling.commit(labelling.label(pair))
+    white = [(p[1].frames()[0, 0, 0] == 255) + (p[3].frames()[0, 0, 0] == 255) for p in pairs]
+    mixed = sum(w == 1 for w in white)
+    assert mixed > 0 and labelling.demos.n_labels == mixed
+    labelling.close()
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--demonstrations", "{tmp}/none.npz"], "--demonstrations: .*No such file"),
+    (["--demonstrations", "{tmp}/pong.npz"], "holds clips of PongNoFrameskip-v4, not"),
+    (["--demonstrations", "{tmp}/dot.npz", "--demonstration_share", "1"], "must be in \\(0, 1\\)"),
+])
+def test_bad_demonstrations_are_a_usage_error_before_the_run(flags, words, tmp_path):
+    from launch.cli import UsageError, parse_args
+
+    save_demonstrations(tmp_path / "pong.npz", "PongNoFrameskip-v4", _clips(1))
+    save_demonstrations(tmp_path / "dot.npz", ENV, _clips(1))
+    args = ["train_policy_with_preferences", ENV, "--log_dir", str(tmp_path / "run"),
+            *[f.format(tmp=tmp_path) for f in flags]]
+    with pytest.raises(UsageError, match=words):
+        parse_args(args)
+    assert not (tmp_path / "run").exists()
+    parse_args(args[:4] + ["--demonstrations", str(tmp_path / "dot.npz")])  # a good file passes
