@@ -8,8 +8,7 @@ The drivers are those of `experiments.alongside_teachers` (the scripted follower
 `policy:PATH` for a saved policy's sampled play, ...). Each episode's first `--steps` steps are
 cut into 25-step clips with their actions, game rewards and episode ends, and written as
 clips/demonstrations.py describes. It prints each episode's share of steps level with another
-car. A scripted driver stands in here for a person's own driving; recording a person's play is
-not built.
+car. A scripted driver stands in here for a person's own driving (`demonstrate.py` records that).
 """
 from __future__ import annotations
 

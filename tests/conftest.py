@@ -1,5 +1,7 @@
 import os
+import select
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,3 +37,25 @@ def stop_handlers_restored():
     yield
     for sig, handler in handlers.items():
         signal.signal(sig, handler)
+
+
+@pytest.fixture
+def xvfb():
+    """A private X display; Xvfb picks a free number itself (`-displayfd`), so that tests running
+    side by side never race for one."""
+    read, write = os.pipe()
+    proc = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", "1280x720x24",
+                             "-dpi", "96", "-wr", "-nolisten", "tcp"], pass_fds=(write,),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(write)
+    try:
+        with os.fdopen(read) as chosen:
+            ready = select.select([chosen], [], [], 10.0)[0]
+            number = chosen.readline().strip() if ready else ""
+        if not number.isdigit():
+            raise RuntimeError(f"Xvfb gave no display number within 10 s (exit status "
+                               f"{proc.poll()})")
+        yield f":{number}"
+    finally:
+        proc.terminate()
+        proc.wait(5)

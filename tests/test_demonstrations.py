@@ -1,6 +1,10 @@
 """Demonstrations: the file, the mix into labelling's pool, and the flags."""
 import multiprocessing as mp
+import os
 import queue
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -126,3 +130,72 @@ def test_bad_demonstrations_are_a_usage_error_before_the_run(flags, words, tmp_p
         parse_args(args)
     assert not (tmp_path / "run").exists()
     parse_args(args[:4] + ["--demonstrations", str(tmp_path / "dot.npz")])  # a good file passes
+
+
+def test_the_keys_held_become_the_games_action():
+    from demonstrate import action_for
+    from envs import action_names
+
+    enduro = action_names("EnduroNoFrameskip-v4")
+    for keys, name in [(set(), "noop"), ({" "}, "fire"), ({" ", "left"}, "leftfire"),
+                       ({"down", "right"}, "downright"), ({"left", "right"}, "noop"),
+                       ({"up", " "}, "fire"),  # Enduro has no up: fire alone
+                       ({"down", "left", " "}, "downleft"),  # nor a braking fire
+                       ({"a", "shift"}, "noop")]:
+        assert enduro[action_for(keys, enduro)] == name, keys
+    dot = action_names(ENV)
+    assert dot[action_for({"up", " "}, dot)] == "up"  # MovingDot has no fire
+
+
+def test_a_persons_play_is_cut_into_clips_with_their_actions(tmp_path):
+    from demonstrate import play_yourself
+    from envs import action_names
+
+    names = action_names(ENV)
+    shown = []
+
+    def show(frame, done):
+        shown.append(done)
+        return len(shown) <= 60  # the person stops after 60 steps
+
+    clips = play_yourself(ENV, lambda: {"up"} if len(shown) % 2 else {"left"}, show, steps=100)
+    assert len(clips) == 2 and shown[:2] == [0.0, 0.01]
+    assert [names[a] for a in clips[0].actions[:4]] == ["up", "left", "up", "left"]
+    save_demonstrations(tmp_path / "mine.npz", ENV, clips)
+    assert len(load_demonstrations(tmp_path / "mine.npz", ENV)) == 2
+
+
+@pytest.mark.skipif(not shutil.which("Xvfb"), reason="needs Xvfb (apt-get install xvfb)")
+def test_the_window_follows_the_keys_and_stops_on_escape(xvfb, tmp_path):
+    script = """
+import numpy as np
+from matplotlib.backend_bases import KeyEvent
+from demonstrate import PlayWindow
+w = PlayWindow("MovingDotNoFrameskip-v0", fps=1000)
+canvas = w.fig.canvas
+def key(kind, k):
+    canvas.callbacks.process(kind, KeyEvent(kind, canvas, k))
+key("key_press_event", "up"); key("key_press_event", " ")
+assert w.held() == {"up", " "} and w.show(np.zeros((84, 84), "uint8"), 0.5)
+key("key_release_event", "up")
+assert w.held() == {" "}
+key("key_press_event", "escape")
+assert not w.show(np.zeros((84, 84), "uint8"), 0.6)
+w.close()
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "DISPLAY": xvfb})
+    assert r.stdout.strip() == "ok", r.stderr
+
+
+def test_demonstrate_refuses_bad_input_in_one_line(tmp_path):
+    no_display = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
+    (tmp_path / "taken.npz").write_bytes(b"")
+    for args, words in [(["NoSuchGame-v4", str(tmp_path / "a.npz")], "NoSuchGame"),
+                        ([ENV, str(tmp_path / "taken.npz")], "exists already"),
+                        ([ENV, str(tmp_path / "b.npz"), "--steps", "3"], "at least 25")]:
+        r = subprocess.run([sys.executable, "demonstrate.py", *args], capture_output=True,
+                           text=True, timeout=120, env=no_display)
+        assert r.returncode == 2 and words in r.stderr, r.stderr
+        assert r.stderr.strip().splitlines()[-1].startswith("demonstrate.py: error:")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import select
 import shlex
 import shutil
 import subprocess
@@ -111,28 +110,6 @@ def test_a_person_labels_in_the_terminal_and_every_answer_is_stored(tmp_path):
     prefs = stored(run_dir)
     assert [p.mu for p in prefs] == [1.0, 0.0, 0.5, 1.0, 0.0, 0.5]
     assert {p.source for p in prefs} == {"human"}
-
-
-@pytest.fixture
-def xvfb():
-    """A private X display; Xvfb picks a free number itself (`-displayfd`), so that tests running
-    side by side never race for one."""
-    read, write = os.pipe()
-    proc = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", "1280x720x24",
-                             "-dpi", "96", "-wr", "-nolisten", "tcp"], pass_fds=(write,),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.close(write)
-    try:
-        with os.fdopen(read) as chosen:
-            ready = select.select([chosen], [], [], 10.0)[0]
-            number = chosen.readline().strip() if ready else ""
-        if not number.isdigit():
-            raise RuntimeError(f"Xvfb gave no display number within 10 s (exit status "
-                               f"{proc.poll()})")
-        yield f":{number}"
-    finally:
-        proc.terminate()
-        proc.wait(5)
 
 
 def screenshot(display: str, path: Path) -> np.ndarray:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OWN = {"a2c", "clips", "envs", "launch", "pref_interface", "reward_predictor", "runtime", "experiments",
-       "benchmarks", "examples", "tests", "run", "run_checkpoint", "show_prefs", "conftest"}
+       "benchmarks", "examples", "tests", "run", "run_checkpoint", "show_prefs", "demonstrate", "conftest"}
 DISTRIBUTION = {"PIL": "pillow", "ale_py": "ale-py", "stable_baselines3": "stable-baselines3"}
 
 
