@@ -7,8 +7,9 @@ first shows it. Ibarz et al. (2018) combine demonstrations with preferences; the
 is taken to beat the agent's clip, here it is labelled as any pair is.
 
 `demonstrate.py` records a person's play into such a file, `experiments.record_demonstrations`
-a scripted driver's. A file holds one game's clips as a compressed NumPy archive: `frames` uint8 (N, T + 3, 84, 84),
-`actions` int64 (N, T), `true_rewards` float32 (N, T), `dones` bool (N, T) and `env_id`.
+a scripted driver's. A file holds one game's clips as a compressed NumPy archive: `frames` uint8
+(N, T + 3, 84, 84), `actions` int64 (N, T), `true_rewards` float32 (N, T), `dones` bool (N, T)
+and `env_id`.
 """
 from __future__ import annotations
 

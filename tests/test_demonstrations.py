@@ -129,7 +129,12 @@ def test_bad_demonstrations_are_a_usage_error_before_the_run(flags, words, tmp_p
     with pytest.raises(UsageError, match=words):
         parse_args(args)
     assert not (tmp_path / "run").exists()
-    parse_args(args[:4] + ["--demonstrations", str(tmp_path / "dot.npz")])  # a good file passes
+    from launch.configs import labelling_config
+
+    run = parse_args(args[:4] + ["--demonstrations", str(tmp_path / "dot.npz"),
+                                 "--demonstration_share", "0.3"])  # a good file passes
+    config = labelling_config(run)  # and reaches labelling
+    assert (config.demonstrations, config.demonstration_share) == (str(tmp_path / "dot.npz"), 0.3)
 
 
 def test_the_keys_held_become_the_games_action():
