@@ -73,12 +73,16 @@ def load_demonstrations(path: str | Path, env_id: str | None = None) -> list[Cli
 class DemonstrationMix:
     """Which demonstration clips join the pool, and when: beside the agent's clips, so that
     `share` of the clips that arrive are demonstrations, each taken in a shuffled order and the
-    order shuffled again once all were taken. It also follows how often the labels that compare
-    a demonstration with the agent's clip prefer the demonstration."""
+    order shuffled again once all were taken. Each demonstration belongs to the validation split
+    with probability `val_fraction`, drawn once, as the agent's clips do. It also follows how
+    often the labels that compare a demonstration with the agent's clip prefer the
+    demonstration."""
 
-    def __init__(self, clips: Sequence[Clip], share: float, rng: np.random.Generator) -> None:
+    def __init__(self, clips: Sequence[Clip], share: float, val_fraction: float,
+                 rng: np.random.Generator) -> None:
         assert clips and 0.0 < share < 1.0, (len(clips), share)
         self.clips, self.rng = list(clips), rng
+        self.is_validation = (rng.random(len(self.clips)) < val_fraction).tolist()
         self.keys = {c.key for c in self.clips}
         self.per_agent_clip = share / (1.0 - share)
         self._owed = 0.0
@@ -86,15 +90,17 @@ class DemonstrationMix:
         self.n_labels = 0  # labels comparing a demonstration with the agent's clip
         self.recent: deque[float] = deque(maxlen=RECENT_LABELS)  # their preference for it
 
-    def after(self, n_agent_clips: int) -> list[Clip]:
-        """The demonstrations to add beside `n_agent_clips` newly arrived clips of the agent."""
+    def after(self, n_agent_clips: int) -> list[tuple[Clip, bool]]:
+        """The demonstrations to add beside `n_agent_clips` newly arrived clips of the agent,
+        each with its split (True: validation)."""
         self._owed += n_agent_clips * self.per_agent_clip
         due, self._owed = int(self._owed), self._owed - int(self._owed)
         taken = []
         for _ in range(due):
             if not self._order:
                 self._order = self.rng.permutation(len(self.clips)).tolist()
-            taken.append(self.clips[self._order.pop()])
+            i = self._order.pop()
+            taken.append((self.clips[i], self.is_validation[i]))
         return taken
 
     def labelled(self, pref: Preference) -> None:

@@ -144,7 +144,7 @@ class Labelling:
         # Clips of someone else's play, added to the pool beside the agent's (--demonstrations).
         self.demos = DemonstrationMix(
             load_demonstrations(config.demonstrations), config.demonstration_share,
-            np.random.default_rng(np.random.SeedSequence(config.seed).spawn(4)[3])
+            config.val_fraction, np.random.default_rng(np.random.SeedSequence(config.seed).spawn(4)[3])
         ) if config.demonstrations else None
         self.n_stored = stats.labels_stored.value = len(self.store)
         person = labeller.source == "human" if labeller is not None else not config.synthetic
@@ -182,7 +182,8 @@ class Labelling:
         """Every clip the agent has sent into the pool pairs are drawn from."""
         arrived = _drain_clips(self.clips, self.buffer, self.stats)
         if self.demos is not None and arrived:
-            arrived += [(self.buffer.add(clip), clip) for clip in self.demos.after(len(arrived))]
+            arrived += [(self.buffer.add(clip, split), clip)
+                        for clip, split in self.demos.after(len(arrived))]
         for clip_id, clip in arrived:
             self.mode.offer(clip_id, clip)
         if arrived and self.demand is not None:

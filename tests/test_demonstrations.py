@@ -68,17 +68,21 @@ def test_a_file_that_cannot_be_used_is_one_line_naming_it(tmp_path):
 
 def test_the_mix_keeps_its_share_and_takes_every_demonstration_before_one_again():
     demos = _clips(7)
-    mix = DemonstrationMix(demos, 0.2, np.random.default_rng(0))
+    mix = DemonstrationMix(demos, 0.2, 0.5, np.random.default_rng(0))
     taken = [c for arrived in [1, 3, 0, 2, 10, 4] * 10 for c in mix.after(arrived)]
     assert len(taken) == 200 // 4  # a fifth of all clips: one demonstration per 4 of the agent's
-    first = [c.key for c in taken[:7]]
+    first = [c.key for c, _ in taken[:7]]
     assert len(set(first)) == 7  # all of them once, in a shuffled order, before any repeats
     assert first != [c.key for c in demos]
+    splits = {}
+    for clip, split in taken:  # each keeps one split, whenever it comes back
+        assert splits.setdefault(clip.key, split) == split
+    assert set(splits.values()) == {False, True}
 
 
 def test_the_mix_follows_how_often_a_demonstration_beats_the_agent():
     demos, agent = _clips(2), _clips(2, seed=1)
-    mix = DemonstrationMix(demos, 0.5, np.random.default_rng(0))
+    mix = DemonstrationMix(demos, 0.5, 0.0, np.random.default_rng(0))
     mix.labelled(Preference(demos[0], agent[0], 1.0))  # the demonstration preferred
     mix.labelled(Preference(agent[1], demos[1], 0.5))  # a tie
     mix.labelled(Preference(agent[0], agent[1], 1.0))  # no demonstration: not counted
@@ -111,6 +115,17 @@ def test_labelling_draws_pairs_from_the_agents_clips_and_the_demonstrations(tmp_
     white = [(p[1].frames()[0, 0, 0] == 255) + (p[3].frames()[0, 0, 0] == 255) for p in pairs]
     mixed = sum(w == 1 for w in white)
     assert mixed > 0 and labelling.demos.n_labels == mixed
+    for _ in range(3):  # more rounds: the demonstrations come back, each in its own split
+        for clip in _clips(30, seed=3, value=0):
+            clips.put(clip)
+        labelling.take_clips()
+    splits: dict[bytes, set[bool]] = {}
+    for clip_id, clip in labelling.buffer._clips.items():
+        splits.setdefault(clip.key, set()).add(labelling.buffer.is_validation(clip_id))
+    demo_splits = [splits[c.key] for c in demos]
+    assert all(len(s) == 1 for s in demo_splits)
+    # the agent's same 30 clips, sent again, are drawn anew: some land in both splits
+    assert any(len(s) == 2 for s in splits.values())
     labelling.close()
 
 

@@ -65,18 +65,23 @@ class ClipBuffer:
                             else np.random.SeedSequence(seed))
         self._clips: OrderedDict[int, Clip] = OrderedDict()
         self._is_val: dict[int, bool] = {}
+        self._given_split: dict[int, bool] = {}  # ids whose split was given, not drawn (add)
         self._next_id = 0
         # Pairs offered, (smaller id, larger id), among training [0] / validation [1] clips.
         self._offered: tuple[set[tuple[int, int]], ...] = (set(), set())
         self._pairs_offered = [0, 0]  # how many of each were ever offered, evicted ones included
         self._partners: dict[int, set[int]] = {}  # id -> ids it was offered with, for eviction
 
-    def add(self, clip: Clip) -> int:
-        """Keep a clip, evicting the oldest beyond `max_clips`; returns its id."""
+    def add(self, clip: Clip, is_validation: bool | None = None) -> int:
+        """Keep a clip, evicting the oldest beyond `max_clips`; returns its id. Its split is
+        drawn, unless `is_validation` gives it (a clip that comes back, as a demonstration does,
+        keeps one split, so that no label of one split shares its content with the other)."""
         clip_id = self._next_id
         self._next_id += 1
         self._clips[clip_id] = clip
-        self._is_val[clip_id] = self._draw_split(clip_id)
+        if is_validation is not None:
+            self._given_split[clip_id] = is_validation
+        self._is_val[clip_id] = self.is_validation(clip_id)
         while len(self._clips) > self.max_clips:
             old, _ = self._clips.popitem(last=False)
             split = self._is_val.pop(old)
@@ -88,7 +93,7 @@ class ClipBuffer:
     def is_validation(self, clip_id: int) -> bool:
         """Whether a clip (and so every label on it) belongs to the validation split; also for
         a clip no longer held."""
-        split = self._is_val.get(clip_id)
+        split = self._is_val.get(clip_id, self._given_split.get(clip_id))
         return self._draw_split(clip_id) if split is None else split
 
     def _draw_split(self, clip_id: int) -> bool:
