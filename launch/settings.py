@@ -247,9 +247,9 @@ class Settings:
     load_prefs_dir: str | None = setting(
         None, "prefs", "a run directory whose prefs.sqlite is copied into this run and used")
     demonstrations: str | None = setting(
-        LabellingConfig.demonstrations, "prefs", "a file of clips of someone else's play "
-        "(python -m experiments.record_demonstrations) that join the clips pairs are drawn from, "
-        "labelled like the agent's", metavar="FILE")
+        LabellingConfig.demonstrations, "prefs", "a file of clips of your own play (demonstrate.py) "
+        "or a scripted driver's (python -m experiments.record_demonstrations) that join the clips "
+        "pairs are drawn from, labelled like the agent's", metavar="FILE")
     demonstration_share: float = setting(
         LabellingConfig.demonstration_share, "prefs",
         "with --demonstrations, the share of the clips joining the pool that are demonstrations",
