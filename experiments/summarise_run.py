@@ -7,21 +7,22 @@
                                                                 # first reached 0 and +19
 
 Each row gives, over the window, what tells a preference run's health at a glance: the means of the
-true episode return and length (in Enduro also the share of steps level with another car,
-`level`) and of the policy's entropy, the largest gradient norm before
-clipping (`grad_max`: a blow that can kill the network's units shows as a spike), the share of each
-torso layer's units alive at the window's last check (`alive %`, layer by layer; a 0 is a dead
-layer, after which the policy can no longer learn), the spread of the reward A2C trains on
-(`--reward_std` is its target), how much the policy's logits and value vary across its screens at
-that check (`logit_sd`, `value_sd`; both near 0: it ignores what it sees, even with no layer dead;
-the logits start near 0 anyway, the value does not), A2C's speed and the share of time it waited
-for the predictor (over the window's time, long waits included), labels in the store and the
-predictor's validation accuracy at the window's end, how well the reward A2C was given ordered
-the policy's own episodes (`rhat_corr`: the correlation of each episode's summed r̂ with its true
-return; `rhat_step_corr`: the same for r̂ per step, which episode length does not sway: once a Pong
-policy wins, its best episodes are its shortest), and the mean of the members' L2 weights
-(adaptive L2, App. A). A column whose curve the run did not log shows "-" (older runs log none
-of `grad_max`, `alive %`, `logit_sd` and `value_sd`).
+true episode return and length (in Enduro also the share of steps level with another car, `level`)
+and of the policy's entropy, the largest gradient norm before clipping (`grad_max`: a blow that can
+kill the network's units shows as a spike), the share of each torso layer's units alive at the
+window's last check (`alive %`, layer by layer; a 0 is a dead layer, after which the policy can no
+longer learn), the spread of the reward A2C trains on (`--reward_std` is its target), how much the
+policy's logits and value vary across its screens at that check (`logit_sd`, `value_sd`; both near
+0: it ignores what it sees, even with no layer dead; the logits start near 0 anyway, the value does
+not), A2C's speed and the share of time it waited for the predictor (over the window's time, long
+waits included), labels in the store and the predictor's validation accuracy at the window's end
+(with `--demonstrations`, also how often the latest labels that set one beside the agent's clip
+preferred it: `demo_pref`), how well the reward A2C was given ordered the policy's own episodes
+(`rhat_corr`: the correlation of each episode's summed r̂ with its true return; `rhat_step_corr`:
+the same for r̂ per step, which episode length does not sway: once a Pong policy wins, its best
+episodes are its shortest), and the mean of the members' L2 weights (adaptive L2, App. A). A column
+whose curve the run did not log shows "-" (older runs log none of `grad_max`, `alive %`, `logit_sd`
+and `value_sd`).
 """
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ COLUMNS = [
     ("waiting", "charts/waiting_for_predictor", "", "timed", "{:.0%}"),
     ("labels", "labels/total", "labels", "last", "{:.0f}"),
     ("val_acc", "reward_predictor/val_accuracy", "reward_predictor", "last", "{:.0%}"),
+    ("demo_pref", "demonstrations/preferred", "labels", "last", "{:.0%}"),  # --demonstrations
 ]
 L2_TAG = "reward_predictor/l2_member{}"
 PREDICTED_TAG = "charts/predicted_return"
