@@ -24,7 +24,7 @@ from clips.demonstrations import save_demonstrations
 
 KEYS_HELP = "arrows move, space fires, Esc stops"
 STOP_KEYS = ("escape", "q")
-MOVES = {"up": "up", "down": "down", "right": "right", "left": "left", " ": "fire"}
+MOVES = {"up": "up", "down": "down", "right": "right", "left": "left", " ": "fire", "space": "fire"}
 
 
 def action_for(held: set[str], names: Sequence[str]) -> int:
