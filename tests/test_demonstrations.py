@@ -219,3 +219,18 @@ def test_demonstrate_refuses_bad_input_in_one_line(tmp_path):
                            text=True, timeout=120, env=no_display)
         assert r.returncode == 2 and words in r.stderr, r.stderr
         assert r.stderr.strip().splitlines()[-1].startswith("demonstrate.py: error:")
+
+
+def test_a_scripted_drivers_play_is_recorded_with_its_actions(tmp_path, capsys):
+    from experiments import record_demonstrations
+    from experiments.alongside_teachers import ENV_ID
+
+    out = tmp_path / "follower.npz"
+    assert record_demonstrations.main([str(out), "--episodes", "1", "--steps", "60"]) == 0
+    clips = load_demonstrations(out, ENV_ID)
+    assert len(clips) == 2 and all(len(c) == CLIP_LENGTH for c in clips)
+    assert clips[0].actions.any()  # the follower's actions, not zeros
+    assert "level with a car in" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        record_demonstrations.main([str(tmp_path / "x.npz"), "--driver", "flyer"])
+    assert e.value.code == 2 and "unknown driver 'flyer'" in capsys.readouterr().err
