@@ -19,6 +19,7 @@ import io
 import json
 import shlex
 import sys
+import textwrap
 from pathlib import Path
 from typing import Callable
 
@@ -26,8 +27,8 @@ import numpy as np
 
 
 from envs.scores import MOVING_DOT_LEVEL
-from experiments.reproduction import (RunRow, draw, legend_below, name_by_flags, plot,
-                                      read_run, stretch_table, table_head)
+from experiments.reproduction import (RunRow, draw, head_names, legend_below, markdown_head,
+                                      name_by_flags, plot, read_run, stretch_table, table_head)
 from experiments.runlog import smooth
 from experiments.runrecord import RunRecord
 
@@ -77,15 +78,14 @@ def run_table(rows: list[RunRow], level: float | None, window: int = WINDOW) -> 
 
 
 def commands(rows: list[RunRow]) -> str:
-    """Each run's first command, as typed (later starts: `run.py --resume DIR`, some with flags
-    for threads and devices)."""
-    lines = ["The command that started each run (each later start: `python run.py --resume` of "
-             "its directory, some with flags for threads and devices):", ""]
+    """Each run's first command, as typed (later starts: `--resume DIR`, some with flags for
+    threads and devices)."""
+    lines = ["The command that started each run (each later start: `--resume` of its directory, "
+             "some with flags for threads and devices):", ""]
     for row in rows:
-        words = shlex.split(row.record.commands[0]) if row.record.commands else []
-        start = next((i for i, w in enumerate(words) if w.endswith("run.py")), None)
-        typed = ("python run.py " + shlex.join(words[start + 1:])).replace("/root/", "~/") \
-            if start is not None else "not recorded"
+        started = row.record.started_with
+        typed = ("not recorded" if started is None
+                 else f"{started[0]} {shlex.join(started[1])}".replace("/root/", "~/"))
         lines.append(f"- {row.title}, seed {row.seed}: `{typed}`")
     return "\n".join(lines)
 
@@ -191,18 +191,30 @@ def enduro(records: Path, figures: Path | None) -> str:
 ALONGSIDE_TARGET = 0.34  # twice random play's share of level steps (17.4%, alongside_teachers)
 
 
+def share_cells(rec: RunRecord) -> list[str]:
+    """The best and the final mean of WINDOW training episodes' share of steps level with a car
+    ("-" where the run did not record it)."""
+    if rec.alongside_shares is None or len(rec.alongside_shares) < WINDOW:
+        return ["-", "-"]
+    means = smooth(rec.alongside_shares, WINDOW)[WINDOW - 1:]
+    best = int(np.argmax(means))
+    return [f"{means[best]:.1%} at {rec.alongside_steps[best + WINDOW - 1] / 1e6:.2f}M",
+            f"{means[-1]:.1%}"]
+
+
 def alongside(records: Path, figures: Path | None) -> str:
+    """The runs' table, their share of steps level with a car in place of the game's score (0
+    throughout), its figure and the commands."""
     rows = runs(records, None, WINDOW, "Enduro", prefs="enduro_alongside*.json")
     name_by_flags(rows)
     shared = [r for r in rows if r.record.alongside_shares is not None]
-    lines = [run_table(rows, None), ""]
+    names = head_names(WINDOW, None)[:-2] + [f"level with a car: best mean of {WINDOW}",
+                                             f"final mean of {WINDOW}"]
+    lines = [markdown_head(names),
+             *("| " + " | ".join(r.cells(False)[:-2] + share_cells(r.record)) + " |"
+               for r in rows), ""]
     if shared:
-        lines += ["Each run's share of steps level with another car, the mean of its last "
-                  f"{WINDOW} training episodes: "
-                  + "; ".join(f"{r.title}, seed {r.seed}: "
-                              f"{np.mean(r.record.alongside_shares[-WINDOW:]):.1%}"
-                              for r in shared) + ".", "",
-                  "![Enduro, stay alongside: each run's share of steps level with another car "
+        lines += ["![Enduro, stay alongside: each run's share of steps level with another car "
                   f"(mean of {WINDOW} episodes) against agent steps, the target dashed]"
                   "(enduro_alongside_share.png)", ""]
         if figures:
@@ -219,7 +231,7 @@ def plot_shares(rows: list[RunRow], out: str) -> None:
     for row in rows:
         rec = row.record
         ax.plot(rec.alongside_steps, smooth(rec.alongside_shares, WINDOW), lw=1.3,
-                label=f"{row.title}, seed {row.seed}")
+                label=textwrap.fill(f"{row.title}, seed {row.seed}", 90))  # long flag lists
     ax.axhline(ALONGSIDE_TARGET, color="grey", ls="--", lw=1,
                label=f"target {ALONGSIDE_TARGET:.0%} (twice random play's)")
     ax.set(xlabel="agent steps", ylabel=f"share of steps level with a car (mean of {WINDOW})",

@@ -32,7 +32,7 @@ import numpy as np
 
 
 from experiments.runlog import best_window, first_reached, smooth
-from experiments.runrecord import RunRecord
+from experiments.runrecord import PROGRAMS, RunRecord
 from launch.rundir import is_run_dir, saved_settings
 from launch.settings import flag_fields
 from runtime.outputs import prepare_output
@@ -67,10 +67,17 @@ class RunRow:
         # a run on a teacher's own score (--teacher_reward) learns from no labels
         kind = ("on the teacher's own score" if self.record.start_flags.get("teacher_reward")
                 else KINDS[self.kind][0])
+        started = self.record.started_with
+        if started is not None and started[0] != PROGRAMS["run.py"]:
+            kind = f"{kind}, {started[0].split()[-1]}"  # the learner, where it is not A2C
         return ", ".join(filter(None, (kind, self.flags, self.name)))
 
     def markdown(self, with_level: bool = True) -> str:
         """The table row; without a milestone level it has no columns for reaching one."""
+        return "| " + " | ".join(self.cells(with_level)) + " |"
+
+    def cells(self, with_level: bool = True) -> list[str]:
+        """The table row's cells, `table_head`'s columns."""
         cells = [self.title, "-" if self.seed is None else str(self.seed),
                  f"{self.steps / 1e6:.2f}M", "-" if self.labels is None else f"{self.labels:,.0f}",
                  f"{self.hours:.1f} h" if self.hours >= 1 else f"{self.hours * 60:.1f} min",
@@ -86,18 +93,26 @@ class RunRow:
                  "-" if self.final is None else f"{self.final:+.1f}"]
         if not with_level:
             del cells[LEVEL_COLUMNS]
-        return "| " + " | ".join(cells) + " |"
+        return cells
 
 
 def table_head(window: int, level: float | None) -> str:
+    return markdown_head(head_names(window, level))
+
+
+def markdown_head(names: list[str]) -> str:
+    return "| " + " | ".join(names) + " |\n|" + "---|" * len(names)
+
+
+def head_names(window: int, level: float | None) -> list[str]:
+    """`RunRow.cells`' column names."""
     names = ["run", "seed", "agent steps", "labels", "training", "machine", "resumed",
              "mean of {w} first ≥ {level}", "lowest mean of {w} after",
              "mean of every episode after", "best mean of {w}",
              "final mean of {w}"]
     if level is None:
         del names[LEVEL_COLUMNS]
-    names = [n.format(w=window, level=f"{level:g}" if level is not None else "") for n in names]
-    return "| " + " | ".join(names) + " |\n|" + "---|" * len(names)
+    return [n.format(w=window, level=f"{level:g}" if level is not None else "") for n in names]
 
 
 def stretch_table(rows: list[RunRow], every: float) -> str:
@@ -187,6 +202,8 @@ def flag_text(name: str, value: object) -> str:
     if isinstance(value, bool):
         negation = next(f.metadata["negation"] for f in flag_fields() if f.name == name)
         return f"--{name}" if value or not negation else negation[0]
+    if isinstance(value, str):
+        value = value.replace("/root/", "~/")  # a path as typed on the machines that ran it
     return f"--{name} {value:g}" if isinstance(value, float) else f"--{name} {value}"
 
 

@@ -31,6 +31,9 @@ FORMAT = 1
 KEEPING = ("policy_ckpt_interval", "policy_ckpts_kept", "render_episodes",
            "reward_predictor_ckpt_interval", "reward_predictor_threads",
            "reward_predictor_device")
+# The programs that start runs, by the end of the script's path in a recorded command, and how
+# a user types each; examples.ppo takes run.py's flags after the game, without run.py's mode.
+PROGRAMS = {"run.py": "python run.py", "examples/ppo.py": "python -m examples.ppo"}
 
 
 @dataclass
@@ -136,16 +139,30 @@ class RunRecord:
         return seen
 
     @property
-    def start_flags(self) -> dict[str, Any]:
-        """The flags of the command that started the run that bear on what it learns (not the
-        seed, nor where it is kept or what it runs on: `KEEPING`); {} where that command is not a
-        `run.py` command the parser reads."""
+    def started_with(self) -> tuple[str, list[str]] | None:
+        """The program that started the run as a user types it (`PROGRAMS`) and its arguments;
+        None where the first command is not recorded or is not one of them."""
         try:
             words = shlex.split(self.commands[0]) if self.commands else []
-            start = next(i + 1 for i, w in enumerate(words) if w.endswith("run.py"))
-            given, _ = build_parser(with_defaults=False, exit_on_error=False).parse_known_args(
-                words[start:])
-        except (ValueError, StopIteration, argparse.ArgumentError):
+        except ValueError:
+            return None
+        return next(((typed, words[i + 1:]) for i, word in enumerate(words)
+                     for script, typed in PROGRAMS.items() if word.endswith(script)), None)
+
+    @property
+    def start_flags(self) -> dict[str, Any]:
+        """The flags of the command that started the run that bear on what it learns (not the
+        seed, nor where it is kept or what it runs on: `KEEPING`); {} where that command is not
+        one of `PROGRAMS`' that the parser reads."""
+        started = self.started_with
+        if started is None:
+            return {}
+        typed, args = started
+        if typed != PROGRAMS["run.py"]:
+            args = ["train_policy_with_preferences", *args]
+        try:
+            given, _ = build_parser(with_defaults=False, exit_on_error=False).parse_known_args(args)
+        except (ValueError, argparse.ArgumentError):
             return {}
         keeping = {f.name for f in flag_fields() if f.metadata["group"] == "run"} | set(KEEPING)
         return {k: v for k, v in vars(given).items()

@@ -97,22 +97,38 @@ def test_the_ablation_tables_give_each_seed_and_the_medians_of_those_that_reache
     assert row == "| baseline | - | 2/3 | not reached / 100 / 300 | 200 | 3,000 | 2.0 |"
 
 
-def test_an_enduro_alongside_record_with_level_shares_gives_their_figure_and_last_share(tmp_path):
-    """A run that recorded each episode's share of level steps keeps it in its record (saved and
-    read back), and the alongside block gives its last 10 episodes' mean and its figure."""
-    steps = np.arange(1, 21) * 1e5
-    shares = np.linspace(0.1, 0.5, 20)
-    RunRecord("enduro_alongside_teacher_reward", 0, "EnduroNoFrameskip-v4",
-              ["/venv/bin/python run.py train_policy_with_preferences EnduroNoFrameskip-v4 "
-               "--synthetic_prefs --teacher alongside_shaped --teacher_reward"],
+def alongside_record(records, name, command, shares):
+    steps = np.arange(1, len(shares) + 1) * 1e5
+    RunRecord(name, 0, "EnduroNoFrameskip-v4", [command],
               ["2026-11-29T14:19:00Z\tAMD EPYC, 2 cores, avx2\tpolicy on cpu, predictor on cpu"],
-              float(steps[-1]), 3600.0, steps, np.zeros(20), steps / 1e3, steps[:0], steps[:0],
-              alongside_steps=steps, alongside_shares=shares
-              ).save(tmp_path / "enduro_alongside_teacher_reward.json")
+              float(steps[-1]), 3600.0, steps, np.zeros(len(shares)), steps / 1e3, steps[:0],
+              steps[:0], alongside_steps=steps, alongside_shares=np.asarray(shares)
+              ).save(records / f"{name}.json")
+
+
+def test_an_enduro_alongside_record_with_level_shares_gives_their_figure_and_best_and_last(tmp_path):
+    """A run that recorded each episode's share of level steps keeps it in its record (saved and
+    read back); the alongside table gives its best and last means of 10 episodes in place of the
+    game's score, and the figure draws it. A run through examples.ppo is named by its learner
+    and its flags, and its command is given as typed."""
+    shares = np.linspace(0.1, 0.5, 20)
+    alongside_record(tmp_path, "enduro_alongside_teacher_reward",
+                     "/venv/bin/python run.py train_policy_with_preferences EnduroNoFrameskip-v4 "
+                     "--synthetic_prefs --teacher alongside_shaped --teacher_reward", shares)
     back = RunRecord.load(tmp_path / "enduro_alongside_teacher_reward.json")
     np.testing.assert_allclose(back.alongside_shares, shares, atol=1e-4)
+    alongside_record(tmp_path, "enduro_alongside_ppo", "/venv/bin/python /code/examples/ppo.py "
+                     "EnduroNoFrameskip-v4 --synthetic_prefs --teacher alongside_hold "
+                     "--demonstrations /root/runs/demos/f.npz --log_dir /root/runs/x",
+                     [0.2] * 5 + [0.6] * 10 + [0.1] * 10)
+    assert back.started_with[0] == "python run.py"
     figures = tmp_path / "figures"
     figures.mkdir()
     text = report.alongside(tmp_path, figures)
-    assert f"seed 0: {np.mean(shares[-10:]):.1%}" in text and "enduro_alongside_share.png" in text
+    assert (f"| {np.mean(shares[-10:]):.1%} at 2.00M | {np.mean(shares[-10:]):.1%} |" in text)
+    ppo = next(line for line in text.splitlines() if "examples.ppo, " in line and line[0] == "|")
+    assert "--teacher alongside_hold --demonstrations ~/runs/demos/f.npz" in ppo
+    assert ppo.endswith("| 60.0% at 1.50M | 10.0% |")
+    assert ("`python -m examples.ppo EnduroNoFrameskip-v4 --synthetic_prefs --teacher "
+            "alongside_hold --demonstrations ~/runs/demos/f.npz --log_dir ~/runs/x`") in text
     assert (figures / "enduro_alongside_share.png").stat().st_size > 0
