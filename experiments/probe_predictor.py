@@ -189,9 +189,9 @@ def run_teacher(run: Run):
 
 def load_run(run: Run, policy: str, n_envs: int, seed: int, following: float = 1.0):
     """The run's env, its predictor as A2C uses it, and an action function: random play, the
-    run's newest policy, or (`follower`, Enduro) random play in the first half of the envs and
-    the scripted follower in the others, taking its action with probability `following` and a
-    random one otherwise."""
+    run's newest policy (A2C's, or the one `examples.ppo` saved), or (`follower`, Enduro) random
+    play in the first half of the envs and the scripted follower in the others, taking its
+    action with probability `following` and a random one otherwise."""
     import torch
 
     from a2c.rollout import sample_actions
@@ -218,9 +218,11 @@ def load_run(run: Run, policy: str, n_envs: int, seed: int, following: float = 1
         return env, ensemble.reward, act
     from a2c.checkpoint import load_policy_weights
     from a2c.policies import make_policy
+    from examples.ppo import POLICY_FILE
 
     net = make_policy(kind, env.num_actions)
-    net.load_state_dict(load_policy_weights(run.dir / "policy")["policy"])
+    ppo = run.dir / POLICY_FILE  # a run through examples.ppo keeps its policy there
+    net.load_state_dict(load_policy_weights(ppo if ppo.is_file() else run.dir / "policy")["policy"])
     net.eval()
     torch.manual_seed(seed)
     return env, ensemble.reward, lambda obs: sample_actions(net, obs)

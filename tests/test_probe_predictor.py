@@ -263,3 +263,36 @@ def test_a_count_of_level_steps_has_one_band_beside_zero():
     rows = by_score_band(Probe(true.copy(), true, "steps"), n_random=1).splitlines()
     assert [r.split(" | ")[0] for r in rows[2:]] == ["| 0", "| 1"]
     assert rows[3] == "| 1 | 25%, +1.0000 | 25%, +1.0000 |"
+
+
+def test_the_runs_policy_is_the_one_examples_ppo_saved_where_the_run_went_through_it(tmp_path):
+    """`--policy run` plays the weights file a run through examples.ppo keeps, before any A2C
+    checkpoint: here one that always takes the last action."""
+    import shutil
+    from pathlib import Path
+
+    import torch
+
+    from a2c.checkpoint import save_policy_weights
+    from a2c.policies import make_policy
+    from examples.ppo import POLICY_FILE
+    from experiments.probe_predictor import load_run
+    from launch.cli import saved_run
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parent / "fixtures" / "run_29d3a96", run_dir)
+    run = saved_run(run_dir)
+    env, _, _ = load_run(run, "random", 2, 0)
+    n = env.num_actions
+    env.close()
+    net = make_policy("moving_dot", n)
+    with torch.no_grad():
+        net.policy.weight.zero_()
+        net.policy.bias.copy_(torch.arange(n, dtype=torch.float32) * 100)
+    save_policy_weights(run_dir / POLICY_FILE, {"policy": net.state_dict(), "timesteps": 0})
+    env, _, act = load_run(run, "run", 2, 0)
+    try:
+        obs = env.reset()
+        assert (act(obs) == n - 1).all()
+    finally:
+        env.close()
