@@ -30,7 +30,7 @@ from envs.scores import MOVING_DOT_LEVEL
 from experiments.reproduction import (RunRow, draw, head_names, legend_below, markdown_head,
                                       name_by_flags, plot, read_run, stretch_table, table_head)
 from experiments.runlog import smooth
-from experiments.runrecord import RunRecord
+from experiments.runrecord import RunRecord, as_typed
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,7 +85,7 @@ def commands(rows: list[RunRow]) -> str:
     for row in rows:
         started = row.record.started_with
         typed = ("not recorded" if started is None
-                 else f"{started[0]} {shlex.join(started[1])}".replace("/root/", "~/"))
+                 else as_typed(f"{started[0]} {shlex.join(started[1])}"))
         lines.append(f"- {row.title}, seed {row.seed}: `{typed}`")
     return "\n".join(lines)
 

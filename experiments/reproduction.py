@@ -32,7 +32,7 @@ import numpy as np
 
 
 from experiments.runlog import best_window, first_reached, smooth
-from experiments.runrecord import PROGRAMS, RunRecord
+from experiments.runrecord import PROGRAMS, RunRecord, as_typed
 from launch.rundir import is_run_dir, saved_settings
 from launch.settings import flag_fields
 from runtime.outputs import prepare_output
@@ -203,7 +203,7 @@ def flag_text(name: str, value: object) -> str:
         negation = next(f.metadata["negation"] for f in flag_fields() if f.name == name)
         return f"--{name}" if value or not negation else negation[0]
     if isinstance(value, str):
-        value = value.replace("/root/", "~/")  # a path as typed on the machines that ran it
+        value = as_typed(value)
     return f"--{name} {value:g}" if isinstance(value, float) else f"--{name} {value}"
 
 

@@ -36,6 +36,12 @@ KEEPING = ("policy_ckpt_interval", "policy_ckpts_kept", "render_episodes",
 PROGRAMS = {"run.py": "python run.py", "examples/ppo.py": "python -m examples.ppo"}
 
 
+def as_typed(text: str) -> str:
+    """A recorded command or path as a user types it: the home directory the runs were made in
+    (/root) as ~."""
+    return text.replace("/root/", "~/")
+
+
 @dataclass
 class RunRecord:
     name: str  # the run directory's name
