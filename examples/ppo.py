@@ -27,6 +27,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from launch.rundir import PPO_POLICY_FILE
+
 if TYPE_CHECKING:
     from stable_baselines3 import PPO
 
@@ -36,9 +38,10 @@ DEFAULT_ENV = "MovingDotNoFrameskip-v0"
 PPO_SETTINGS = dict(n_steps=128, batch_size=256, n_epochs=4, learning_rate=2.5e-4, clip_range=0.1,
                     ent_coef=0.01, vf_coef=0.5)
 MODEL_FILE = "ppo.zip"
-# PPO's network as one of our policy weights files, saved with the model (Atari games): what
-# experiments.evaluate, run_checkpoint.py and the GIFs play. SB3's CnnPolicy is our nature_cnn.
-POLICY_FILE = "ppo_policy.pt"
+# PPO's network as one of our policy weights files (launch.rundir's PPO_POLICY_FILE), saved with
+# the model in Atari games: what experiments.evaluate, run_checkpoint.py and the GIFs play.
+# SB3's CnnPolicy is our nature_cnn.
+POLICY_FILE = PPO_POLICY_FILE
 _SB3_NAMES = {"pi_features_extractor.cnn.0": "torso.0", "pi_features_extractor.cnn.2": "torso.2",
               "pi_features_extractor.cnn.4": "torso.4", "pi_features_extractor.linear.0": "torso.7",
               "action_net": "policy", "value_net": "value"}

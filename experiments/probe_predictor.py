@@ -218,11 +218,10 @@ def load_run(run: Run, policy: str, n_envs: int, seed: int, following: float = 1
         return env, ensemble.reward, act
     from a2c.checkpoint import load_policy_weights
     from a2c.policies import make_policy
-    from examples.ppo import POLICY_FILE
+    from launch.rundir import newest_policy
 
     net = make_policy(kind, env.num_actions)
-    ppo = run.dir / POLICY_FILE  # a run through examples.ppo keeps its policy there
-    net.load_state_dict(load_policy_weights(ppo if ppo.is_file() else run.dir / "policy")["policy"])
+    net.load_state_dict(load_policy_weights(newest_policy(run.dir))["policy"])
     net.eval()
     torch.manual_seed(seed)
     return env, ensemble.reward, lambda obs: sample_actions(net, obs)

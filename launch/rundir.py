@@ -27,11 +27,22 @@ LOCK_FILE = "run.lock"  # locked (flock) by the process whose run works in the d
 AGENT_PROGRESS_FILE = "agent_progress.json"
 # The pretraining epochs the predictor has done, under reward_predictor/, for a resume.
 PRETRAINING_FILE = "pretraining.json"
+POLICY_DIR = "policy"  # A2C's policy checkpoints
+# A run through examples.ppo: PPO's network as one of our policy weights files (Atari games).
+PPO_POLICY_FILE = "ppo_policy.pt"
 
 
 def is_run_dir(path: Path) -> bool:
     """Whether `path` is a run's directory: it holds the run's settings."""
     return (path / SETTINGS_FILE).is_file()
+
+
+def newest_policy(run_dir: Path) -> Path:
+    """Where a run's newest policy is to be played from: the weights file a run through
+    examples.ppo keeps, else A2C's checkpoint directory (`a2c.checkpoint.load_policy_weights`
+    takes either)."""
+    ppo = run_dir / PPO_POLICY_FILE
+    return ppo if ppo.is_file() else run_dir / POLICY_DIR
 
 
 def saved_settings(run_dir: Path) -> dict[str, Any]:
