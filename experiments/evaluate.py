@@ -9,7 +9,8 @@ paper's 0-30 no-op starts and without, and print one table.
     python -m experiments.evaluate ~/runs/pong_prefs_seed1 --best_and_final --grid greedy:30 \\
         sampled:30
 
-Each POLICY is a run directory (its newest checkpoint; its env from settings.json), a folder of
+Each POLICY is a run directory (its newest checkpoint, or the weights a run through
+examples.ppo saved; its env from settings.json), a folder of
 checkpoints (`policy-*.pt`), a checkpoint file or a weights file (`run_checkpoint.py
 --save_weights`). With `--all_checkpoints` a run directory or folder gives every checkpoint in it,
 so that the score can be drawn against agent steps: whether a level was held or only touched;
@@ -37,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from launch.rundir import is_run_dir, saved_settings
+from launch.rundir import is_run_dir, newest_policy, saved_settings
 
 EXIT_USAGE = 2
 DEFAULT_GRID = ("greedy:30", "sampled:30", "greedy:0")
@@ -99,9 +100,10 @@ def find_policies(path: Path, all_checkpoints: bool, best_window: int | None = N
 
     run_dir = path if is_run_dir(path) else None
     env_id = saved_settings(path).get("env_id") if run_dir else None
-    if path.is_file():
-        return [path], env_id, run_dir
-    folder = path / "policy" if run_dir else path
+    played = newest_policy(run_dir) if run_dir else path
+    if played.is_file():  # a checkpoint or weights file, or a run through examples.ppo
+        return [played], env_id, run_dir
+    folder = played
     found = checkpoints(folder)
     if not found:
         raise ValueError(f"no policy checkpoint in {path}")

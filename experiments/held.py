@@ -30,7 +30,7 @@ from typing import Iterator
 from envs.atari import NOOP_MAX
 from experiments.evaluate import EVAL_SEED, EXIT_USAGE, MAX_STEPS
 from experiments.milestones import HELD_MARGIN, MILESTONES, Milestone
-from launch.rundir import saved_settings
+from launch.rundir import POLICY_DIR, saved_settings
 
 
 @dataclass
@@ -89,7 +89,7 @@ def policy_conditions(run_dir: Path, m: Milestone, episodes: int,
     from a2c.checkpoint import load_policy_weights
     from experiments.evaluate import play
 
-    state = load_policy_weights(run_dir / "policy")
+    state = load_policy_weights(run_dir / POLICY_DIR)
     for actions, floor in (("greedy", m.level), ("sampled", m.level - HELD_MARGIN)):
         played = play(m.env_id, state["policy"], episodes, actions == "greedy", NOOP_MAX,
                       EVAL_SEED, max_steps)
@@ -107,7 +107,7 @@ def alive_condition(run_dir: Path, m: Milestone) -> Condition:
     from a2c.revive import random_play
     from experiments.probe_policy import probe_checkpoint
 
-    kept = checkpoints(run_dir / "policy")
+    kept = checkpoints(run_dir / POLICY_DIR)
     obs = random_play(m.env_id)
     dead = []
     for path in kept:
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.episodes <= 0 or a.max_steps <= 0:
             raise ValueError("--episodes and --max_steps must be positive")
         name, m = milestone_of(run_dir)
-        latest_checkpoint(run_dir / "policy")  # a run with no checkpoint yet is refused here
+        latest_checkpoint(run_dir / POLICY_DIR)  # a run with no checkpoint yet is refused here
         reached, conditions = training_conditions(run_dir, m)
         print(f"{run_dir.name}: {m.env_id}, milestone {name} ({m.note})")
         print("| condition | needed | measured | met |\n|---|---|---|---|")

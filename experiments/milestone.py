@@ -30,6 +30,7 @@ from experiments.plot_runs import plot
 from experiments.runlog import RunLog
 from experiments.sweep import Trial, add_sweep_flags, run_sweep, sweep_options
 from launch.cli import load_settings
+from launch.rundir import POLICY_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,7 +66,7 @@ def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR,
             return "-" if n is None else f"{n:,.0f}"
 
         if hit is None:
-            kept = checkpoints(d / "policy")
+            kept = checkpoints(d / POLICY_DIR)
             total = checkpoint_steps(kept[-1]) if kept else 0
             so_far = "" if total >= load_settings(d).million_timesteps * 1e6 else " so far"
             reached = "not yet" if m.level is not None else "-"
@@ -83,7 +84,7 @@ def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR,
         from experiments.held import main as held
 
         for d in dirs:
-            if checkpoints(Path(d) / "policy"):
+            if checkpoints(Path(d) / POLICY_DIR):
                 print()
                 held([d])
 

@@ -192,14 +192,14 @@ def level_reached(run_dir: Path, level: float, window: int = 64) -> dict | None:
 
     from a2c.config import checkpoint_steps, checkpoints
     from launch.cli import load_settings
-    from launch.rundir import MACHINES_FILE, is_run_dir
+    from launch.rundir import MACHINES_FILE, POLICY_DIR, is_run_dir
 
     if not is_run_dir(run_dir):
         return None
     log = RunLog(run_dir)
     hit = log.first_time_at(level, window) if (run_dir / "tb").is_dir() else None
     if hit is None:
-        kept = checkpoints(run_dir / "policy")
+        kept = checkpoints(run_dir / POLICY_DIR)
         if not kept or checkpoint_steps(kept[-1]) < load_settings(run_dir).million_timesteps * 1e6:
             return None
     steps, returns = log.returns()

@@ -14,7 +14,7 @@ from a2c.entry_points import check_policy, check_start_policy
 from launch.env_settings import describe as env_settings_help
 from launch.env_settings import env_settings
 from launch.preflight import first_error
-from launch.rundir import (PREDICTOR_FILE, PREFS_FILE, SETTINGS_FILE, Run, busy_message,
+from launch.rundir import (POLICY_DIR, PREDICTOR_FILE, PREFS_FILE, SETTINGS_FILE, Run, busy_message,
                            run_dir_holder, saved_settings)
 from launch.settings import MODES, TRAINING_MODES, Settings, invalid_setting, unused_settings
 from launch.settings import build_parser as settings_parser
@@ -116,7 +116,7 @@ def resume(run_dir: Path, given: dict[str, Any]) -> Run:
         raise UsageError(f"--resume goes on in the run's own directory from its own store and "
                          f"checkpoints: --{', --'.join(new_run_only)} apply to a new run only")
     settings = dataclasses.replace(saved, **overrides)
-    policy = run_dir / "policy"
+    policy = run_dir / POLICY_DIR
     kept = checkpoints(policy)
     if kept and settings.mode in TRAINING_MODES:
         done = checkpoint_steps(kept[-1])

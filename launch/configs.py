@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from launch.rundir import PREDICTOR_FILE
+from launch.rundir import POLICY_DIR, PREDICTOR_FILE
 from reward_predictor.pace import ceiling_of_pace, labels_per_member
 from runtime.machine import usable_cores
 
@@ -37,7 +37,7 @@ def a2c_config(run: Run):
         a2c=A2CConfig(n_envs=s.n_envs, ent_coef=s.ent_coef, lr=s.lr, optimizer=s.optimizer,
                       lr_zero_timesteps=steps_or_none(s.lr_zero_million_timesteps),
                       lr_warmup_timesteps=steps_or_none(s.lr_warmup_million_timesteps)),
-        seed=s.seed, ckpt_dir=str(run.dir / "policy"), ckpt_interval=s.policy_ckpt_interval,
+        seed=s.seed, ckpt_dir=str(run.dir / POLICY_DIR), ckpt_interval=s.policy_ckpt_interval,
         ckpt_keep=s.policy_ckpts_kept, revive_dead=s.revive_dead_policy,
         load_ckpt_dir=run.policy_ckpt_dir, start_weights=s.start_policy, torch_threads=s.torch_threads,
         env_threads=s.env_threads, precision=s.precision, device=run.policy_device,

@@ -107,6 +107,19 @@ def test_best_and_final_are_the_newest_checkpoint_and_the_one_behind_the_best_ep
         find_policies(run / "policy", False, best_window=2)
 
 
+
+def test_a_run_through_examples_ppo_is_played_from_the_weights_it_saved(tmp_path):
+    from experiments.evaluate import find_policies
+    from launch.rundir import PPO_POLICY_FILE
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "settings.json").write_text(json.dumps({"env_id": "EnduroNoFrameskip-v4"}))
+    with pytest.raises(ValueError, match="no policy checkpoint"):
+        find_policies(run, False)
+    (run / PPO_POLICY_FILE).write_bytes(b"")
+    assert find_policies(run, False) == ([run / PPO_POLICY_FILE], "EnduroNoFrameskip-v4", run)
+
 def test_on_enduro_each_cell_measures_the_share_of_steps_level_with_a_car(tmp_path):
     from a2c.policies import make_policy
     from experiments.evaluate import Cell, play
