@@ -5,6 +5,7 @@
     python -m experiments.probe_predictor RUN_DIR --policy run    # the run's newest policy
     python -m experiments.probe_predictor RUN_DIR --policy fixed  # each action held throughout
     python -m experiments.probe_predictor RUN_DIR --policy follower  # Enduro: the scripted follower
+    python -m experiments.probe_predictor RUN_DIR --policy follower --against run  # ... or the run's
     python -m experiments.probe_predictor RUN_DIR --stored_labels # the run's own labels
 
 Plays the run's env, scores every step with the run's saved predictor exactly as A2C gets it
@@ -22,7 +23,8 @@ hacking: the policy's own clips scored well by r̂ but badly by the game. `--pol
 each action held at every step, from the same starts, and prints one line each: r̂'s mean a step
 and the true reward's (or the share of steps level with a car), what the simplest play earns from
 each. `--policy follower` (Enduro) plays the scripted follower of `experiments.alongside_teachers`
-in half the envs and random play in the others, side by side, and says whether r̂ pays for the
+in half the envs and random play (or, `--against run`, the run's newest policy) in the others,
+side by side, and says whether r̂ pays for the
 behaviour: its mean a step for each, over pairs of clips, one of each, how often r̂ and the
 run's teacher prefer the follower's, and r̂'s mean a step for each within bands of the teacher's
 score (does r̂ pay the follower's best steps as it pays random play's at the same score?); with
@@ -113,15 +115,15 @@ def clip_sums(x: np.ndarray) -> np.ndarray:
 
 def follower_envs(n_envs: int) -> range:
     """The envs the scripted follower drives in `--policy follower`: the second half; the first
-    play at random."""
+    play at random or (`--against run`) the run's policy."""
     return range(n_envs // 2, n_envs)
 
 
 def follower_preferred(probe: Probe, n_random: int, n_pairs: int = 20_000, seed: int = 0
                        ) -> tuple[float, float]:
-    """The probe's first `n_random` envs played at random, the others the scripted follower: for
-    random pairs of clips, one of each, how often r̂ and the teacher's score prefer the
-    follower's (a tie counts half)."""
+    """The probe's first `n_random` envs played by the other player (random play or the run's
+    policy), the others by the scripted follower: for random pairs of clips, one of each, how
+    often r̂ and the teacher's score prefer the follower's (a tie counts half)."""
     def prefers(x: np.ndarray) -> float:
         rand, follow = clip_sums(x[:, :n_random]), clip_sums(x[:, n_random:])
         rng = np.random.default_rng(seed)
@@ -132,12 +134,12 @@ def follower_preferred(probe: Probe, n_random: int, n_pairs: int = 20_000, seed:
     return prefers(probe.predicted), prefers(probe.true)
 
 
-def follower_contrast(probe: Probe, n_random: int) -> str:
+def follower_contrast(probe: Probe, n_random: int, other: str = "random play") -> str:
     """Whether r̂ pays for the behaviour (`follower_preferred`), with r̂'s mean a step for the
-    follower and for random play."""
+    follower and for the `other` player."""
     p = probe.predicted
     by_r_hat, by_teacher = follower_preferred(probe, n_random)
-    return (f"r̂ a step: follower {p[:, n_random:].mean():+.4f}, random play "
+    return (f"r̂ a step: follower {p[:, n_random:].mean():+.4f}, {other} "
             f"{p[:, :n_random].mean():+.4f}; of pairs of {CLIP}-step clips, one of each, r̂ "
             f"prefers the follower's in {by_r_hat:.1%}, {probe.target} in {by_teacher:.1%} "
             "(ties half)")
@@ -187,44 +189,49 @@ def run_teacher(run: Run):
     return None
 
 
-def load_run(run: Run, policy: str, n_envs: int, seed: int, following: float = 1.0):
+def load_run(run: Run, policy: str, n_envs: int, seed: int, following: float = 1.0,
+             against: str = "random"):
     """The run's env, its predictor as A2C uses it, and an action function: random play, the
-    run's newest policy (A2C's, or the one `examples.ppo` saved), or (`follower`, Enduro) random
-    play in the first half of the envs and the scripted follower in the others, taking its
-    action with probability `following` and a random one otherwise."""
-    import torch
-
-    from a2c.rollout import sample_actions
+    run's newest policy (A2C's, or the one `examples.ppo` saved), or (`follower`, Enduro) the
+    `against` player (`random` or `run`) in the first half of the envs and the scripted follower
+    in the others, taking its action with probability `following` and a random one otherwise."""
     from envs import make_vec_env
 
-    kind = run.env_kind
     ensemble = saved_predictor(run)
     env = make_vec_env(run.settings.env_id, n_envs, seed=seed, num_threads=1)
-    if policy == "random":
-        rng = np.random.default_rng(seed)
-        return env, ensemble.reward, lambda obs: rng.integers(0, env.num_actions, len(obs))
-    if policy == "follower":
-        from experiments.alongside_teachers import driver_policy
+    rng = np.random.default_rng(seed)
+    base = run_policy(run, env.num_actions, seed) if (policy == "run" or (
+        policy == "follower" and against == "run")) else (
+        lambda obs: rng.integers(0, env.num_actions, len(obs)))
+    if policy != "follower":
+        return env, ensemble.reward, base
+    from experiments.alongside_teachers import driver_policy
 
-        rng = np.random.default_rng(seed)
-        driver = "follower" if following == 1 else f"following:{following}"
-        followers = {i: driver_policy(driver, rng) for i in follower_envs(n_envs)}  # one an env
+    driver = "follower" if following == 1 else f"following:{following}"
+    followers = {i: driver_policy(driver, rng) for i in follower_envs(n_envs)}  # one an env
 
-        def act(obs: np.ndarray) -> np.ndarray:
-            actions = rng.integers(0, env.num_actions, len(obs))
-            for i, follower in followers.items():
-                actions[i] = follower(obs[i, -1])
-            return actions
-        return env, ensemble.reward, act
+    def act(obs: np.ndarray) -> np.ndarray:
+        actions = np.asarray(base(obs)).copy()
+        for i, follower in followers.items():
+            actions[i] = follower(obs[i, -1])
+        return actions
+    return env, ensemble.reward, act
+
+
+def run_policy(run: Run, num_actions: int, seed: int) -> Callable[[np.ndarray], np.ndarray]:
+    """The run's newest policy (A2C's, or the one `examples.ppo` saved), sampling its actions."""
+    import torch
+
     from a2c.checkpoint import load_policy_weights
     from a2c.policies import make_policy
+    from a2c.rollout import sample_actions
     from launch.rundir import newest_policy
 
-    net = make_policy(kind, env.num_actions)
+    net = make_policy(run.env_kind, num_actions)
     net.load_state_dict(load_policy_weights(newest_policy(run.dir))["policy"])
     net.eval()
     torch.manual_seed(seed)
-    return env, ensemble.reward, lambda obs: sample_actions(net, obs)
+    return lambda obs: sample_actions(net, obs)
 
 
 def probe_run(run_dir: Path, policy: str, steps: int, n_envs: int, seed: int,
@@ -297,10 +304,11 @@ def plot(probe: Probe, out: str, title: str) -> None:
     plt.close(fig)
 
 
-def by_score_band(probe: Probe, n_random: int) -> str:
-    """r̂'s mean a step for random play (the first `n_random` envs) and the follower (the others)
-    within bands of the teacher's score: the steps it scores 0, then thirds of the others. Tells
-    whether r̂ pays for the follower's best steps as it pays for random play's at the same score."""
+def by_score_band(probe: Probe, n_random: int, other: str = "random play") -> str:
+    """r̂'s mean a step for the `other` player (the first `n_random` envs) and the follower (the
+    others) within bands of the teacher's score: the steps it scores 0, then thirds of the others.
+    Tells whether r̂ pays for the follower's best steps as it pays for the other's at the same
+    score."""
     true, pred = probe.true, probe.predicted
     positive = true > 0
     edges = (np.unique(np.quantile(true[positive], [0, 1 / 3, 2 / 3, 1])) if positive.any()
@@ -309,7 +317,7 @@ def by_score_band(probe: Probe, n_random: int) -> str:
     band_of = np.where(positive, 1 + np.searchsorted(edges[1:-1], true, side="right"), 0)
     names = ["0"] + ([f"{edges[0]:g}"] if len(edges) == 1 else  # one positive value: one band
                      [f"{lo:.2f}–{hi:.2f}" for lo, hi in zip(edges[:-1], edges[1:])])
-    lines = [f"| {probe.target} a step | random play: share, r̂ | follower: share, r̂ |",
+    lines = [f"| {probe.target} a step | {other}: share, r̂ | follower: share, r̂ |",
              "|---|---|---|"]
     for k, name in enumerate(names):
         cells = []
@@ -382,6 +390,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--following", type=float, default=1.0, metavar="P",
                    help="with --policy follower: the follower's action with probability P and a "
                         "random one otherwise, part of the way from random play to it")
+    p.add_argument("--against", choices=("random", "run"), default="random",
+                   help="with --policy follower: who plays the other half of the envs, random "
+                        "play or the run's newest policy (does r̂ rank the follower above what "
+                        "the learner found?)")
     p.add_argument("--steps", type=int, default=1000, help="steps of each env")
     p.add_argument("--n_envs", type=int, default=8, help="envs played side by side")
     p.add_argument("--seed", type=int, default=1, help="env and action seed")
@@ -397,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--steps must exceed {CLIP} and --n_envs must be positive")
     if not 0 < a.following <= 1 or (a.following != 1 and a.policy != "follower"):
         p.error("--following is a probability in (0, 1], with --policy follower")
+    if a.against != "random" and a.policy != "follower":
+        p.error("--against goes with --policy follower")
     import torch
     torch.set_num_threads(1)
     from a2c.checkpoint import CheckpointError
@@ -414,11 +428,13 @@ def main(argv: list[str] | None = None) -> int:
         if a.policy == "follower" and a.n_envs < 2:
             raise UsageError("--policy follower needs --n_envs 2 or more: half play at random")
         env, reward_fn, act = load_run(run, "random" if a.policy == "fixed" else a.policy,
-                                       a.n_envs, a.seed, a.following)
+                                       a.n_envs, a.seed, a.following, a.against)
     except (CheckpointError, UsageError) as e:
         p.error(str(e))
     teacher = run_teacher(run)
-    print(f"{run_dir} ({a.policy} play, {a.steps} steps x {a.n_envs} envs)")
+    other = "the run's policy" if a.against == "run" else "random play"
+    played = f"follower against {other}" if a.policy == "follower" else f"{a.policy} play"
+    print(f"{run_dir} ({played}, {a.steps} steps x {a.n_envs} envs)")
     if a.policy == "fixed":
         from envs import action_names, make_vec_env
         env.close()
@@ -433,8 +449,8 @@ def main(argv: list[str] | None = None) -> int:
         env.close()
     print(report(probe))
     if a.policy == "follower":
-        print(follower_contrast(probe, follower_envs(a.n_envs).start))
-        print(by_score_band(probe, follower_envs(a.n_envs).start))
+        print(follower_contrast(probe, follower_envs(a.n_envs).start, other))
+        print(by_score_band(probe, follower_envs(a.n_envs).start, other))
     if a.out:
         plot(probe, a.out, f"{run_dir.name}: {a.policy} play")
         print(f"wrote {a.out}")

@@ -238,6 +238,9 @@ def test_the_follower_drives_only_in_enduro_and_beside_random_play(tmp_path, cap
             main([str(run), *args])
         assert e.value.code == 2 and "--following is a probability in (0, 1]" in \
             capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main([str(run), "--against", "run"])
+    assert e.value.code == 2 and "--against goes with --policy follower" in capsys.readouterr().err
 
 
 def test_score_bands_show_r_hat_paying_random_plays_best_steps_but_not_the_followers():
@@ -294,5 +297,11 @@ def test_the_runs_policy_is_the_one_examples_ppo_saved_where_the_run_went_throug
     try:
         obs = env.reset()
         assert (act(obs) == n - 1).all()
+    finally:
+        env.close()
+    # Beside the follower (`--against run`), the first half of the envs play the same policy.
+    env, _, act = load_run(run, "follower", 4, 0, against="run")
+    try:
+        assert (act(env.reset())[:2] == n - 1).all()
     finally:
         env.close()
