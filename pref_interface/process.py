@@ -147,6 +147,9 @@ class Labelling:
             config.val_fraction, np.random.default_rng(np.random.SeedSequence(config.seed).spawn(4)[3])
         ) if config.demonstrations else None
         self.n_stored = stats.labels_stored.value = len(self.store)
+        if self.demos is not None:  # a resumed run: its counts go on from the stored labels
+            for pref in self.store.iter_latest(self.n_stored):
+                self.demos.labelled(pref)
         person = labeller.source == "human" if labeller is not None else not config.synthetic
         person = person and not config.labellers  # a team takes every pair drawn, as a teacher
         # The ensemble's P[left > right] per member: for the pair selection that asks it, and to

@@ -126,7 +126,14 @@ def test_labelling_draws_pairs_from_the_agents_clips_and_the_demonstrations(tmp_
     assert all(len(s) == 1 for s in demo_splits)
     # the agent's same 30 clips, sent again, are drawn anew: some land in both splits
     assert any(len(s) == 2 for s in splits.values())
+    counted = labelling.demos.scalars()
     labelling.close()
+    # Resumed on the same store, the counts go on from its labels instead of from 0.
+    again = Labelling(LabellingConfig(synthetic=True, seed=0, demonstrations=str(demos_path)),
+                      Channels(None, queue.Queue()), stats=LabellingStats.create(
+                          mp.get_context("spawn")), store_path=str(tmp_path / "prefs.sqlite"))
+    assert again.demos.scalars() == counted
+    again.close()
 
 
 @pytest.mark.parametrize("flags, words", [
