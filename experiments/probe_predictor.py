@@ -200,8 +200,8 @@ def load_run(run: Run, policy: str, n_envs: int, seed: int, following: float = 1
     ensemble = saved_predictor(run)
     env = make_vec_env(run.settings.env_id, n_envs, seed=seed, num_threads=1)
     rng = np.random.default_rng(seed)
-    base = run_policy(run, env.num_actions, seed) if (policy == "run" or (
-        policy == "follower" and against == "run")) else (
+    plays_run = policy == "run" or (policy == "follower" and against == "run")
+    base = run_policy(run, env.num_actions, seed) if plays_run else (
         lambda obs: rng.integers(0, env.num_actions, len(obs)))
     if policy != "follower":
         return env, ensemble.reward, base
@@ -426,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("--policy follower drives in Enduro; this run is "
                              f"{run.settings.env_id}")
         if a.policy == "follower" and a.n_envs < 2:
-            raise UsageError("--policy follower needs --n_envs 2 or more: half play at random")
+            raise UsageError("--policy follower needs --n_envs 2 or more: it drives half of them")
         env, reward_fn, act = load_run(run, "random" if a.policy == "fixed" else a.policy,
                                        a.n_envs, a.seed, a.following, a.against)
     except (CheckpointError, UsageError) as e:
