@@ -230,7 +230,11 @@ def plot_shares(rows: list[RunRow], out: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for row in rows:
         rec = row.record
-        ax.plot(rec.alongside_steps, smooth(rec.alongside_shares, WINDOW), lw=1.3,
+        steps, means = np.asarray(rec.alongside_steps), smooth(rec.alongside_shares, WINDOW)
+        # A learner whose envs end their episodes on one step (PPO's, 3,000 steps each) gives
+        # many points at one x: the mean after the last of them stands for that step.
+        last = np.append(steps[1:] != steps[:-1], True)
+        ax.plot(steps[last], means[last], lw=1.3,
                 label=textwrap.fill(f"{row.title}, seed {row.seed}", 90))  # long flag lists
     ax.axhline(ALONGSIDE_TARGET, color="grey", ls="--", lw=1,
                label=f"target {ALONGSIDE_TARGET:.0%} (twice random play's)")
