@@ -158,6 +158,7 @@ def play(env_id: str, weights: dict, episodes: int, greedy: bool, noop_max: int,
     policy = make_policy(env_kind(env_id), env.num_actions)
     policy.load_state_dict(weights)
     policy.eval()
+    torch.manual_seed(seed)  # sampled play is drawn the same way on every evaluation
     obs = env.reset(seed=seed)
     returns, lengths = np.zeros(episodes), np.zeros(episodes, dtype=np.int64)
     done = np.zeros(episodes, dtype=bool)

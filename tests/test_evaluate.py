@@ -139,6 +139,19 @@ def test_on_enduro_each_cell_measures_the_share_of_steps_level_with_a_car(tmp_pa
                 seed=0, max_steps=10).alongside is None
 
 
+
+def test_sampled_play_is_the_same_on_every_evaluation_with_one_seed():
+    from a2c.policies import make_policy
+    from experiments.evaluate import play
+
+    weights = make_policy("moving_dot", 5).state_dict()
+
+    def taken(seed: int, callers_seed: int) -> dict:
+        torch.manual_seed(callers_seed)  # whatever the caller's RNG, the evaluation's seed decides
+        return play("MovingDotNoFrameskip-v0", weights, 2, False, 0, seed, 50).action_shares
+
+    assert taken(0, 1) == taken(0, 2) != taken(1, 1)
+
 def test_each_cell_names_the_action_its_policy_takes_least():
     from a2c.policies import make_policy
     from experiments.evaluate import Cell, play
