@@ -103,8 +103,7 @@ def find_policies(path: Path, all_checkpoints: bool, best_window: int | None = N
     played = newest_policy(run_dir) if run_dir else path
     if played.is_file():  # a checkpoint or weights file, or a run through examples.ppo
         return [played], env_id, run_dir
-    folder = played
-    found = checkpoints(folder)
+    found = checkpoints(played)
     if not found:
         raise ValueError(f"no policy checkpoint in {path}")
     if best_window is None:
