@@ -38,10 +38,9 @@ DEFAULT_ENV = "MovingDotNoFrameskip-v0"
 PPO_SETTINGS = dict(n_steps=128, batch_size=256, n_epochs=4, learning_rate=2.5e-4, clip_range=0.1,
                     ent_coef=0.01, vf_coef=0.5)
 MODEL_FILE = "ppo.zip"
-# PPO's network as one of our policy weights files (launch.rundir's PPO_POLICY_FILE), saved with
-# the model in Atari games: what experiments.evaluate, run_checkpoint.py and the GIFs play.
-# SB3's CnnPolicy is our nature_cnn.
-POLICY_FILE = PPO_POLICY_FILE
+# PPO's network is also saved as one of our policy weights files (PPO_POLICY_FILE) in Atari
+# games: what experiments.evaluate, run_checkpoint.py and the GIFs play. SB3's CnnPolicy is our
+# nature_cnn.
 _SB3_NAMES = {"pi_features_extractor.cnn.0": "torso.0", "pi_features_extractor.cnn.2": "torso.2",
               "pi_features_extractor.cnn.4": "torso.4", "pi_features_extractor.linear.0": "torso.7",
               "action_net": "policy", "value_net": "value"}
@@ -101,9 +100,9 @@ def save_ppo(model: "PPO", folder: Path, atari: bool = True) -> None:
     model.save(tmp)
     os.replace(tmp, model_path)
     if atari:
-        tmp = folder / f"{POLICY_FILE}.tmp"
+        tmp = folder / f"{PPO_POLICY_FILE}.tmp"
         save_policy_weights(tmp, policy_weights(model))
-        os.replace(tmp, folder / POLICY_FILE)
+        os.replace(tmp, folder / PPO_POLICY_FILE)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     env = PreferenceVecEnv(
         GymVectorEnv(env_id, settings["n_envs"], seed=seed),
         resume_hint="python -m examples.ppo --resume {run_dir}",
-        watch_hint=f"python run_checkpoint.py {env_id} {{run_dir}}/{POLICY_FILE}" if atari else None,
+        watch_hint=f"python run_checkpoint.py {env_id} {{run_dir}}/{PPO_POLICY_FILE}" if atari else None,
         **settings)
     s = env.settings
     torch.set_num_threads(s.torch_threads)

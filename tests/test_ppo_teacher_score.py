@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from clips.clip import STACK
-from examples.ppo import POLICY_FILE
+from launch.rundir import PPO_POLICY_FILE
 from experiments import ppo_teacher_score as pts
 from pref_interface.labellers.alongside import SHARE_EVERY
 from tests.test_teachers import enduro_frame
@@ -85,7 +85,7 @@ def test_a_short_run_saves_its_policy_and_goes_on_from_it(tmp_path, capsys):
     assert pts.main(args + ["--million_timesteps", "0.0003"]) == 0
     assert (out / pts.MODEL_FILE).is_file()
     # PPO's network as our policy weights file, which the evaluator and run_checkpoint.py play
-    policy = out / POLICY_FILE
+    policy = out / PPO_POLICY_FILE
     check_fits(pts.ENV_ID, load_policy_weights(policy)["policy"], policy)
     saved = json.loads((out / pts.SETTINGS_FILE).read_text())
     assert saved["teacher"] == "alongside_near" and saved["n_envs"] == 2

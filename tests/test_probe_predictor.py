@@ -278,7 +278,7 @@ def test_the_runs_policy_is_the_one_examples_ppo_saved_where_the_run_went_throug
 
     from a2c.checkpoint import save_policy_weights
     from a2c.policies import make_policy
-    from examples.ppo import POLICY_FILE
+    from launch.rundir import PPO_POLICY_FILE
     from experiments.probe_predictor import load_run
     from launch.cli import saved_run
 
@@ -292,7 +292,7 @@ def test_the_runs_policy_is_the_one_examples_ppo_saved_where_the_run_went_throug
     with torch.no_grad():
         net.policy.weight.zero_()
         net.policy.bias.copy_(torch.arange(n, dtype=torch.float32) * 100)
-    save_policy_weights(run_dir / POLICY_FILE, {"policy": net.state_dict(), "timesteps": 0})
+    save_policy_weights(run_dir / PPO_POLICY_FILE, {"policy": net.state_dict(), "timesteps": 0})
     env, _, act = load_run(run, "run", 2, 0)
     try:
         obs = env.reset()
