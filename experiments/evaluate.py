@@ -153,35 +153,36 @@ def play(env_id: str, weights: dict, episodes: int, greedy: bool, noop_max: int,
     from envs import action_names, env_kind, make_vec_env
     from pref_interface.labellers.alongside import is_alongside, judges
 
-    env = make_vec_env(env_id, episodes, seed=seed, num_threads=1, noop_max=noop_max)
-    policy = make_policy(env_kind(env_id), env.num_actions)
-    policy.load_state_dict(weights)
-    policy.eval()
-    torch.manual_seed(seed)  # sampled play is drawn the same way on every evaluation
-    obs = env.reset(seed=seed)
-    returns, lengths = np.zeros(episodes), np.zeros(episodes, dtype=np.int64)
-    done = np.zeros(episodes, dtype=bool)
-    frames: list[list] = [[] for _ in range(record)]
-    taken = np.zeros(env.num_actions, dtype=np.int64)
-    alongside = 0 if judges(env_id) else None
-    with torch.no_grad():
-        for _ in range(max_steps):
-            for i in range(record):
-                if not done[i]:
-                    frames[i].append(obs[i, -1].copy())
-            if alongside is not None:
-                alongside += sum(is_alongside(obs[i, -1]) for i in np.flatnonzero(~done))
-            actions = sample_actions(policy, obs, greedy)
-            taken += np.bincount(actions[~done], minlength=env.num_actions)
-            result = env.step(actions)
-            obs = result.obs
-            returns[~done] += result.rewards[~done]
-            lengths[~done] += 1
-            for ep in result.finished:  # an env's later episodes do not count
-                done[ep.env_index] = True
-            if done.all():
-                break
-    env.close()
+    with torch.random.fork_rng(devices=[]):  # the caller's generator is left as it was
+        env = make_vec_env(env_id, episodes, seed=seed, num_threads=1, noop_max=noop_max)
+        policy = make_policy(env_kind(env_id), env.num_actions)
+        policy.load_state_dict(weights)
+        policy.eval()
+        torch.manual_seed(seed)  # sampled play is drawn the same way on every evaluation
+        obs = env.reset(seed=seed)
+        returns, lengths = np.zeros(episodes), np.zeros(episodes, dtype=np.int64)
+        done = np.zeros(episodes, dtype=bool)
+        frames: list[list] = [[] for _ in range(record)]
+        taken = np.zeros(env.num_actions, dtype=np.int64)
+        alongside = 0 if judges(env_id) else None
+        with torch.no_grad():
+            for _ in range(max_steps):
+                for i in range(record):
+                    if not done[i]:
+                        frames[i].append(obs[i, -1].copy())
+                if alongside is not None:
+                    alongside += sum(is_alongside(obs[i, -1]) for i in np.flatnonzero(~done))
+                actions = sample_actions(policy, obs, greedy)
+                taken += np.bincount(actions[~done], minlength=env.num_actions)
+                result = env.step(actions)
+                obs = result.obs
+                returns[~done] += result.rewards[~done]
+                lengths[~done] += 1
+                for ep in result.finished:  # an env's later episodes do not count
+                    done[ep.env_index] = True
+                if done.all():
+                    break
+        env.close()
     share = None if alongside is None else alongside / max(1, int(lengths.sum()))
     shares = dict(zip(action_names(env_id), (taken / max(1, taken.sum())).tolist()))
     return Played(returns.tolist(), lengths.tolist(), int((~done).sum()), frames, share, shares)

@@ -151,6 +151,11 @@ def test_sampled_play_is_the_same_on_every_evaluation_with_one_seed():
         return play("MovingDotNoFrameskip-v0", weights, 2, False, 0, seed, 50).action_shares
 
     assert taken(0, 1) == taken(0, 2) != taken(1, 1)
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    taken(0, 3)
+    assert torch.equal(torch.get_rng_state(), before)  # the caller's generator is left as it was
+
 
 def test_each_cell_names_the_action_its_policy_takes_least():
     from a2c.policies import make_policy
