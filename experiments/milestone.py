@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     m = MILESTONES[a.name]
     seeds = a.seeds if a.seeds is not None else ([0, 1, 2] if a.name == "moving_dot" else [0])
+    if min(seeds) < 0:
+        p.error(f"--seeds must be 0 or more, got {min(seeds)}")
     runs_dir = a.runs_dir.expanduser()
     code = 0
     if not a.report_only:
@@ -114,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
                          runs_dir=runs_dir, **sweep_options(a))
         if code == 2:
             return code
+    if not any((run_dir(a.name, seed, runs_dir) / "tb").is_dir() for seed in seeds):
+        print(f"milestone: no run of {a.name} for seeds {' '.join(map(str, seeds))} in {runs_dir}",
+              file=sys.stderr)
+        return code or 1
     report(m, a.name, seeds, runs_dir, a.out and a.out.expanduser())
     return code
 

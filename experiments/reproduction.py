@@ -294,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = [(kind, path.expanduser()) for kind, paths in (("prefs", a.prefs), ("true", a.true))
             for path in paths]
     if a.sweep:
+        if not (a.sweep.expanduser() / "runs").is_dir():
+            p.error(f"--sweep: {a.sweep} holds no sweep's runs (no runs/ folder in it)")
         runs += sweep_runs(a.sweep.expanduser())
     if not runs:
         p.error("give run directories with --prefs and/or --true, or a sweep with --sweep")

@@ -19,6 +19,7 @@ from launch.rundir import (POLICY_DIR, PREDICTOR_FILE, PREFS_FILE, SETTINGS_FILE
 from launch.settings import MODES, TRAINING_MODES, Settings, invalid_setting, unused_settings
 from launch.settings import build_parser as settings_parser
 from pref_interface.labellers.alongside import judges
+from pref_interface.labellers.team import parse_labellers
 from pref_interface.labellers.teachers import ENDURO_TEACHERS, teacher_kind
 from reward_predictor.entry_points import check_predictor
 
@@ -104,6 +105,8 @@ def resume(run_dir: Path, given: dict[str, Any]) -> Run:
     """--resume: the run's saved settings, overridden by the flags given now, started from the
     run's own checkpoints and label store."""
     saved = load_settings(run_dir)
+    if saved.mode is None or saved.env_id is None:
+        raise UsageError(f"--resume: {run_dir}/{SETTINGS_FILE} names no mode or env id")
     holder = run_dir_holder(run_dir)  # checked again as the run takes it (`make_run_dir`)
     if holder:
         raise UsageError(busy_message(run_dir, holder))
@@ -162,6 +165,11 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
     if s.labellers and (s.synthetic_prefs or s.clip_player not in ("auto", "web")):
         raise UsageError("--labellers: people label on the labelling page (--clip_player web), "
                          "not with --synthetic_prefs or another player")
+    if s.leave_out and s.labellers and run_dir is None and not s.load_prefs_dir:
+        others = set(parse_labellers(s.leave_out)) - set(parse_labellers(s.labellers))
+        if others:  # a new run's labels come from its --labellers alone
+            raise UsageError(f"--leave_out {','.join(sorted(others))}: not among --labellers "
+                             f"{s.labellers}")
     if s.labellers and s.queries == "sort":
         raise UsageError("--labellers: sorting asks one comparison at a time; several people "
                          "label --queries pairs")

@@ -110,6 +110,7 @@ def test_original_rewards_smoke_run_writes_the_run_directory_and_resumes(tmp_pat
     ["train_policy_with_preferences", "MovingDot-v0", "--batchnorm", "--no_batchnorm"],
     ["train_policy_with_original_rewards", "MovingDot-v0", "--n_env", "4"],  # a prefix: no flag
     ["train_policy_with_original_rewards", "MovingDot-v0", "--run_name", "../x"],
+    ["gather_initial_prefs", "MovingDot-v0", "--labellers", "ann,bob", "--leave_out", "carl"],
 ])
 def test_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
     r = run("run.py", *args, "--log_dir", str(tmp_path / "x"))
@@ -474,3 +475,23 @@ def test_a_renamed_setting_keeps_its_old_flag_and_older_runs_settings(tmp_path):
     del saved["max_clips"]
     (tmp_path / "settings.json").write_text(json.dumps(saved))
     assert load_settings(tmp_path).max_clips == 123
+
+
+def test_resuming_a_directory_whose_settings_name_no_run_is_one_line(tmp_path):
+    from launch.cli import UsageError, parse_args
+
+    (tmp_path / "settings.json").write_text("{}")
+    with pytest.raises(UsageError, match="names no mode or env id"):
+        parse_args(["--resume", str(tmp_path)])
+
+
+def test_a_milestone_with_no_runs_to_report_or_a_negative_seed_is_one_line(tmp_path, capsys):
+    from experiments import milestone
+
+    assert milestone.main(["moving_dot", "--report_only", "--runs_dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("milestone: no run of moving_dot") and err.count("\n") == 1, err
+    with pytest.raises(SystemExit) as stop:
+        milestone.main(["moving_dot", "--report_only", "--seeds", "-1"])
+    assert stop.value.code == 2 and "--seeds must be 0 or more" in capsys.readouterr().err
+

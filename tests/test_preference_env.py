@@ -282,6 +282,21 @@ def test_stable_baselines3_ppo_trains_through_the_wrapper_and_resumes(tmp_path):
     assert json.loads((d / AGENT_PROGRESS_FILE).read_text())["agent_steps"] >= 4000
 
 
+@pytest.mark.parametrize("flags, words", [
+    (["MovingDot-v9"], "unknown env 'MovingDot-v9'"),
+    (["--n_envs", "0"], "--n_envs must be positive"),
+    (["--synthetic_prefs", "--teacher", "oracel"], "unknown teacher 'oracel'"),
+])
+def test_the_ppo_examples_bad_flags_are_one_line_before_any_env_starts(flags, words, tmp_path):
+    from examples.ppo import wrapper_settings
+
+    with pytest.raises(SystemExit) as stop:
+        wrapper_settings([*flags, "--log_dir", str(tmp_path / "x")])
+    message = str(stop.value.code)
+    assert message.startswith("examples.ppo: ") and words in message and "\n" not in message
+    assert not (tmp_path / "x").exists()
+
+
 def test_ppos_atari_network_becomes_our_policy_weights_file_with_the_same_logits(tmp_path):
     """`examples.ppo.policy_weights`: SB3's CnnPolicy renamed into our Nature CNN, so that the
     evaluator plays PPO's policy: the same logits and values on the same frames."""

@@ -3,6 +3,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from experiments import reproduction
 from runtime.scalars import ScalarWriter
@@ -151,6 +152,12 @@ def test_the_figures_legend_lies_inside_the_saved_image(tmp_path):
 def test_a_directory_that_is_no_run_is_a_one_line_error(tmp_path, capsys):
     assert reproduction.main(["Pong", "--prefs", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+def test_a_folder_that_holds_no_sweep_is_a_one_line_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        reproduction.main(["Pong", "--sweep", str(tmp_path / "none")])
+    assert stop.value.code == 2 and "holds no sweep's runs" in capsys.readouterr().err
 
 
 def test_a_saved_record_gives_the_same_row_as_its_run_directory(tmp_path, capsys, monkeypatch):
