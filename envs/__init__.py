@@ -13,7 +13,7 @@ MOVING_DOT_IDS = ("MovingDotNoFrameskip-v0", "MovingDot-v0")
 
 
 class UnknownEnvError(ValueError):
-    """The env id is neither MovingDot nor an ALE game; the message lists the supported ids."""
+    """The env id is neither MovingDot nor an ALE game; the message names the nearest ids."""
 
 
 def env_kind(env_id: str) -> str:
@@ -22,9 +22,16 @@ def env_kind(env_id: str) -> str:
         return "moving_dot"
     from envs.atari import all_env_ids, game_from_env_id
     if game_from_env_id(env_id) is None:
+        from difflib import get_close_matches
+
+        ids = [*MOVING_DOT_IDS, *all_env_ids()]
+        name = env_id.split("-")[0].replace("NoFrameskip", "")  # match on the game's name
+        by_name = {i.split("-")[0].replace("NoFrameskip", ""): i for i in ids}
+        near = [by_name[n] for n in get_close_matches(name, list(by_name), n=2)]
         raise UnknownEnvError(
-            f"unknown env {env_id!r}; supported: {', '.join(MOVING_DOT_IDS)}, "
-            f"{', '.join(all_env_ids())}")
+            f"unknown env {env_id!r}" + (f" (did you mean {' or '.join(near)}?)" if near else "")
+            + f"; supported: {', '.join(MOVING_DOT_IDS)} and any <Game>NoFrameskip-v4 of the ALE "
+            f"({len(all_env_ids())} games, e.g. PongNoFrameskip-v4, EnduroNoFrameskip-v4)")
     return "atari"
 
 

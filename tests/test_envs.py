@@ -118,10 +118,13 @@ def test_life_loss_is_not_an_episode_end():
     assert lengths and lengths[0] > 60  # measured: 117 steps; 20 with episodic life
 
 
-def test_unknown_env_gives_one_line_listing_supported_ids():
+def test_unknown_env_gives_one_line_naming_the_nearest_supported_ids():
     with pytest.raises(UnknownEnvError) as err:
-        env_kind("PongNoFrameskip-v9")
+        env_kind("Pongg-v4")
     msg = str(err.value)
-    assert "\n" not in msg and "PongNoFrameskip-v4" in msg and "MovingDotNoFrameskip-v0" in msg
+    assert "\n" not in msg and "did you mean PongNoFrameskip-v4?" in msg
+    assert "MovingDotNoFrameskip-v0" in msg and len(msg) < 300
+    with pytest.raises(UnknownEnvError, match="unknown env 'Foo'; supported"):
+        env_kind("Foo")
     assert env_kind("EnduroNoFrameskip-v4") == "atari"
     assert env_kind("MovingDot-v0") == "moving_dot"
