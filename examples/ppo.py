@@ -63,22 +63,22 @@ def wrapper_settings(rest: list[str]) -> tuple[str, int, dict]:
     """The game, the envs' seed and PreferenceVecEnv's keyword settings from run.py's command line
     (the game, then its flags); with --resume the game and seed are the run's. SystemExit, in one
     line, for a bad flag."""
-    from launch.cli import UsageError, given_flags, load_settings, parse_args
+    from launch.cli import UsageError, given_flags, parse_args
     from launch.settings import Settings
 
     try:
         given = given_flags(["train_policy_with_preferences", *rest])
         given.pop("mode")
         env_id = given.pop("env_id", None)
-        if given.get("resume"):
-            saved = load_settings(Path(given["resume"]))
-            if env_id not in (None, saved.env_id):
-                raise UsageError(f"{given['resume']} is a run of {saved.env_id}, not {env_id}")
-            parse_args(["train_policy_with_preferences", *rest])  # every flag checked now
-            return saved.env_id, saved.seed, {"n_envs": saved.n_envs, **given}
-        parse_args(["train_policy_with_preferences", *([] if env_id else [DEFAULT_ENV]), *rest])
+        resumed = bool(given.get("resume"))
+        # Every flag checked as run.py checks it, before any env starts.
+        run = parse_args(["train_policy_with_preferences",
+                          *([] if env_id or resumed else [DEFAULT_ENV]), *rest])
     except UsageError as e:
         raise SystemExit(f"examples.ppo: {e}") from None
+    if resumed:
+        s = run.settings
+        return s.env_id, s.seed, {"n_envs": s.n_envs, **given}
     return (env_id or DEFAULT_ENV, given.get("seed", Settings.seed),
             {"n_envs": Settings.n_envs, **given})
 

@@ -43,8 +43,9 @@ def run_dir(name: str, seed: int, runs_dir: Path = RUNS_DIR) -> Path:
 
 
 def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR,
-           out: Path | None = None) -> None:
-    """Print each seed's row and plot the seeds' curves into `out` (docs/<name>.png)."""
+           out: Path | None = None) -> list[str]:
+    """Print each seed's row and plot the seeds' curves into `out` (docs/<name>.png); the run
+    directories found."""
     print(f"\n{name}: {m.env_id}, " + (f"level {m.level:g}" if m.level is not None
                                           else "no level") + f" ({m.note})")
     print(f"| seed | reached | agent steps | labels | wall-clock | last {m.window} episodes |")
@@ -87,6 +88,7 @@ def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR,
             if checkpoints(Path(d) / POLICY_DIR):
                 print()
                 held([d])
+    return dirs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,11 +118,10 @@ def main(argv: list[str] | None = None) -> int:
                          runs_dir=runs_dir, **sweep_options(a))
         if code == 2:
             return code
-    if not any((run_dir(a.name, seed, runs_dir) / "tb").is_dir() for seed in seeds):
+    if not report(m, a.name, seeds, runs_dir, a.out and a.out.expanduser()):
         print(f"milestone: no run of {a.name} for seeds {' '.join(map(str, seeds))} in {runs_dir}",
               file=sys.stderr)
         return code or 1
-    report(m, a.name, seeds, runs_dir, a.out and a.out.expanduser())
     return code
 
 

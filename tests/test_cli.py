@@ -494,4 +494,3 @@ def test_a_milestone_with_no_runs_to_report_or_a_negative_seed_is_one_line(tmp_p
     with pytest.raises(SystemExit) as stop:
         milestone.main(["moving_dot", "--report_only", "--seeds", "-1"])
     assert stop.value.code == 2 and "--seeds must be 0 or more" in capsys.readouterr().err
-

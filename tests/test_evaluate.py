@@ -139,7 +139,6 @@ def test_on_enduro_each_cell_measures_the_share_of_steps_level_with_a_car(tmp_pa
                 seed=0, max_steps=10).alongside is None
 
 
-
 def test_sampled_play_is_the_same_on_every_evaluation_with_one_seed():
     from a2c.policies import make_policy
     from experiments.evaluate import play
