@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             if out:
                 prepare_output(out, flag)
         state = load_policy_weights(args.policy)
-        check_fits(args.env_id, state["policy"], args.policy)
+        check_fits(args.env_id, state, args.policy)
         predictor = load_predictor(args.reward_predictor, args.env_id) if (
             args.reward_predictor) else None
     except (UnknownEnvError, CheckpointError, ValueError) as e:

@@ -17,17 +17,19 @@ class CheckpointError(Exception):
 
 def save_policy(ckpt_dir: str | Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer,
                 timesteps: int, updates: int, keep: int = 3, episodes: int = 0,
-                recent_returns: Sequence[float] = ()) -> Path:
+                recent_returns: Sequence[float] = (), env_id: str | None = None) -> Path:
     """Write `policy-<timesteps>.pt` atomically and keep only the newest `keep` checkpoints
     (0: all of them). `episodes` and `recent_returns` (the latest episodes' true returns) let a
-    resumed run's status line and summary go on from where it stopped."""
+    resumed run's status line and summary go on from where it stopped; `env_id` names the game,
+    so that the policy is not played on another game whose network has the same shape."""
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     path = ckpt_dir / f"{PREFIX}{timesteps:012d}.pt"
     tmp = path.with_suffix(".tmp")
     torch.save({"policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
                 "timesteps": timesteps, "updates": updates, "episodes": episodes,
-                "recent_returns": torch.tensor(list(recent_returns), dtype=torch.float64)}, tmp)
+                "recent_returns": torch.tensor(list(recent_returns), dtype=torch.float64),
+                **_named(env_id)}, tmp)
     os.replace(tmp, path)
     for old in checkpoints(ckpt_dir)[:-keep] if keep else []:
         old.unlink()
@@ -72,9 +74,13 @@ def load_weights_into(policy: torch.nn.Module, weights: dict, source: str | Path
                               "(another game's policy?)") from e
 
 
-def check_fits(env_id: str, weights: dict, source: str | Path) -> None:
-    """CheckpointError unless `weights` fit the policy network of `env_id`."""
-    load_weights_into(_network_of(env_id), weights, source)
+def check_fits(env_id: str, state: dict, source: str | Path) -> None:
+    """CheckpointError unless the policy of `state` (as `load_policy_weights` gives it) is for
+    `env_id`: the game it names, where it names one, and the shape of `env_id`'s network."""
+    if state.get("env_id") not in (None, env_id):
+        raise CheckpointError(f"the policy in {source} is a policy for {state['env_id']}, "
+                              f"not {env_id}")
+    load_weights_into(_network_of(env_id), state["policy"], source)
 
 
 @functools.lru_cache(maxsize=None)
@@ -105,16 +111,25 @@ def read_checkpoint(path: str | Path) -> dict:
 
 def load_policy_weights(path: str | Path) -> dict:
     """A policy to play: from a run's checkpoint directory (the newest), a checkpoint file or a
-    weights file of `save_policy_weights`. Returns {'policy', 'timesteps'}."""
+    weights file of `save_policy_weights`. Returns {'policy', 'timesteps', 'env_id'}: the game
+    is None in a file written before files named it."""
     path = Path(path)
     if path.is_dir():
         path = latest_checkpoint(path)
     elif not path.is_file():
         raise CheckpointError(f"no policy checkpoint directory or file {path}")
     state = _read(path, {"policy", "timesteps"})
-    return {"policy": state["policy"], "timesteps": state["timesteps"]}
+    return {"policy": state["policy"], "timesteps": state["timesteps"],
+            "env_id": state.get("env_id")}
 
 
 def save_policy_weights(path: str | Path | BinaryIO, state: dict) -> None:
-    """The policy's weights alone (no optimiser state, about half the size), to share an agent."""
-    torch.save({"policy": state["policy"], "timesteps": state["timesteps"]}, path)
+    """The policy's weights alone (no optimiser state, about half the size), to share an agent;
+    with the game `state` names ('env_id'), where it names one."""
+    torch.save({"policy": state["policy"], "timesteps": state["timesteps"],
+                **_named(state.get("env_id"))}, path)
+
+
+def _named(env_id: str | None) -> dict:
+    """A checkpoint's entry naming its game: none where the game is not known."""
+    return {} if env_id is None else {"env_id": env_id}

@@ -8,7 +8,7 @@ def check_policy(ckpt_dir: str, env_id: str) -> None:
     (CheckpointError, one line, if not)."""
     from a2c.checkpoint import check_fits, latest_checkpoint, load_policy
 
-    check_fits(env_id, load_policy(ckpt_dir)["policy"], latest_checkpoint(ckpt_dir))
+    check_fits(env_id, load_policy(ckpt_dir), latest_checkpoint(ckpt_dir))
 
 
 def check_start_policy(path: str, env_id: str) -> None:
@@ -16,4 +16,4 @@ def check_start_policy(path: str, env_id: str) -> None:
     `env_id`'s network (CheckpointError, one line, if not)."""
     from a2c.checkpoint import check_fits, load_policy_weights
 
-    check_fits(env_id, load_policy_weights(path)["policy"], path)
+    check_fits(env_id, load_policy_weights(path), path)

@@ -125,7 +125,7 @@ class A2CAgent:
         self.check_alive(revive=self.config.revive_dead and not final)
         save_policy(self.config.ckpt_dir, self.policy, self.algo.optimizer, self.timesteps,
                     self.updates, keep=self.config.ckpt_keep, episodes=self.side.episodes,
-                    recent_returns=self.side.recent_returns)
+                    recent_returns=self.side.recent_returns, env_id=self.config.env_id)
 
     def check_alive(self, revive: bool = False) -> None:
         """Each layer's share of live units on the last rollout's screens (but an episode's first

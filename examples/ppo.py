@@ -25,7 +25,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from launch.rundir import PPO_POLICY_FILE
 
@@ -59,10 +59,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def usage_error(message: str) -> NoReturn:
+    """A mistake on the command line: one line on stderr, exit status 2 (as run.py's)."""
+    from launch.cli import EXIT_USAGE
+
+    print(f"examples.ppo: error: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_USAGE)
+
+
 def wrapper_settings(rest: list[str]) -> tuple[str, int, dict]:
     """The game, the envs' seed and PreferenceVecEnv's keyword settings from run.py's command line
     (the game, then its flags); with --resume the game and seed are the run's. SystemExit, in one
-    line, for a bad flag."""
+    line on stderr and exit status 2, for a bad flag."""
     from launch.cli import UsageError, given_flags, parse_args
     from launch.settings import Settings
 
@@ -75,7 +83,7 @@ def wrapper_settings(rest: list[str]) -> tuple[str, int, dict]:
         run = parse_args(["train_policy_with_preferences",
                           *([] if env_id or resumed else [DEFAULT_ENV]), *rest])
     except UsageError as e:
-        raise SystemExit(f"examples.ppo: {e}") from None
+        usage_error(str(e))
     if resumed:
         s = run.settings
         return s.env_id, s.seed, {"n_envs": s.n_envs, **given}
@@ -92,9 +100,10 @@ def policy_weights(model: "PPO") -> dict:
     return {"policy": policy, "timesteps": int(model.num_timesteps)}
 
 
-def save_ppo(model: "PPO", folder: Path, atari: bool = True) -> None:
+def save_ppo(model: "PPO", folder: Path, env_id: str, atari: bool = True) -> None:
     """PPO's model (`ppo.zip`) and, in an Atari game, its network as our policy weights file
-    (`ppo_policy.pt`) into `folder`, each written whole before it replaces the last."""
+    (`ppo_policy.pt`, naming `env_id`) into `folder`, each written whole before it replaces the
+    last."""
     from a2c.checkpoint import save_policy_weights
 
     model_path = folder / MODEL_FILE
@@ -103,7 +112,7 @@ def save_ppo(model: "PPO", folder: Path, atari: bool = True) -> None:
     os.replace(tmp, model_path)
     if atari:
         tmp = folder / f"{PPO_POLICY_FILE}.tmp"
-        save_policy_weights(tmp, policy_weights(model))
+        save_policy_weights(tmp, {**policy_weights(model), "env_id": env_id})
         os.replace(tmp, folder / PPO_POLICY_FILE)
 
 
@@ -111,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     a, rest = build_parser().parse_known_args(argv)
     env_id, seed, settings = wrapper_settings(rest)
     if a.stop_at_level and not env_id.startswith("MovingDot"):
-        raise SystemExit("examples.ppo: --stop_at_level is for MovingDot, whose level is known")
+        usage_error("--stop_at_level is for MovingDot, whose level is known")
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
@@ -134,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def save(model: PPO) -> None:
         """PPO's model and network, and the wrapper's count of agent steps with them."""
-        save_ppo(model, env.run_dir, atari)
+        save_ppo(model, env.run_dir, env_id, atari)
         env.save_progress()
 
     class Callback(BaseCallback):

@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             if run_dir is not None:
                 run_dirs.append(run_dir)
             for f in files:  # a damaged or another env's file is refused before any play
-                check_fits(env_id, load_policy_weights(f)["policy"], f)
+                check_fits(env_id, load_policy_weights(f), f)
                 policies.append((str(f), f, env_id))
     except (ValueError, UnknownEnvError, CheckpointError) as e:
         print(f"evaluate: error: {e}", file=sys.stderr)

@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     last = {"steps": 0, "time": time.monotonic()}  # the line before (or the start): steps, time
 
     def save(model: PPO) -> None:
-        save_ppo(model, out)
+        save_ppo(model, out, ENV_ID)
         now, steps = time.monotonic(), model.num_timesteps
         rate = (steps - last["steps"]) / max(now - last["time"], 1e-9)
         last.update(steps=steps, time=now)

@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         if not states:
             raise ValueError(f"no checkpoint from {a.start}M to {a.stop}M agent steps")
         for f, s in states:  # another env's checkpoint is refused before any play
-            check_fits(env_id, s["policy"], f)
+            check_fits(env_id, s, f)
     except (ValueError, UnknownEnvError, CheckpointError) as e:
         print(f"probe_policy: error: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -343,13 +343,15 @@ DEFAULTS = Settings()
 
 
 def invalid_setting(s: Settings) -> str | None:
-    """The first setting that breaks its own check, as "--name must be ..., got value"."""
+    """The first setting that breaks its own check, as "--name must be ..., got value" (the value
+    named once: not again where the check's words name it)."""
     for f in fields(s):
         check, value = f.metadata.get("check"), getattr(s, f.name)
         if check is not None and value is not None:
             problem = check(value)
             if problem:
-                return f"--{f.name} {problem}, got {value!r}"
+                return f"--{f.name} {problem}" + (
+                    "" if repr(value) in problem else f", got {value!r}")
     return None
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from a2c.a2c import A2C, A2CConfig, a2c_loss, discounted_returns
-from a2c.checkpoint import (CheckpointError, load_policy, load_policy_weights, save_policy,
+from a2c.checkpoint import (CheckpointError, check_fits, load_policy, load_policy_weights, save_policy,
                             save_policy_weights)
 from a2c.policies import make_policy
 from a2c.rollout import sample_actions
@@ -206,7 +206,8 @@ def test_a2c_optimiser_states_load_across_the_two_rmsprops():
 def test_policy_checkpoint_round_trip(tmp_path):
     policy = make_policy("atari", 6)
     algo = A2C(policy, A2CConfig())
-    save_policy(tmp_path, policy, algo.optimizer, timesteps=800, updates=10)
+    save_policy(tmp_path, policy, algo.optimizer, timesteps=800, updates=10,
+                env_id="PongNoFrameskip-v4")
     state = load_policy(tmp_path)
     fresh = make_policy("atari", 6)
     fresh.load_state_dict(state["policy"])
@@ -216,10 +217,19 @@ def test_policy_checkpoint_round_trip(tmp_path):
     # The weights alone, to share a trained agent: no optimiser state, the same policy.
     save_policy_weights(tmp_path / "shared.pt", load_policy_weights(tmp_path))
     weights = load_policy_weights(tmp_path / "shared.pt")
-    assert set(weights) == {"policy", "timesteps"} and weights["timesteps"] == 800
+    assert weights["timesteps"] == 800 and weights["env_id"] == "PongNoFrameskip-v4"
     fresh.load_state_dict(weights["policy"])
     assert torch.equal(fresh(obs)[0], policy(obs)[0])
-    assert set(torch.load(tmp_path / "shared.pt", weights_only=True)) == {"policy", "timesteps"}
+    assert set(torch.load(tmp_path / "shared.pt", weights_only=True)) == {
+        "policy", "timesteps", "env_id"}
+    check_fits("PongNoFrameskip-v4", weights, tmp_path / "shared.pt")
+    with pytest.raises(CheckpointError, match="a policy for PongNoFrameskip-v4, not Space"):
+        check_fits("SpaceInvadersNoFrameskip-v4", weights, tmp_path / "shared.pt")
+    # a file written before files named their game: checked by the network's shape alone
+    save_policy_weights(tmp_path / "unnamed.pt", {**weights, "env_id": None})
+    unnamed = load_policy_weights(tmp_path / "unnamed.pt")
+    assert unnamed["env_id"] is None
+    check_fits("SpaceInvadersNoFrameskip-v4", unnamed, tmp_path / "unnamed.pt")
     with pytest.raises(CheckpointError):
         load_policy(tmp_path / "shared.pt")  # resuming training needs the optimiser's state
 

@@ -86,7 +86,7 @@ def test_a_short_run_saves_its_policy_and_goes_on_from_it(tmp_path, capsys):
     assert (out / pts.MODEL_FILE).is_file()
     # PPO's network as our policy weights file, which the evaluator and run_checkpoint.py play
     policy = out / PPO_POLICY_FILE
-    check_fits(pts.ENV_ID, load_policy_weights(policy)["policy"], policy)
+    check_fits(pts.ENV_ID, load_policy_weights(policy), policy)
     saved = json.loads((out / pts.SETTINGS_FILE).read_text())
     assert saved["teacher"] == "alongside_near" and saved["n_envs"] == 2
     first = capsys.readouterr().out

@@ -287,13 +287,15 @@ def test_stable_baselines3_ppo_trains_through_the_wrapper_and_resumes(tmp_path):
     (["--n_envs", "0"], "--n_envs must be positive"),
     (["--synthetic_prefs", "--teacher", "oracel"], "unknown teacher 'oracel'"),
 ])
-def test_the_ppo_examples_bad_flags_are_one_line_before_any_env_starts(flags, words, tmp_path):
+def test_the_ppo_examples_bad_flags_are_one_line_before_any_env_starts(flags, words, tmp_path,
+                                                                        capsys):
     from examples.ppo import wrapper_settings
 
     with pytest.raises(SystemExit) as stop:
         wrapper_settings([*flags, "--log_dir", str(tmp_path / "x")])
-    message = str(stop.value.code)
-    assert message.startswith("examples.ppo: ") and words in message and "\n" not in message
+    assert stop.value.code == 2
+    message = capsys.readouterr().err.strip()
+    assert message.startswith("examples.ppo: error: ") and words in message and "\n" not in message
     assert not (tmp_path / "x").exists()
 
 
