@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"policy after {state['timesteps']:,} agent steps")
     if args.save_weights:
-        save_policy_weights(args.save_weights, state)
+        save_policy_weights(args.save_weights, {**state, "env_id": args.env_id})  # as checked
         print(f"wrote {args.save_weights} (weights alone)")
     watcher = None
     if args.watch:

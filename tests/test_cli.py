@@ -164,6 +164,22 @@ def test_run_checkpoint_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_
         assert (policy / "policy-000000000800.pt").read_bytes() == kept
 
 
+def test_a_weights_file_written_by_run_checkpoint_names_the_game_it_was_checked_on(tmp_path):
+    """A file from before policies named their game gets the name `run_checkpoint.py` checked."""
+    import torch
+
+    import run_checkpoint
+    from a2c.checkpoint import save_policy_weights
+    from a2c.policies import make_policy
+
+    save_policy_weights(tmp_path / "old.pt", {"policy": make_policy("moving_dot", 5).state_dict(),
+                                              "timesteps": 8})
+    assert run_checkpoint.main(["MovingDotNoFrameskip-v0", str(tmp_path / "old.pt"), "--episodes",
+                                "1", "--max_steps", "10", "--save_weights",
+                                str(tmp_path / "new.pt")]) == 0
+    assert torch.load(tmp_path / "new.pt", weights_only=True)["env_id"] == "MovingDotNoFrameskip-v0"
+
+
 def test_a_run_directory_that_cannot_be_made_is_one_line(tmp_path):
     (tmp_path / "afile").write_text("")
     r = run("run.py", "train_policy_with_original_rewards", "MovingDot-v0", "--log_dir",
