@@ -92,7 +92,7 @@ def play(env_id: str, weights: dict, episodes: int, seed: int = 1, greedy: bool 
 def load_predictor(path: str, env_id: str):
     """A run's saved reward predictor, built as the run built it; ValueError (one line) when it
     cannot be read or was trained on another env."""
-    from envs import MOVING_DOT_IDS
+    from envs import same_game
     from launch.cli import UsageError, saved_run
     from launch.configs import trainer_config
     from launch.rundir import PREDICTOR_FILE
@@ -110,7 +110,7 @@ def load_predictor(path: str, env_id: str):
     except UsageError as e:
         raise ValueError(f"--reward_predictor: {e}") from None
     trained_on = run.settings.env_id
-    if trained_on != env_id and not {trained_on, env_id} <= set(MOVING_DOT_IDS):
+    if not same_game(trained_on, env_id):
         raise ValueError(f"--reward_predictor: {run_dir} was trained on {run.settings.env_id}, "
                          f"not {env_id}")
     try:
@@ -124,12 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
     from a2c.checkpoint import CheckpointError, check_fits, load_policy_weights, save_policy_weights
-    from envs import UnknownEnvError, env_kind
+    from envs import UnknownEnvError, check_seed, env_kind
     from runtime.outputs import prepare_output
     try:
         env_kind(args.env_id)
         if args.episodes <= 0 or args.max_steps <= 0:
             raise ValueError("--episodes and --max_steps must be positive")
+        check_seed(args.seed)
         if args.video and Path(args.video).suffix.lower() != ".gif":
             raise ValueError("--video must name a .gif file")
         if args.save_weights and Path(args.save_weights).suffix != ".pt":

@@ -77,7 +77,9 @@ def load_weights_into(policy: torch.nn.Module, weights: dict, source: str | Path
 def check_fits(env_id: str, state: dict, source: str | Path) -> None:
     """CheckpointError unless the policy of `state` (as `load_policy_weights` gives it) is for
     `env_id`: the game it names, where it names one, and the shape of `env_id`'s network."""
-    if state.get("env_id") not in (None, env_id):
+    from envs import same_game
+
+    if state.get("env_id") is not None and not same_game(state["env_id"], env_id):
         raise CheckpointError(f"the policy in {source} is a policy for {state['env_id']}, "
                               f"not {env_id}")
     load_weights_into(_network_of(env_id), state["policy"], source)

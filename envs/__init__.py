@@ -10,6 +10,15 @@ if TYPE_CHECKING:
     import torch
 
 MOVING_DOT_IDS = ("MovingDotNoFrameskip-v0", "MovingDot-v0")
+MAX_SEED = 2**31 - 1  # ale-py takes an int32 seed
+
+
+def check_seed(seed: int, envs: int = 1) -> None:
+    """ValueError (one line) unless envs seeded `seed`, `seed + 1`, ... all take their seed."""
+    if not 0 <= seed <= MAX_SEED - envs + 1:
+        raise ValueError(f"--seed must be in [0, {MAX_SEED - envs + 1:,}]"
+                         + (f" with {envs} envs (env i gets seed + i)" if envs > 1 else "")
+                         + f", got {seed}")
 
 
 class UnknownEnvError(ValueError):
@@ -33,6 +42,11 @@ def env_kind(env_id: str) -> str:
             + f"; supported: {', '.join(MOVING_DOT_IDS)} and any <Game>NoFrameskip-v4 of the ALE "
             f"({len(all_env_ids())} games, e.g. PongNoFrameskip-v4, EnduroNoFrameskip-v4)")
     return "atari"
+
+
+def same_game(a: str, b: str) -> bool:
+    """Whether two env ids give the same game: equal, or both MovingDot's names."""
+    return a == b or {a, b} <= set(MOVING_DOT_IDS)
 
 
 def action_names(env_id: str) -> tuple[str, ...]:
@@ -75,5 +89,5 @@ def register_envs() -> None:
 
 
 __all__ = ["EpisodeRecord", "StepResult", "VecEnv", "UnknownEnvError", "env_kind", "full_stacks",
-           "make_vec_env", "register_envs", "MOVING_DOT_IDS"]
+           "make_vec_env", "register_envs", "same_game", "check_seed", "MAX_SEED", "MOVING_DOT_IDS"]
 register_envs()

@@ -263,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     from a2c.checkpoint import CheckpointError, check_fits, load_policy_weights
-    from envs import UnknownEnvError, env_kind
+    from envs import UnknownEnvError, check_seed, env_kind
     from runtime.outputs import prepare_output, unused_name
 
     try:
@@ -271,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.episodes <= 0 or a.max_steps <= 0 or a.videos < 0 or a.videos > a.episodes:
             raise ValueError("--episodes and --max_steps must be positive, --videos from 0 to "
                              "--episodes")
+        check_seed(a.seed, a.episodes)  # one env an episode
         if a.best_and_final and (a.all_checkpoints or a.best_window <= 0):
             raise ValueError("--best_and_final takes a positive --best_window and no "
                              "--all_checkpoints")

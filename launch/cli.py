@@ -15,7 +15,7 @@ from launch.env_settings import describe as env_settings_help
 from launch.env_settings import env_settings
 from launch.preflight import first_error
 from launch.rundir import (POLICY_DIR, PREDICTOR_FILE, PREFS_FILE, SETTINGS_FILE, Run, busy_message,
-                           run_dir_holder, saved_settings)
+                           is_run_dir, newest_policy, run_dir_holder, saved_settings)
 from launch.settings import MODES, TRAINING_MODES, Settings, invalid_setting, unused_settings
 from launch.settings import build_parser as settings_parser
 from pref_interface.labellers.alongside import judges
@@ -24,7 +24,6 @@ from pref_interface.labellers.teachers import ENDURO_TEACHERS, teacher_kind
 from reward_predictor.entry_points import check_predictor
 
 EXIT_USAGE = 2
-MAX_SEED = 2**31 - 1
 DESCRIPTION = "Deep RL from Human Preferences (Christiano et al. 2017): the command line."
 
 
@@ -43,7 +42,13 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults in the help, and the epilog (settings per environment) as written."""
+    """Defaults in the help, and the epilog (settings per environment) as written. A boolean's
+    default is shown once, on its flag, not again on its off switch."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.nargs == 0 and action.const is False:  # an off switch (store_false)
+            return action.help
+        return super()._get_help_string(action)
 
 
 def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
@@ -117,7 +122,8 @@ def resume(run_dir: Path, given: dict[str, Any]) -> Run:
     new_run_only = sorted(set(overrides) & set(NEW_RUN_ONLY))
     if new_run_only:
         raise UsageError(f"--resume goes on in the run's own directory from its own store and "
-                         f"checkpoints: --{', --'.join(new_run_only)} apply to a new run only")
+                         f"checkpoints: --{', --'.join(new_run_only)} "
+                         f"{'applies' if len(new_run_only) == 1 else 'apply'} to a new run only")
     settings = dataclasses.replace(saved, **overrides)
     policy = run_dir / POLICY_DIR
     kept = checkpoints(policy)
@@ -127,6 +133,14 @@ def resume(run_dir: Path, given: dict[str, Any]) -> Run:
             raise TargetReached(f"{run_dir} is at {done:,} agent steps, its target "
                                 f"(--million_timesteps {settings.million_timesteps:g}): nothing "
                                 "to do; give a larger --million_timesteps to go on")
+    if settings.mode == "gather_initial_prefs":
+        from pref_interface.store import stored_labels
+
+        held = stored_labels(run_dir / PREFS_FILE)
+        if held >= settings.n_initial_prefs:
+            raise TargetReached(f"{run_dir} holds {held:,} labels, its target (--n_initial_prefs "
+                                f"{settings.n_initial_prefs}): nothing to do; give a larger "
+                                "--n_initial_prefs to go on")
     predictor = run_dir / "reward_predictor" / PREDICTOR_FILE
     start = dict(prefs_path=None,  # the run's own store, as it is
                  policy_ckpt_dir=str(policy) if kept else None,
@@ -142,7 +156,7 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
     """Check every setting (each mistake a UsageError, before anything is written) and compute
     what follows from them. `run_dir`, `start`: a resumed run's directory (else it must not
     exist) and the checkpoints and store it starts from."""
-    from envs import UnknownEnvError, env_kind
+    from envs import UnknownEnvError, check_seed, env_kind
 
     if s.mode is None or s.env_id is None:
         missing = "mode, env_id" if s.mode is None else "env_id"
@@ -191,15 +205,17 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
             load_demonstrations(s.demonstrations, s.env_id)
         except DemonstrationsError as e:
             raise UsageError(f"--demonstrations: {e}") from None
-    if not 0 <= s.seed <= MAX_SEED - s.n_envs + 1:  # env i gets seed + i; ale-py takes int32
-        raise UsageError(f"--seed must be in [0, {MAX_SEED - s.n_envs + 1:,}] with --n_envs "
-                         f"{s.n_envs}, got {s.seed}")
+    try:
+        check_seed(s.seed, s.n_envs)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if run_dir is None:
         run_dir = Path(s.log_dir) if s.log_dir else Path("runs") / (
             s.run_name or f"{time.strftime('%Y%m%d-%H%M%S')}_{s.mode}_{s.env_id}")
         if run_dir.exists():
             raise UsageError(f"run directory {run_dir} already exists; choose another "
                              "--log_dir/--run_name")
+    s = policy_sources(s)
     run = Run(s, run_dir, kind,
               policy_device=resolve_device(s.device, "--device"),
               predictor_device=resolve_device(s.reward_predictor_device,
@@ -215,6 +231,16 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
             raise UsageError(str(e)) from None
     check_checkpoints(run)
     return run
+
+
+def policy_sources(s: Settings) -> Settings:
+    """--start_policy and --load_policy_ckpt_dir with a run directory given for either: the newest
+    policy it holds, and its checkpoint directory."""
+    if s.start_policy and is_run_dir(Path(s.start_policy)):
+        s = dataclasses.replace(s, start_policy=str(newest_policy(Path(s.start_policy))))
+    if s.load_policy_ckpt_dir and is_run_dir(Path(s.load_policy_ckpt_dir)):
+        s = dataclasses.replace(s, load_policy_ckpt_dir=str(Path(s.load_policy_ckpt_dir) / POLICY_DIR))
+    return s
 
 
 def check_checkpoints(run: Run) -> None:

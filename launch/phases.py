@@ -41,7 +41,9 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
                 make_observers=ch.a2c_observers(run.settings.env_id, labelling_stats, every_env,
                                                 hold=True))
     whose = "the starting policy" if run.settings.start_policy else "the untrained policy"
-    print(f"gathering {n_labels} labels from {whose}", file=sys.stderr)
+    stored = labelling_stats.labels_stored.value
+    print(f"gathering {n_labels} labels from {whose}"
+          + (f" ({stored} stored already)" if stored else ""), file=sys.stderr)
     if ch.answers is not None and run.player_kind == "web" and not sys.stdin.isatty():
         print("answer on the page; Ctrl-C stops the run", file=sys.stderr)
     elif ch.answers is not None:
@@ -143,7 +145,9 @@ def prepare_predictor(run: Run, ctx, session: Session, report: RunReport | None 
     was loaded. Returns an exit status, the run's store (None: no label to train on) and the
     predictor to train on from."""
     prefs_path = copy_prefs(run)
-    if not run.prefs_path and stored_labels(prefs_path) < run.settings.n_initial_prefs:
+    # A run that began from a loaded store (--load_prefs_dir, kept in its settings when it is
+    # resumed) has its initial labels: it never gathers.
+    if not run.settings.load_prefs_dir and stored_labels(prefs_path) < run.settings.n_initial_prefs:
         code = gather_phase(run, ctx, session, report)
         if code:
             return code, None, None

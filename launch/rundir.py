@@ -48,6 +48,8 @@ def newest_policy(run_dir: Path) -> Path:
 def saved_settings(run_dir: Path) -> dict[str, Any]:
     """A run's settings as it saved them; ValueError (one line) where the directory holds none
     that can be read. `launch.cli.load_settings` gives them as today's `Settings`."""
+    if not run_dir.exists():
+        raise ValueError(f"{run_dir} does not exist")
     if not is_run_dir(run_dir):
         raise ValueError(f"{run_dir} is not a run directory: no {SETTINGS_FILE} there")
     try:

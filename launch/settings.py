@@ -146,7 +146,8 @@ class Settings:
         "0 (unset or 0: none, the paper); PyTorch's RMSProp moves every weight by about ten times "
         "the rate in its first steps", check=non_negative)
     load_policy_ckpt_dir: str | None = setting(
-        None, "a2c", "start from the newest policy checkpoint in this directory")
+        None, "a2c", "start from the newest policy checkpoint in this directory, or in this run "
+        "directory's policy/")
     start_policy: str | None = setting(
         None, "a2c", "a new run's policy starts from these weights (a run directory, a checkpoint "
         "or a weights file such as models/*.pt) at 0 agent steps, with a fresh optimiser: to "
@@ -372,7 +373,10 @@ def unused_settings(mode: str, env_kind: str, names: list[str]) -> list[str]:
 
 def finite_float(text: str) -> float:
     """A float flag's value: any finite number (nan and inf would pass every range check)."""
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
     return value

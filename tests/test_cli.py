@@ -131,6 +131,7 @@ def test_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
     ["MovingDotNoFrameskip-v0", "{policy}", "--video", "{policy}/policy-000000000800.pt"],
     ["MovingDotNoFrameskip-v0", "{policy}", "--reward_predictor", "{tmp}/rp.txt"],
     ["PongNoFrameskip-v4", "{policy}"],  # MovingDot's policy
+    ["MovingDotNoFrameskip-v0", "{policy}", "--seed", "-3"],
     # Pong's policy fits SpaceInvaders' network (six actions each): the file names its game
     ["SpaceInvadersNoFrameskip-v4", "{tmp}/pong.pt"],
 ])
@@ -164,6 +165,23 @@ def test_run_checkpoint_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_
         assert (policy / "policy-000000000800.pt").read_bytes() == kept
 
 
+def test_a_run_directory_is_taken_as_where_a_new_run_s_policy_starts(tmp_path):
+    """--start_policy and --load_policy_ckpt_dir given a run directory: its policy/."""
+    from a2c.a2c import A2C, A2CConfig
+    from a2c.checkpoint import save_policy
+    from a2c.policies import make_policy
+    from launch.cli import parse_args
+
+    done = tmp_path / "done"
+    net = make_policy("moving_dot", 5)
+    save_policy(done / "policy", net, A2C(net, A2CConfig()).optimizer, timesteps=8, updates=1)
+    (done / "settings.json").write_text("{}")
+    for flag in ("--start_policy", "--load_policy_ckpt_dir"):
+        run = parse_args(["train_policy_with_original_rewards", "MovingDot-v0", flag, str(done),
+                          "--log_dir", str(tmp_path / "new")])
+        assert getattr(run.settings, flag[2:]) == str(done / "policy")
+
+
 def test_a_weights_file_written_by_run_checkpoint_names_the_game_it_was_checked_on(tmp_path):
     """A file from before policies named their game gets the name `run_checkpoint.py` checked."""
     import torch
@@ -178,6 +196,9 @@ def test_a_weights_file_written_by_run_checkpoint_names_the_game_it_was_checked_
                                 "1", "--max_steps", "10", "--save_weights",
                                 str(tmp_path / "new.pt")]) == 0
     assert torch.load(tmp_path / "new.pt", weights_only=True)["env_id"] == "MovingDotNoFrameskip-v0"
+    # MovingDot's two names are one game
+    assert run_checkpoint.main(["MovingDot-v0", str(tmp_path / "new.pt"), "--episodes", "1",
+                                "--max_steps", "10"]) == 0
 
 
 def test_a_run_directory_that_cannot_be_made_is_one_line(tmp_path):
@@ -465,6 +486,9 @@ def test_help_shows_every_flags_default(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "RMSProp learning rate (default: 0.0007)" in out
     assert "parallel environments (default: 16)" in out
+    # a boolean's default once, on its flag: not read as the default of its off switch
+    assert "(App. A) (default: True) --no_adaptive_l2 train the predictor without L2 " \
+        "regularisation --implied_pairs" in out
 
 
 def test_each_setting_keeps_its_own_check_and_the_defaults_pass_them():

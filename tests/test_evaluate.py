@@ -181,6 +181,7 @@ def test_each_cell_names_the_action_its_policy_takes_least():
     (["{tmp}/dot.pt"], "give --env"),
     (["{tmp}/dot.pt", "--env", "MovingDotNoFrameskip-v0", "--grid", "best:3"], "ACTIONS:NOOPS"),
     (["{tmp}/nothing", "--env", "MovingDotNoFrameskip-v0"], "no policy checkpoint"),
+    (["{tmp}/dot.pt", "--env", "MovingDotNoFrameskip-v0", "--seed", "-1"], "--seed must be in"),
 ])
 def test_a_bad_policy_or_setting_is_one_line_with_status_2(args, message, tmp_path):
     (tmp_path / "damaged.pt").write_bytes(b"not a checkpoint")

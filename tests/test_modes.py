@@ -33,6 +33,8 @@ def test_every_mode_runs_and_hands_its_results_to_the_next(tmp_path):
     # clips in about 1,000 agent steps of 4 envs, where a clip from one env at a time takes 4,000.
     steps = int(re.search(r"agent steps +([\d,]+)", r.stderr).group(1).replace(",", ""))
     assert steps < 3000, steps
+    r = run("--resume", str(gather))  # its labels all in: nothing to gather
+    assert r.returncode == 0 and "nothing to do" in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
     pretrain = tmp_path / "pretrain"
     r = run("pretrain_reward_predictor", "MovingDotNoFrameskip-v0", "--load_prefs_dir",
@@ -80,8 +82,10 @@ def test_every_mode_runs_and_hands_its_results_to_the_next(tmp_path):
     assert r.returncode == 0 and "nothing to do" in r.stderr and r.stderr.count("\n") == 1
     assert (train / "command.txt").read_text() == commands
     r = run("--resume", str(train), "--log_dir", str(tmp_path / "elsewhere"))
-    assert r.returncode == 2 and "apply to a new run only" in r.stderr, r.stderr
-    r = run("--resume", str(train), "--million_timesteps", "0.005", "--max_labels", "90")
+    assert r.returncode == 2 and "--log_dir applies to a new run only" in r.stderr, r.stderr
+    # (the loaded store is the run's initial labels, however many --n_initial_prefs asks for)
+    r = run("--resume", str(train), "--million_timesteps", "0.005", "--max_labels", "90",
+            "--n_initial_prefs", "200")
     assert r.returncode == 0, r.stderr
     assert "gathering" not in r.stderr and "pretraining" not in r.stderr
     newest = sorted((train / "policy").glob("policy-*.pt"))[-1]
