@@ -17,6 +17,7 @@ from launch.settings import TRAINING_MODES
 from launch.session import open_labelling_page, start_run
 from launch.stopping import interrupted_status, stop_main_process_on_signals
 from launch.summary import RunReport
+from pref_interface.store import stored_labels
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,15 +49,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def end_of_run(run: Run, report: RunReport, code: int) -> str:
-    """The summary printed when the run ends, however it ends."""
+    """The summary printed when the run ends, however it ends: with the command that goes on
+    where the run's work is left undone, and the next mode's where it is done."""
     s = run.settings
     trains = s.mode in TRAINING_MODES
     labels = s.mode != "train_policy_with_original_rewards" and not s.frozen_reward_predictor
     d = shlex.quote(str(run.dir))
+    how, undone, next_cmd = None, code != 0, None
+    if s.mode == "gather_initial_prefs":
+        stored = stored_labels(run.dir / PREFS_FILE)
+        undone = stored < s.n_initial_prefs
+        if undone and code == 0:  # labelling stopped (Ctrl-D) before the last label
+            how = f"stopped with {stored:,} of its {s.n_initial_prefs:,} labels"
+        elif not undone:
+            next_cmd = f"python run.py pretrain_reward_predictor {s.env_id} --load_prefs_dir {d}"
+    elif s.mode == "pretrain_reward_predictor" and code == 0:
+        next_cmd = (f"python run.py train_policy_with_preferences {s.env_id} --load_prefs_dir {d} "
+                    f"--load_reward_predictor_ckpt_dir {d}")
     return report.summary(
-        code, run.dir / PREFS_FILE if labels else None, trained=trains,
+        code, run.dir / PREFS_FILE if labels else None, trained=trains, how=how,
         watch_cmd=f"python run_checkpoint.py {s.env_id} {d}/policy" if trains else None,
-        resume_cmd=f"python run.py --resume {d}" if trains and code != 0 else None)
+        resume_cmd=f"python run.py --resume {d}" if undone else None, next_cmd=next_cmd)
 
 
 if __name__ == "__main__":

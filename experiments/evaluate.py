@@ -19,7 +19,7 @@ best `--best_window` consecutive training episodes (the newest saved before the 
 The episodes of one cell are played at once, one per env of a vector env, on env seeds apart
 from training's (`--seed`); an episode still going after `--max_steps` is cut and counted as it
 stands (the table says how many were). The figures go to `--out` (a new file; default:
-eval.json in the first run directory, else in the current one, or eval-1.json, eval-2.json, ...
+eval.json in the run directory when one run is evaluated, else in the current one; eval-1.json, ...
 beside an earlier one), to the run's TensorBoard (`RUN_DIR/tb/eval`, at the
 policy's agent steps) and, with `--videos K`, the first K episodes of each cell to GIFs in a
 folder named after the figures' file (eval_videos/ beside eval.json, eval-1_videos/ ...). On
@@ -293,8 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, UnknownEnvError, CheckpointError) as e:
         print(f"evaluate: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    out = Path(a.out) if a.out else unused_name(
-        (run_dirs[0] if run_dirs else Path(".")) / "eval.json")
+    out = Path(a.out) if a.out else unused_name(  # a run's own figures go with the run
+        (run_dirs[0] if run_dirs and len(a.policies) == 1 else Path(".")) / "eval.json")
     cells = evaluate(policies, grid, a.episodes, a.seed, a.max_steps, a.videos,
                      out.with_name(f"{out.stem}_videos"))  # one folder per evaluation
     out.write_text(json.dumps([asdict(c) | {"mean": c.mean} for c in cells], indent=1) + "\n")

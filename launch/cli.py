@@ -38,7 +38,22 @@ class TargetReached(Exception):
 
 class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):
-        raise UsageError(message)
+        raise UsageError(message + self.flag_hint(message))
+
+    def flag_hint(self, message: str) -> str:
+        """For an unknown flag: the nearest known ones ("--synthetic-prefs": --synthetic_prefs)."""
+        from difflib import get_close_matches
+
+        if not message.startswith("unrecognized arguments: "):
+            return ""
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        near = []
+        for arg in message.split(": ", 1)[1].split():
+            if arg.startswith("--"):
+                flag = "--" + arg[2:].split("=")[0].replace("-", "_")
+                longer = sorted(k for k in known if k.startswith(flag))  # a flag cut short
+                near += longer[:1] or get_close_matches(flag, known, n=1)
+        return f" (did you mean {', '.join(dict.fromkeys(near))}?)" if near else ""
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

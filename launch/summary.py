@@ -19,10 +19,11 @@ class RunReport:
 
     def summary(self, exit_status: int, prefs_path: Path | None, trained: bool,
                 watch_cmd: str | None = None, resume_cmd: str | None = None,
-                how: str | None = None) -> str:
+                how: str | None = None, next_cmd: str | None = None) -> str:
         """The lines to print at the end. `trained`: a policy learned (its return is shown);
-        `watch_cmd`, `resume_cmd`: how to watch it and how to continue the run (None: no line);
-        `how`: how the run ended, in place of the exit status's words."""
+        `watch_cmd`, `resume_cmd`, `next_cmd`: how to watch it, how to continue the run and the
+        next step that builds on it (None: no line); `how`: how the run ended, in place of the
+        exit status's words."""
         from envs.scores import reference_scores
         from launch.stopping import how_it_ended
 
@@ -64,6 +65,8 @@ class RunReport:
         lines.append(f"  see the curves:    tensorboard --logdir {tb}")
         if resume_cmd:
             lines.append(f"  resume:            {resume_cmd}")
+        if next_cmd:
+            lines.append(f"  next step:         {next_cmd}")
         return "\n".join(lines)
 
 

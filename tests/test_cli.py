@@ -491,6 +491,16 @@ def test_help_shows_every_flags_default(capsys):
         "regularisation --implied_pairs" in out
 
 
+@pytest.mark.parametrize("flag, hint", [("--synthetic-prefs", "--synthetic_prefs"),
+                                        ("--lr_zero", "--lr_zero_million_timesteps"),
+                                        ("--n_env", "--n_envs")])
+def test_a_misspelt_flag_names_the_nearest_one(flag, hint):
+    from launch.cli import UsageError, given_flags
+
+    with pytest.raises(UsageError, match=f"unrecognized arguments: {flag} \\(did you mean {hint}\\?\\)"):
+        given_flags(["train_policy_with_preferences", "MovingDot-v0", flag])
+
+
 def test_each_setting_keeps_its_own_check_and_the_defaults_pass_them():
     from dataclasses import replace
 

@@ -104,7 +104,10 @@ def test_a_person_labels_in_the_terminal_and_every_answer_is_stored(tmp_path):
             term.wait_for(rf"pair {n} \|")
         term.send("C-d")
         assert term.exit_status() == 0
-        assert "labelling stopped (Ctrl-D): 6 labels stored" in term.screen()
+        screen = " ".join(term.screen().split())
+        assert "labelling stopped (Ctrl-D): 6 labels stored" in screen
+        # the summary says the run's labels are not all in, and how to go on
+        assert "run stopped with 6 of its" in screen and "resume: python run.py --resume" in screen
     finally:
         term.close()
     prefs = stored(run_dir)

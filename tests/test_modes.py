@@ -33,6 +33,8 @@ def test_every_mode_runs_and_hands_its_results_to_the_next(tmp_path):
     # clips in about 1,000 agent steps of 4 envs, where a clip from one env at a time takes 4,000.
     steps = int(re.search(r"agent steps +([\d,]+)", r.stderr).group(1).replace(",", ""))
     assert steps < 3000, steps
+    assert f"next step: python run.py pretrain_reward_predictor MovingDotNoFrameskip-v0 " \
+        f"--load_prefs_dir {gather}" in " ".join(r.stderr.split())
     r = run("--resume", str(gather))  # its labels all in: nothing to gather
     assert r.returncode == 0 and "nothing to do" in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
