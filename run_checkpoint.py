@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if watcher is not None:
             watcher.close()
-    print(f"mean return {np.mean(returns):g} (std {np.std(returns):g}) over {len(returns)} episodes")
+    print(f"mean return {np.mean(returns):.1f} (std {np.std(returns):.1f}) over {len(returns)} episodes")
     if args.video:
         from runtime.video import write_gif
 
