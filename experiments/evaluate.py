@@ -195,6 +195,7 @@ def evaluate(policies: list[tuple[str, Path, str]], grid: list[tuple[str, int]],
     import torch
 
     from a2c.checkpoint import load_policy_weights
+    from envs import env_kind
 
     torch.set_num_threads(1)
     cells = []
@@ -203,7 +204,10 @@ def evaluate(policies: list[tuple[str, Path, str]], grid: list[tuple[str, int]],
     print("|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
     for name, path, env_id in policies:
         state = load_policy_weights(path)
-        for actions, noops in grid:
+        # No-op starts are an Atari episode's (App. A.2); MovingDot's start is random anyway.
+        cells_here = grid if env_kind(env_id) == "atari" else list(dict.fromkeys(
+            (actions, 0) for actions, _ in grid))
+        for actions, noops in cells_here:
             played = play(env_id, state["policy"], episodes, actions == "greedy", noops, seed,
                           max_steps, record=videos)
             cell = Cell(name, int(state["timesteps"]), actions, noops, played.returns,
@@ -244,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=10, help="episodes per policy and cell")
     p.add_argument("--grid", nargs="+", default=list(DEFAULT_GRID),
                    help="cells as ACTIONS:NOOPS: greedy or sampled actions, and an episode's "
-                        "start with 0 to NOOPS no-ops (App. A.2: 30)")
+                        "start with 0 to NOOPS no-ops (Atari; App. A.2: 30)")
     p.add_argument("--all_checkpoints", action="store_true",
                    help="every checkpoint of a run directory or folder, not only the newest")
     p.add_argument("--best_and_final", action="store_true",
