@@ -17,7 +17,7 @@ from launch.settings import TRAINING_MODES
 from launch.session import open_labelling_page, start_run
 from launch.stopping import interrupted_status, stop_main_process_on_signals
 from launch.summary import RunReport
-from pref_interface.store import stored_labels
+from pref_interface.store import PreferenceStore, stored_labels
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,8 +64,10 @@ def end_of_run(run: Run, report: RunReport, code: int) -> str:
         elif not undone:
             next_cmd = f"python run.py pretrain_reward_predictor {s.env_id} --load_prefs_dir {d}"
     elif s.mode == "pretrain_reward_predictor" and code == 0:
+        with PreferenceStore(str(run.dir / PREFS_FILE), create=False) as store:
+            synthetic = " --synthetic_prefs" if store.sources() == {"synthetic"} else ""
         next_cmd = (f"python run.py train_policy_with_preferences {s.env_id} --load_prefs_dir {d} "
-                    f"--load_reward_predictor_ckpt_dir {d}")
+                    f"--load_reward_predictor_ckpt_dir {d}{synthetic}")
     return report.summary(
         code, run.dir / PREFS_FILE if labels else None, trained=trains, how=how,
         watch_cmd=f"python run_checkpoint.py {s.env_id} {d}/policy" if trains else None,

@@ -63,7 +63,9 @@ def load_demonstrations(path: str | Path, env_id: str | None = None) -> list[Cli
         raise DemonstrationsError(f"{path}: clips of uint8 frames (N, T + {STACK - 1}, "
                                   f"{FRAME_SHAPE[0]}, {FRAME_SHAPE[1]}) and (N, T) steps expected, "
                                   f"got frames {frames.shape} and actions {actions.shape}")
-    if env_id is not None and str(data["env_id"]) != env_id:
+    from envs import same_game
+
+    if env_id is not None and not same_game(str(data["env_id"]), env_id):
         raise DemonstrationsError(f"{path} holds clips of {data['env_id']}, not {env_id}")
     return [Clip.pack(frames[i], actions[i].astype(np.int64),
                       data["true_rewards"][i].astype(np.float32), data["dones"][i].astype(bool))

@@ -17,7 +17,7 @@ def check_seed(seed: int, envs: int = 1) -> None:
     """ValueError (one line) unless envs seeded `seed`, `seed + 1`, ... all take their seed."""
     if not 0 <= seed <= MAX_SEED - envs + 1:
         raise ValueError(f"--seed must be in [0, {MAX_SEED - envs + 1:,}]"
-                         + (f" with {envs} envs (env i gets seed + i)" if envs > 1 else "")
+                         + (f" ({envs} envs take seed to seed + {envs - 1})" if envs > 1 else "")
                          + f", got {seed}")
 
 

@@ -191,7 +191,8 @@ def play(env_id: str, weights: dict, episodes: int, greedy: bool, noop_max: int,
 def evaluate(policies: list[tuple[str, Path, str]], grid: list[tuple[str, int]], episodes: int,
              seed: int, max_steps: int, videos: int = 0, video_dir: Path | None = None
              ) -> list[Cell]:
-    """Score each (name, checkpoint file, env id) in each grid cell; print a row per cell."""
+    """Score each (name, checkpoint file, env id) in each grid cell (on MovingDot, whose start is
+    random anyway, one cell per kind of action, at 0 no-ops); print a row per cell."""
     import torch
 
     from a2c.checkpoint import load_policy_weights

@@ -82,7 +82,7 @@ def probe(net, obs: np.ndarray, timesteps: int) -> Probe:
 
 
 def probe_checkpoint(env_id: str, state: dict, source: str | Path, obs: np.ndarray) -> Probe:
-    """A checkpoint's policy (`load_policy_weights`' {'policy', 'timesteps'}) probed on `obs`;
+    """A checkpoint's policy (as `load_policy_weights` gives it) probed on `obs`;
     CheckpointError where its weights are not `env_id`'s network."""
     from a2c.checkpoint import load_weights_into
     from a2c.policies import make_policy

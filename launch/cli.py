@@ -46,13 +46,14 @@ class OneLineParser(argparse.ArgumentParser):
 
         if not message.startswith("unrecognized arguments: "):
             return ""
-        known = [o for o in self._option_string_actions if o.startswith("--")]
+        known = [o for o, action in self._option_string_actions.items()
+                 if o.startswith("--") and action.help is not argparse.SUPPRESS]
         near = []
         for arg in message.split(": ", 1)[1].split():
             if arg.startswith("--"):
                 flag = "--" + arg[2:].split("=")[0].replace("-", "_")
                 longer = sorted(k for k in known if k.startswith(flag))  # a flag cut short
-                near += longer[:1] or get_close_matches(flag, known, n=1)
+                near += longer[:3] or get_close_matches(flag, known, n=1)
         return f" (did you mean {', '.join(dict.fromkeys(near))}?)" if near else ""
 
 
@@ -140,6 +141,9 @@ def resume(run_dir: Path, given: dict[str, Any]) -> Run:
                          f"checkpoints: --{', --'.join(new_run_only)} "
                          f"{'applies' if len(new_run_only) == 1 else 'apply'} to a new run only")
     settings = dataclasses.replace(saved, **overrides)
+    problem = invalid_setting(settings)  # a bad value is a mistake, not "nothing to do"
+    if problem:
+        raise UsageError(problem)
     policy = run_dir / POLICY_DIR
     kept = checkpoints(policy)
     if kept and settings.mode in TRAINING_MODES:
@@ -250,11 +254,20 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
 
 def policy_sources(s: Settings) -> Settings:
     """--start_policy and --load_policy_ckpt_dir with a run directory given for either: the newest
-    policy it holds, and its checkpoint directory."""
+    policy it holds, and its checkpoint directory (UsageError where it holds none)."""
     if s.start_policy and is_run_dir(Path(s.start_policy)):
-        s = dataclasses.replace(s, start_policy=str(newest_policy(Path(s.start_policy))))
+        policy = newest_policy(Path(s.start_policy))
+        if not policy.exists():
+            raise UsageError(f"--start_policy: run {s.start_policy} holds no policy yet")
+        s = dataclasses.replace(s, start_policy=str(policy))
     if s.load_policy_ckpt_dir and is_run_dir(Path(s.load_policy_ckpt_dir)):
-        s = dataclasses.replace(s, load_policy_ckpt_dir=str(Path(s.load_policy_ckpt_dir) / POLICY_DIR))
+        run_dir = Path(s.load_policy_ckpt_dir)
+        if not checkpoints(run_dir / POLICY_DIR):
+            raise UsageError(f"--load_policy_ckpt_dir: run {run_dir} holds no A2C policy "
+                             "checkpoint (its policy's weights alone: --start_policy)"
+                             if newest_policy(run_dir).is_file() else
+                             f"--load_policy_ckpt_dir: run {run_dir} holds no policy yet")
+        s = dataclasses.replace(s, load_policy_ckpt_dir=str(run_dir / POLICY_DIR))
     return s
 
 

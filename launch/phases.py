@@ -28,7 +28,8 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
     ch = Channels.for_run(ctx, session, sup.stop_event, trainer=False)
     store_path = str(run.dir / PREFS_FILE)
     a2c_stats = agent_stats(ctx, run)
-    labelling_stats = LabellingStats.create(ctx, labels_stored=stored_labels(store_path))
+    stored = stored_labels(store_path)
+    labelling_stats = LabellingStats.create(ctx, labels_stored=stored)
     if report is not None:
         report.agent_stats = a2c_stats
     config = a2c_config(run)
@@ -41,7 +42,6 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
                 make_observers=ch.a2c_observers(run.settings.env_id, labelling_stats, every_env,
                                                 hold=True))
     whose = "the starting policy" if run.settings.start_policy else "the untrained policy"
-    stored = labelling_stats.labels_stored.value
     print(f"gathering {n_labels} labels from {whose}"
           + (f" ({stored} stored already)" if stored else ""), file=sys.stderr)
     if ch.answers is not None and run.player_kind == "web" and not sys.stdin.isatty():

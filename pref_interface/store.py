@@ -243,6 +243,11 @@ class PreferenceStore:
             "SELECT labeller, COUNT(*), MIN(id) AS first FROM labels GROUP BY labeller ORDER BY first")}
 
     @_db_errors_as_store_errors
+    def sources(self) -> set[str]:
+        """Where the labels came from: 'synthetic', 'human', both, or neither in an empty store."""
+        return {src for (src,) in self._db.execute("SELECT DISTINCT source FROM labels")}
+
+    @_db_errors_as_store_errors
     def get(self, label_id: int) -> Preference:
         """The label with this id; KeyError if there is none."""
         row = self._db.execute(f"SELECT {self._selected()} FROM labels WHERE id = ?",

@@ -167,10 +167,12 @@ def test_run_checkpoint_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_
 
 def test_a_run_directory_is_taken_as_where_a_new_run_s_policy_starts(tmp_path):
     """--start_policy and --load_policy_ckpt_dir given a run directory: its policy/."""
+    import re
+
     from a2c.a2c import A2C, A2CConfig
-    from a2c.checkpoint import save_policy
+    from a2c.checkpoint import save_policy, save_policy_weights
     from a2c.policies import make_policy
-    from launch.cli import parse_args
+    from launch.cli import UsageError, parse_args
 
     done = tmp_path / "done"
     net = make_policy("moving_dot", 5)
@@ -180,6 +182,22 @@ def test_a_run_directory_is_taken_as_where_a_new_run_s_policy_starts(tmp_path):
         run = parse_args(["train_policy_with_original_rewards", "MovingDot-v0", flag, str(done),
                           "--log_dir", str(tmp_path / "new")])
         assert getattr(run.settings, flag[2:]) == str(done / "policy")
+    # a run through examples.ppo keeps its policy's weights alone: a start, not a checkpoint
+    ppo, empty = tmp_path / "ppo", tmp_path / "empty"
+    for d in (ppo, empty):
+        d.mkdir()
+        (d / "settings.json").write_text("{}")
+    save_policy_weights(ppo / "ppo_policy.pt", {"policy": net.state_dict(), "timesteps": 8})
+    run = parse_args(["train_policy_with_original_rewards", "MovingDot-v0", "--start_policy",
+                      str(ppo), "--log_dir", str(tmp_path / "new")])
+    assert run.settings.start_policy == str(ppo / "ppo_policy.pt")
+    for flag, d, words in (("--load_policy_ckpt_dir", ppo, "(its policy's weights alone: "
+                                                          "--start_policy)"),
+                           ("--load_policy_ckpt_dir", empty, "holds no policy yet"),
+                           ("--start_policy", empty, "holds no policy yet")):
+        with pytest.raises(UsageError, match=re.escape(words)):
+            parse_args(["train_policy_with_original_rewards", "MovingDot-v0", flag, str(d),
+                        "--log_dir", str(tmp_path / "new")])
 
 
 def test_a_weights_file_written_by_run_checkpoint_names_the_game_it_was_checked_on(tmp_path):
@@ -493,7 +511,8 @@ def test_help_shows_every_flags_default(capsys):
 
 @pytest.mark.parametrize("flag, hint", [("--synthetic-prefs", "--synthetic_prefs"),
                                         ("--lr_zero", "--lr_zero_million_timesteps"),
-                                        ("--n_env", "--n_envs")])
+                                        ("--n_env", "--n_envs"),
+                                        ("--n_initial", "--n_initial_epochs, --n_initial_prefs")])
 def test_a_misspelt_flag_names_the_nearest_one(flag, hint):
     from launch.cli import UsageError, given_flags
 

@@ -37,11 +37,16 @@ def test_every_mode_runs_and_hands_its_results_to_the_next(tmp_path):
         f"--load_prefs_dir {gather}" in " ".join(r.stderr.split())
     r = run("--resume", str(gather))  # its labels all in: nothing to gather
     assert r.returncode == 0 and "nothing to do" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    r = run("--resume", str(gather), "--n_initial_prefs", "0")  # a mistake, not "nothing to do"
+    assert r.returncode == 2 and "--n_initial_prefs must be" in r.stderr, r.stderr
 
     pretrain = tmp_path / "pretrain"
     r = run("pretrain_reward_predictor", "MovingDotNoFrameskip-v0", "--load_prefs_dir",
             str(gather), "--n_initial_epochs", "3", "--log_dir", str(pretrain), *TINY)
     assert r.returncode == 0, r.stderr
+    assert (f"next step: python run.py train_policy_with_preferences MovingDotNoFrameskip-v0 "
+            f"--load_prefs_dir {pretrain} --load_reward_predictor_ckpt_dir {pretrain} "
+            "--synthetic_prefs") in " ".join(r.stderr.split())  # the labels were synthetic
     ckpt = pretrain / "reward_predictor" / "reward_predictor.pt"
     assert torch.load(ckpt, weights_only=True)["steps"] > 0
     assert labels(gather) == 40 and labels(pretrain) == 40  # copied, the original untouched
