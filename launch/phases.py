@@ -14,6 +14,7 @@ from launch.rundir import (PREDICTOR_FILE, PREFS_FILE, Run, epochs_pretrained,
 from launch.session import Session
 from launch.summary import RunReport
 from launch.supervisor import Progress, Supervisor, a2c_status, percent
+from envs import MAX_SEED
 from pref_interface.store import stored_labels
 from reward_predictor import entry_points as predictor
 
@@ -34,6 +35,9 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
         report.agent_stats = a2c_stats
     config = a2c_config(run)
     config.learn, config.total_timesteps = False, 2 ** 62  # runs until the labels are in
+    # A resumed gathering plays other episodes: the run's own seed would replay the clips whose
+    # pairs were labelled already, and ask them again.
+    config.seed = (run.settings.seed + stored * run.settings.n_envs) % (MAX_SEED - run.settings.n_envs + 2)
     every_env = run.settings.gather_clips == "every_env"
     sup.start("labelling", run_labelling,
               labelling_config(run, session.page_updates, n_labels), ch, stats=labelling_stats,

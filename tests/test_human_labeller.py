@@ -130,6 +130,13 @@ def test_an_invalid_key_shows_a_hint_and_does_not_consume_the_pair():
     assert any("'x' is not an answer" in status[-1] for _, status in player.draws)
 
 
+def test_a_key_that_is_no_answer_is_named_as_the_person_knows_it():
+    from pref_interface.labellers.human import describe_token
+
+    assert describe_token("\x1b[D") == "the left arrow"  # not its escape sequence
+    assert describe_token("\x1b[H") == "'\\x1b[H'" and describe_token("x") == "'x'"
+
+
 def test_replay_restarts_the_pair_without_answering_it():
     lab, _, player = labeller(["P", "R"])
     assert lab.label(clip(255), clip(128)) == 0.0

@@ -1,5 +1,6 @@
 """Every mode end to end on tiny settings, resuming, and the preference loop's bad input."""
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,15 @@ def test_every_mode_runs_and_hands_its_results_to_the_next(tmp_path):
     assert r.returncode == 0 and "nothing to do" in r.stderr and r.stderr.count("\n") == 1, r.stderr
     r = run("--resume", str(gather), "--n_initial_prefs", "0")  # a mistake, not "nothing to do"
     assert r.returncode == 2 and "--n_initial_prefs must be" in r.stderr, r.stderr
+    # A larger target (in a copy) gathers the rest from other episodes: no pair asked twice.
+    more = tmp_path / "more"
+    shutil.copytree(gather, more)
+    r = run("--resume", str(more), "--n_initial_prefs", "60")
+    assert r.returncode == 0 and "(40 stored already)" in r.stderr, r.stderr
+    with PreferenceStore(more / "prefs.sqlite", create=False) as store:
+        pairs = {(store.get(i).left.frames().tobytes(), store.get(i).right.frames().tobytes())
+                 for i in store.all_ids()}
+    assert len(pairs) == labels(more) == 60
 
     pretrain = tmp_path / "pretrain"
     r = run("pretrain_reward_predictor", "MovingDotNoFrameskip-v0", "--load_prefs_dir",

@@ -36,9 +36,16 @@ KEY_OF_MU = {mu: key for key, mu in ANSWER_KEYS.items()}
 HISTORY_LENGTH = 10  # labels the page lists for changing or deleting
 
 
+ARROWS = {"\x1b[A": "the up arrow", "\x1b[B": "the down arrow", "\x1b[C": "the right arrow",
+          "\x1b[D": "the left arrow"}
+
+
 def describe_token(token: str) -> str:
-    """A key as the hint names it: printable text quoted, control keys by their escape."""
-    return repr(token) if token.isprintable() else repr(token.encode("unicode_escape").decode())
+    """A key as the hint names it: an arrow by its name, printable text quoted, other control
+    keys by their escape ('\x1b[H')."""
+    if token in ARROWS:
+        return ARROWS[token]
+    return repr(token) if token.isprintable() else f"'{token.encode('unicode_escape').decode()}'"
 
 
 def invalid_key_hint(token: str) -> str:
