@@ -77,13 +77,13 @@ class ClipDemand:
 
 def make_labeller(config: LabellingConfig, answers: Any | None = None, stop: Any | None = None,
                   stats: LabellingStats | None = None, val_accuracy: Any | None = None,
-                  n_stored: int = 0, labels: LabelEditor | None = None,
-                  has_trainer: bool = True, reinsert: Any | None = None) -> Labeller:
+                  labels: LabelEditor | None = None, has_trainer: bool = True,
+                  reinsert: Any | None = None) -> Labeller:
     """The labeller the config asks for. A person (`synthetic=False`) needs `answers`, the queue
     of key tokens from the process that owns the terminal; `stop`, `stats`, `val_accuracy`
-    (the trainer's, or None), `n_stored` (labels already in the store) and `has_trainer` (a
-    trainer takes the labels) feed the prompt; `labels` lets the person change stored labels
-    and `reinsert` place a sorted clip again (the labelling page)."""
+    (the trainer's, or None) and `has_trainer` (a trainer takes the labels) feed the prompt;
+    `labels` lets the person change stored labels and `reinsert` place a sorted clip again (the
+    labelling page)."""
     if config.synthetic:
         return make_teacher(config.teacher, rng=np.random.default_rng(
             np.random.SeedSequence(config.seed).spawn(3)[2]),
@@ -96,13 +96,12 @@ def make_labeller(config: LabellingConfig, answers: Any | None = None, stop: Any
         return Team(list(config.labellers), config.page_updates, answers, labels)
     from pref_interface.labellers.human import HumanLabeller
 
-    target = config.stop_after_labels - n_stored if config.stop_after_labels is not None else None
     player = config.clip_player
     if player == "web":
         from pref_interface.labellers.web.player import WebPlayer
 
         player = WebPlayer(config.page_updates)
-    return HumanLabeller(answers, player, stop, stats, val_accuracy, target,
+    return HumanLabeller(answers, player, stop, stats, val_accuracy, config.stop_after_labels,
                          has_trainer=has_trainer,
                          keep_typed_ahead=config.keep_typed_ahead, labels=labels,
                          reinsert=reinsert)
@@ -164,7 +163,7 @@ class Labelling:
         # placed again, so that the order agrees with the labels and with their replay).
         self.editor = LabelEditor(self.store, self.preferences, after_edit=self.mode.after_edit)
         self.labeller = labeller if labeller is not None else make_labeller(
-            config, channels.answers, channels.stop, stats, val_accuracy, self.n_stored, self.editor,
+            config, channels.answers, channels.stop, stats, val_accuracy, self.editor,
             has_trainer=self.has_trainer, reinsert=self.mode.reinsert)
         self.person = self.labeller.source == "human"
         self.team = self.labeller if config.labellers else None

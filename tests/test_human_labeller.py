@@ -169,13 +169,15 @@ def test_a_stopping_run_ends_the_question_without_a_label():
 
 
 def test_prompt_shows_labels_so_far_the_trainers_backlog_and_val_accuracy():
-    stats = SimpleNamespace(labels_total=SimpleNamespace(value=7), labels_in_flight=2)
+    stats = SimpleNamespace(labels_total=SimpleNamespace(value=7), labels_in_flight=2,
+                            labels_stored=SimpleNamespace(value=9))
     lab, _, _ = labeller([], stats=stats, val_accuracy=SimpleNamespace(value=0.714),
                          has_trainer=True)
     head = lab.status_lines()[0]
     assert "labelled 7" in head and "2 not yet taken by the trainer" in head and "71%" in head
     lab, _, _ = labeller([], stats=stats, target=10, val_accuracy=SimpleNamespace(value=np.nan))
-    assert "labelled 7/10" in lab.status_lines()[0] and "val acc -" in lab.status_lines()[0]
+    # gathering: the store's count (earlier starts' labels too) against the phase's target
+    assert "labelled 9/10" in lab.status_lines()[0] and "val acc -" in lab.status_lines()[0]
     assert all(len(line) <= 80 for line in lab.status_lines("'x' is not an answer: press L"))
 
 

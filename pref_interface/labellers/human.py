@@ -63,7 +63,8 @@ class HumanLabeller(Labeller):
         stats: labelling's counters, for "labelled so far" and "not yet taken by the trainer".
         val_accuracy: the trainer's validation accuracy (an `mp.Value('d')`, NaN before the
             first validation), or None when no predictor trains (gathering the first labels).
-        target: labels wanted in this phase (gather_initial_prefs), or None.
+        target: the labels the store is to hold when this phase ends (gather_initial_prefs: its
+            count is then the store's, earlier starts' labels too), or None.
         has_trainer: a predictor trainer takes the labels (show how many it has not taken yet).
         keep_typed_ahead: let keys typed before a pair appeared answer it (piped answers);
             False drops them, so a double key press never labels a pair nobody has seen.
@@ -228,8 +229,10 @@ class HumanLabeller(Labeller):
         or a hint."""
         parts = [f"pair {self.n_pairs}"]
         if self.stats is not None:
-            done = self.stats.labels_total.value
-            parts.append(f"labelled {done}/{self.target}" if self.target else f"labelled {done}")
+            if self.target:
+                parts.append(f"labelled {self.stats.labels_stored.value}/{self.target}")
+            else:
+                parts.append(f"labelled {self.stats.labels_total.value}")
             if self.has_trainer:
                 parts.append(f"{self.stats.labels_in_flight} not yet taken by the trainer")
         if self.val_accuracy is not None:
