@@ -22,7 +22,7 @@ from pref_interface.labellers.player import clip_frames
 from pref_interface.labellers.web.headless import browser_missing, headless_page, labelling_run
 from pref_interface.labellers.web.player import WebPlayer, clip_name, parse_clip_name
 from pref_interface.labellers.web.server import LabellingPage
-from tests.helpers import drained, http_call
+from tests.helpers import drained, http_call, wait_until
 from pref_interface.labellers.web.sprites import sprite_png
 from pref_interface.labelling import LabelEditor
 from pref_interface.queries.sorting import ClipSorter, rebuild_sorters
@@ -112,6 +112,31 @@ def test_a_state_request_waits_for_a_change(page):
     threading.Timer(0.2, page.apply, [{"status": ["pair 2"]}]).start()
     state = json.loads(request(page, f"/state?since={version}")[1])
     assert state["version"] > version and state["status"] == ["pair 2"]
+
+
+@pytest.mark.parametrize("team", [False, True])
+def test_when_the_run_ends_a_waiting_page_is_told_so_before_the_server_goes(team):
+    """The page stops asking once a state says `ended` (page.html), so it does not retry for ever
+    at an address that no longer answers."""
+    server = LabellingPage(labellers=["ann", "bob"] if team else None).start(queue.Queue(),
+                                                                           queue.Queue())
+    token = server.view.tokens()["ann" if team else None]
+    url = server.url.split("/?")[0]
+    version = server.state(labeller="ann" if team else None)["version"]
+    got = {}
+
+    def wait() -> None:
+        got["reply"] = http_call(f"{url}/state?since={version}&token={token}", None)
+
+    waiting = threading.Thread(target=wait)
+    waiting.start()
+    wait_until(lambda: server._polls == 1, 5, "the state request to wait for a change")
+    server.stop()
+    waiting.join(5)
+    status, body = got["reply"]
+    state = json.loads(body)
+    assert status == 200 and state["ended"] and state["pair"] is None
+    assert "the run has ended" in state["notice"]
 
 
 def test_a_pair_takes_one_answer_and_a_replayed_or_second_answer_is_refused(page):

@@ -21,13 +21,14 @@ a team's, each person with a token and pairs of their own (`team_view.py`).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 from urllib.parse import parse_qs, urlsplit
 
 from clips.clip import LabelEdit
@@ -37,6 +38,8 @@ from pref_interface.labellers.web.one_person import OnePersonView
 from pref_interface.labellers.web.team_view import TeamView
 
 LONG_POLL_S = 20.0  # the longest a state request waits for a change
+RUN_ENDED = "the run has ended: nothing more to label here"  # every page's last line
+ENDED_GRACE_S = 1.0  # how long the end waits for the pages' waiting requests to carry it
 MAX_BODY_BYTES = 4096
 ANSWER_NAMES = {"L": "L", "R": "R", "E": "E", "incomparable": ENTER}
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
@@ -73,6 +76,7 @@ class LabellingPage:
         self._server = ThreadingHTTPServer((host, port), _make_handler(self))
         self._server.daemon_threads = True
         self.page_html = resources.files("pref_interface.labellers.web").joinpath("page.html").read_bytes()
+        self._polls = 0  # state requests being answered (under core.cond)
 
     @property
     def token(self) -> str:
@@ -115,7 +119,12 @@ class LabellingPage:
         return self
 
     def stop(self) -> None:
+        """Tell every open page that the run has ended (their waiting requests answer it, and the
+        pages stop asking), then stop serving."""
         if self.core.running.is_set():
+            self.apply({"pair": None, "next": None, "notice": RUN_ENDED, "ended": True})
+            with self.core.cond:  # the waiting state requests carry it out first
+                self.core.cond.wait_for(lambda: self._polls == 0, ENDED_GRACE_S)
             self.core.running.clear()
             self._server.shutdown()
         self._server.server_close()
@@ -137,6 +146,18 @@ class LabellingPage:
         """The state once its version is past `since`, or as it is after `timeout` seconds. In
         team mode, `labeller`'s own state; asking makes them present."""
         return self.view.state(since, timeout, labeller)
+
+    @contextlib.contextmanager
+    def answering_poll(self) -> Iterator[None]:
+        """Count a state request from its wait to its last byte sent (`stop` waits for them)."""
+        with self.core.cond:
+            self._polls += 1
+        try:
+            yield
+        finally:
+            with self.core.cond:
+                self._polls -= 1
+                self.core.cond.notify_all()
 
     def status(self) -> list[str]:
         """The lines under the clips that every page shows now (labelling's own status)."""
@@ -230,7 +251,8 @@ def _make_handler(page: LabellingPage) -> type[BaseHTTPRequestHandler]:
                 self._send(HTTPStatus.OK, page.page_html, "text/html; charset=utf-8")
             elif path == "/state":
                 since = _int(query.get("since", ["0"])[0])
-                self._send_json(HTTPStatus.OK, page.state(since, page.poll_s, who))
+                with page.answering_poll():
+                    self._send_json(HTTPStatus.OK, page.state(since, page.poll_s, who))
             elif path == "/clip":
                 png = page.sprite(query.get("pair", [""])[0], query.get("side", [""])[0], who)
                 self._send(HTTPStatus.OK, png, "image/png", cache="private, max-age=3600")

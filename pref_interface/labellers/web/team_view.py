@@ -76,7 +76,8 @@ class TeamView:
         self.timeout_s = timeout_s
         self.on_presence = on_presence
         self._people = {n: Person(n, secrets.token_urlsafe(18)) for n in check_labellers(names)}
-        self._shared: dict = {"status": [], "order": None, "notice": FIRST_NOTICE}  # every page's
+        self._shared: dict = {"status": [], "order": None, "notice": FIRST_NOTICE,  # every page's
+                              "ended": False}
         self._pairs: dict[str, OpenPair] = {}  # oldest first
         self._reported: tuple = ()  # the names last given to on_presence
         self._report_lock = threading.Lock()  # calls on_presence one at a time, in order
@@ -127,7 +128,7 @@ class TeamView:
                 for person in self._people.values():
                     person.pair = person.next = None
                 everyone = True
-            for key in ("status", "notice", "order"):
+            for key in ("status", "notice", "order", "ended"):
                 if key in update:
                     self._shared[key] = update[key]
                     everyone = True
@@ -154,7 +155,8 @@ class TeamView:
                         "next": self._pair_json(person.next), "answered": False,
                         "status": self._shared["status"], "history": list(person.history),
                         "order": self._shared["order"],
-                        "notice": self._shared["notice"] or WAITING, "labeller": person.name}
+                        "notice": self._shared["notice"] or WAITING, "labeller": person.name,
+                        "ended": self._shared["ended"]}
             finally:
                 person.polls -= 1
                 person.seen = time.monotonic()
