@@ -3,13 +3,14 @@
 
     python show_prefs.py RUN_DIR_OR_STORE [--clip_player auto|window|terminal] [--labeller NAME]
     python show_prefs.py RUN_DIR_OR_STORE --list
+    python show_prefs.py RUN_DIR_OR_STORE --table [--labeller NAME]
 
 
 Each label's pair plays with the labelling players (a window, or the terminal). Keys:
 n next, p previous, L / R / E change the answer (left better, right better, equally good),
 D delete (press D twice), Enter replay, q or Ctrl-D quit. Every change is committed at once.
---labeller NAME pages through (or, with --export, exports) only that person's labels; --list
-prints how many labels each labeller gave.
+--labeller NAME pages through (or, with --export or --table, exports or prints) only that
+person's labels; --list prints how many labels each labeller gave, --table one line per label.
 A running trainer keeps the labels it already holds: edits count from the next time the store
 is loaded (pretraining, --load_prefs_dir, --resume).
 """
@@ -49,6 +50,18 @@ def describe_labeller(name: str | None) -> str:
 def labeller_counts(counts: dict[str | None, int]) -> str:
     """"ann 12, bob 3, unnamed 40": the labels of each labeller, on one line."""
     return ", ".join(f"{name if name is not None else 'unnamed'} {n}" for name, n in counts.items())
+
+
+def print_table(rows: list[tuple]) -> None:
+    """One line per label (`PreferenceStore.label_rows`), under a header."""
+    from datetime import datetime, timezone
+
+    print(f"{'id':>6}  {'when (UTC)':19}  {'answer':12}  {'labeller':10}  {'source':9}  split")
+    for label_id, created, source, is_validation, mu, *_, labeller, _p in rows:
+        when = datetime.fromtimestamp(created, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        answer = ANSWER_NAMES.get(mu, f"left p={mu:g}")
+        print(f"{label_id:>6}  {when}  {answer:12}  {labeller or '-':10}  {source:9}  "
+              f"{'validation' if is_validation else 'training'}")
 
 
 def unknown_labeller(store: PreferenceStore, name: str | None) -> str | None:
@@ -177,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="page through (or --export) only the labels this person gave")
     parser.add_argument("--list", action="store_true",
                         help="print how many labels each labeller gave, then exit")
+    parser.add_argument("--table", action="store_true",
+                        help="print one line per label (id, when, answer, labeller, source, "
+                             "split), oldest first, then exit")
     parser.add_argument("--export", metavar="FILE.npz",
                         help="write every label (only NAME's with --labeller) to a plain .npz file "
                              "for sharing, then exit")
@@ -186,14 +202,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.labeller is not None and args.import_file and not args.export:
         parser.error("--labeller applies to browsing, --list and --export, not to --import")
-    if args.list and (args.export or args.import_file):
-        parser.error("--list cannot be combined with --export or --import")
+    if sum(map(bool, (args.list, args.table, args.export or args.import_file))) > 1:
+        parser.error("--list, --table and --export/--import are one at a time")
     path = store_path(args.store)
     if args.export or args.import_file:
         return export_or_import(path, args.export, args.import_file, args.labeller)
     store = None
     try:
-        kind = "" if args.list else resolve_player(args.clip_player)
+        kind = "" if args.list or args.table else resolve_player(args.clip_player)
         store = PreferenceStore(path, create=False)
         counts = store.labellers()  # a damaged file can open fine and fail on first read
         if args.list:
@@ -202,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if problem := unknown_labeller(store, args.labeller):
             raise ValueError(problem)
+        if args.table:
+            print_table(store.label_rows(args.labeller))
+            store.close()
+            return 0
     except (StoreError, ValueError) as e:
         print(f"show_prefs.py: error: {e}", file=sys.stderr)
         if store is not None:

@@ -336,16 +336,22 @@ class PreferenceStore:
             partial.unlink(missing_ok=True)
         return n
 
-    def _export(self, path: Path, labeller: str | None) -> int:
+    @_db_errors_as_store_errors
+    def label_rows(self, labeller: str | None = None) -> list[tuple]:
+        """Every label (or `labeller`'s) without its clips, oldest first: (id, created, source,
+        is_validation, mu, left_steps, right_steps, labeller, ensemble_p), None where an older
+        store has no such column."""
         named = self._has_column("labeller")
         query = (f"SELECT id, created, source, is_validation, mu, left_steps, right_steps,"
                  f" {'labeller' if named else 'NULL'},"
                  f" {'ensemble_p' if self._has_column('ensemble_p') else 'NULL'} FROM labels")
         if labeller is None:
-            meta = self._db.execute(f"{query} ORDER BY id").fetchall()
-        else:
-            meta = self._db.execute(f"{query} WHERE labeller = ? ORDER BY id",
-                                    (labeller,)).fetchall() if named else []
+            return self._db.execute(f"{query} ORDER BY id").fetchall()
+        return self._db.execute(f"{query} WHERE labeller = ? ORDER BY id",
+                                (labeller,)).fetchall() if named else []
+
+    def _export(self, path: Path, labeller: str | None) -> int:
+        meta = self.label_rows(labeller)
         n = len(meta)
         ids = np.array([m[0] for m in meta], dtype=np.int64)
         steps = np.array([m[5:7] for m in meta], dtype=np.int64).reshape(n, 2)
