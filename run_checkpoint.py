@@ -14,8 +14,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="run_checkpoint.py", description=__doc__,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("env_id", help="the env the policy was trained on")
-    p.add_argument("policy", help="a run's policy/ directory (its newest checkpoint), a checkpoint "
-                   "file, or a weights file written by --save_weights")
+    p.add_argument("policy", help="a run directory or its policy/ directory (the newest "
+                   "policy), a checkpoint file, or a weights file written by --save_weights")
     p.add_argument("--episodes", type=int, default=5, help="episodes to play")
     p.add_argument("--seed", type=int, default=1, help="env seed")
     p.add_argument("--greedy", action="store_true", help="take the most likely action")
@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from a2c.checkpoint import CheckpointError, check_fits, load_policy_weights, save_policy_weights
     from envs import UnknownEnvError, check_seed, env_kind
+    from launch.rundir import playable_policy
     from runtime.outputs import prepare_output
     try:
         env_kind(args.env_id)
@@ -138,8 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         for out, flag in ((args.video, "--video"), (args.save_weights, "--save_weights")):
             if out:
                 prepare_output(out, flag)
-        state = load_policy_weights(args.policy)
-        check_fits(args.env_id, state, args.policy)
+        policy = playable_policy(Path(args.policy))  # a run directory: its newest policy
+        state = load_policy_weights(policy)
+        check_fits(args.env_id, state, policy)
         predictor = load_predictor(args.reward_predictor, args.env_id) if (
             args.reward_predictor) else None
     except (UnknownEnvError, CheckpointError, ValueError) as e:

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from launch.rundir import is_run_dir, newest_policy, saved_settings
+from launch.rundir import is_run_dir, playable_policy, saved_settings
 
 EXIT_USAGE = 2
 DEFAULT_GRID = ("greedy:30", "sampled:30", "greedy:0")
@@ -100,7 +100,7 @@ def find_policies(path: Path, all_checkpoints: bool, best_window: int | None = N
 
     run_dir = path if is_run_dir(path) else None
     env_id = saved_settings(path).get("env_id") if run_dir else None
-    played = newest_policy(run_dir) if run_dir else path
+    played = playable_policy(path)
     if played.is_file():  # a checkpoint or weights file, or a run through examples.ppo
         return [played], env_id, run_dir
     found = checkpoints(played)

@@ -15,7 +15,8 @@ from launch.env_settings import describe as env_settings_help
 from launch.env_settings import env_settings
 from launch.preflight import first_error
 from launch.rundir import (POLICY_DIR, PREDICTOR_FILE, PREFS_FILE, SETTINGS_FILE, Run, busy_message,
-                           is_run_dir, newest_policy, run_dir_holder, saved_settings)
+                           is_run_dir, newest_policy, playable_policy, run_dir_holder,
+                           saved_settings)
 from launch.settings import MODES, TRAINING_MODES, Settings, invalid_setting, unused_settings
 from launch.settings import build_parser as settings_parser
 from pref_interface.labellers.alongside import judges
@@ -256,7 +257,7 @@ def policy_sources(s: Settings) -> Settings:
     """--start_policy and --load_policy_ckpt_dir with a run directory given for either: the newest
     policy it holds, and its checkpoint directory (UsageError where it holds none)."""
     if s.start_policy and is_run_dir(Path(s.start_policy)):
-        policy = newest_policy(Path(s.start_policy))
+        policy = playable_policy(Path(s.start_policy))
         if not policy.exists():
             raise UsageError(f"--start_policy: run {s.start_policy} holds no policy yet")
         s = dataclasses.replace(s, start_policy=str(policy))

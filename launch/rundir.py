@@ -45,6 +45,12 @@ def newest_policy(run_dir: Path) -> Path:
     return ppo if ppo.is_file() else run_dir / POLICY_DIR
 
 
+def playable_policy(path: Path) -> Path:
+    """Where a policy argument's policy is: a run directory's newest (`newest_policy`), else the
+    path itself (a checkpoint directory, a checkpoint or a weights file)."""
+    return newest_policy(path) if is_run_dir(path) else path
+
+
 def saved_settings(run_dir: Path) -> dict[str, Any]:
     """A run's settings as it saved them; ValueError (one line) where the directory holds none
     that can be read. `launch.cli.load_settings` gives them as today's `Settings`."""

@@ -182,6 +182,10 @@ def test_a_run_directory_is_taken_as_where_a_new_run_s_policy_starts(tmp_path):
         run = parse_args(["train_policy_with_original_rewards", "MovingDot-v0", flag, str(done),
                           "--log_dir", str(tmp_path / "new")])
         assert getattr(run.settings, flag[2:]) == str(done / "policy")
+    import run_checkpoint  # and played from, as the evaluator plays a run directory
+
+    assert run_checkpoint.main(["MovingDot-v0", str(done), "--episodes", "1", "--max_steps",
+                                "10"]) == 0
     # a run through examples.ppo keeps its policy's weights alone: a start, not a checkpoint
     ppo, empty = tmp_path / "ppo", tmp_path / "empty"
     for d in (ppo, empty):
