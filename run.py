@@ -64,7 +64,7 @@ def end_of_run(run: Run, report: RunReport, code: int) -> str:
         elif not undone:
             next_cmd = f"python run.py pretrain_reward_predictor {s.env_id} --load_prefs_dir {d}"
     elif s.mode == "pretrain_reward_predictor" and code == 0:
-        with PreferenceStore(str(run.dir / PREFS_FILE), create=False) as store:
+        with PreferenceStore(str(run.dir / PREFS_FILE), create=False) as store:  # copied at start
             synthetic = " --synthetic_prefs" if store.sources() == {"synthetic"} else ""
         next_cmd = (f"python run.py train_policy_with_preferences {s.env_id} --load_prefs_dir {d} "
                     f"--load_reward_predictor_ckpt_dir {d}{synthetic}")

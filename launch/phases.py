@@ -6,6 +6,7 @@ import sys
 from functools import partial
 from typing import Any, Callable
 
+from envs import MAX_SEED
 from launch.configs import (MILLION, a2c_config, agent_stats, labelling_config, trainer_config,
                             trainer_environ)
 from launch.loop import Channels, PreferenceLoop, run_labelling, start_agent
@@ -14,7 +15,6 @@ from launch.rundir import (PREDICTOR_FILE, PREFS_FILE, Run, epochs_pretrained,
 from launch.session import Session
 from launch.summary import RunReport
 from launch.supervisor import Progress, Supervisor, a2c_status, percent
-from envs import MAX_SEED
 from pref_interface.store import stored_labels
 from reward_predictor import entry_points as predictor
 
@@ -37,7 +37,8 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
     config.learn, config.total_timesteps = False, 2 ** 62  # runs until the labels are in
     # A resumed gathering plays other episodes: the run's own seed would replay the clips whose
     # pairs were labelled already, and ask them again.
-    config.seed = (run.settings.seed + stored * run.settings.n_envs) % (MAX_SEED - run.settings.n_envs + 2)
+    n_envs = run.settings.n_envs
+    config.seed = (run.settings.seed + stored * n_envs) % (MAX_SEED - n_envs + 2)
     every_env = run.settings.gather_clips == "every_env"
     sup.start("labelling", run_labelling,
               labelling_config(run, session.page_updates, n_labels), ch, stats=labelling_stats,

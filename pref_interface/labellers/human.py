@@ -42,7 +42,7 @@ ARROWS = {"\x1b[A": "the up arrow", "\x1b[B": "the down arrow", "\x1b[C": "the r
 
 def describe_token(token: str) -> str:
     """A key as the hint names it: an arrow by its name, printable text quoted, other control
-    keys by their escape ('\x1b[H')."""
+    keys by their escape sequence, quoted."""
     if token in ARROWS:
         return ARROWS[token]
     return repr(token) if token.isprintable() else f"'{token.encode('unicode_escape').decode()}'"
