@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     from envs.scores import MOVING_DOT_LEVEL
     from examples.sb3_vec_env import SB3VecEnv
     from launch.preference_env import PreferenceVecEnv
+    from launch.stopping import interrupted_status
 
     atari = env_kind(env_id) == "atari"  # PPO's network is then also our policy weights file
     env = PreferenceVecEnv(
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             return not (a.stop_at_level and len(returns) == 64 and
                         sum(returns) / 64 >= MOVING_DOT_LEVEL)
 
-    model = None
+    model, code = None, 0
     try:
         vec = SB3VecEnv(env, seed=s.seed)
         if model_path.is_file():  # a resumed run: PPO goes on from its saved model
@@ -166,13 +167,15 @@ def main(argv: list[str] | None = None) -> int:
         total = int(s.million_timesteps * 1e6)
         model.learn(max(total - model.num_timesteps, 0), callback=Callback(),
                     reset_num_timesteps=False)
-    finally:  # Ctrl-C, and SIGTERM (the wrapper makes it SystemExit), come here too
+    except KeyboardInterrupt:  # Ctrl-C: saved below, and said by the summary and the status
+        code = interrupted_status()
+    finally:  # SIGTERM (the wrapper makes it SystemExit) comes here too
         try:
             if model is not None:
                 save(model)
         finally:
             env.close()  # the labels and the predictor are saved; the run's summary is printed
-    return 0
+    return code
 
 
 if __name__ == "__main__":

@@ -132,9 +132,12 @@ def resume(run_dir: Path, given: dict[str, Any]) -> Run:
     holder = run_dir_holder(run_dir)  # checked again as the run takes it (`make_run_dir`)
     if holder:
         raise UsageError(busy_message(run_dir, holder))
-    for positional in ("mode", "env_id"):
-        if given.get(positional) not in (None, getattr(saved, positional)):
-            raise UsageError(f"--resume: this run's {positional} is {getattr(saved, positional)}")
+    from envs import same_game
+
+    if given.get("mode") not in (None, saved.mode):
+        raise UsageError(f"--resume: this run's mode is {saved.mode}")
+    if given.get("env_id") is not None and not same_game(given["env_id"], saved.env_id):
+        raise UsageError(f"--resume: this run's env_id is {saved.env_id}")
     overrides = {k: v for k, v in given.items() if k != "resume"}
     new_run_only = sorted(set(overrides) & set(NEW_RUN_ONLY))
     if new_run_only:

@@ -30,6 +30,7 @@ from gymnasium.vector import AutoresetMode
 from a2c.config import A2CConfig
 from a2c.loop_side import LoopSide
 from a2c.rollout import Rollout, TrainReturns
+from envs import same_game
 from envs.vec_env import EpisodeRecord, EpisodeTracker
 from launch.cli import UsageError, parse_args
 from launch.loop import PreferenceLoop
@@ -65,7 +66,13 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
                             f"gymnasium.make_vec), got {type(env).__name__}")
         super().__init__(env)
         spec = getattr(env, "spec", None)  # gymnasium.make_vec's envs carry their id there
-        env_id = env_id or getattr(env, "env_id", None) or getattr(spec, "id", None)
+        own = getattr(env, "env_id", None) or getattr(spec, "id", None)
+        if env_id is not None and not isinstance(env_id, str):
+            raise TypeError(f"PreferenceVecEnv: env_id is an env id such as "
+                            f"'PongNoFrameskip-v4', got {env_id!r}")
+        if env_id is not None and own is not None and not same_game(env_id, own):
+            raise ValueError(f"PreferenceVecEnv: env_id={env_id!r} but the env is {own}")
+        env_id = env_id or own
         if env_id is None:
             raise ValueError("PreferenceVecEnv: give env_id (it picks the reward predictor's net "
                              "and the environment's settings)")
@@ -136,6 +143,7 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
 
     def reset(self, *, seed: int | list[int] | None = None,
               options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        self._check_open()
         obs, info = self.env.reset(seed=seed, options=options)
         self._record_partial_block()  # its steps count; its clips would run across the reset
         self._obs[0] = obs
@@ -145,6 +153,7 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         return obs, info
 
     def step(self, actions: np.ndarray):
+        self._check_open()
         if self._t == 0:
             self._between_blocks()
         t = self._t
@@ -222,6 +231,11 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
             if line:
                 print(line, file=sys.stderr, flush=True)
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"PreferenceVecEnv: closed, its run saved (a new "
+                               f"PreferenceVecEnv(env, resume={str(self.run_dir)!r}) goes on)")
+
     def close(self, **kwargs: Any) -> None:
         """Stop the trainer and labelling (the labels and the predictor are saved), print
         the run's summary, close the env."""
@@ -263,6 +277,8 @@ def settings_argv(env_id: str, num_envs: int, settings: dict[str, Any]) -> list[
     """run.py's command line for these keyword settings (ValueError for an unknown one, a
     boolean that cannot be set so, or n_envs that is not the env's)."""
     settings = {"n_envs": num_envs, **settings}
+    if isinstance(settings.get("labellers"), (list, tuple)):  # the names, as --labellers takes them
+        settings["labellers"] = ",".join(map(str, settings["labellers"]))
     own_reward = sorted(k for k in ("frozen_reward_predictor", "teacher_reward") if settings.get(k))
     if own_reward:  # the caller's agent learns from the wrapper's r̂, which these would replace
         raise ValueError(f"PreferenceVecEnv: {', '.join(own_reward)}: run.py's A2C alone on a "

@@ -204,6 +204,20 @@ def test_a_run_directory_is_taken_as_where_a_new_run_s_policy_starts(tmp_path):
                         "--log_dir", str(tmp_path / "new")])
 
 
+def test_a_run_resumes_under_either_of_moving_dots_names_and_not_under_another_game(tmp_path):
+    import shutil
+
+    from launch.cli import UsageError, parse_args
+
+    d = tmp_path / "run"  # a MovingDotNoFrameskip-v0 run
+    shutil.copytree(Path(__file__).parent / "fixtures" / "run_29d3a96", d)
+    run = parse_args(["train_policy_with_preferences", "MovingDot-v0", "--resume", str(d),
+                      "--million_timesteps", "0.006"])
+    assert run.resumed and run.settings.million_timesteps == 0.006
+    with pytest.raises(UsageError, match="this run's env_id is MovingDotNoFrameskip-v0"):
+        parse_args(["train_policy_with_preferences", "PongNoFrameskip-v4", "--resume", str(d)])
+
+
 def test_a_weights_file_written_by_run_checkpoint_names_the_game_it_was_checked_on(tmp_path):
     """A file from before policies named their game gets the name `run_checkpoint.py` checked."""
     import torch

@@ -70,6 +70,22 @@ def test_a_bad_setting_is_a_value_error_and_writes_nothing(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+def test_an_env_id_that_is_not_the_env_s_own_is_refused_and_writes_nothing(tmp_path):
+    env = GymVectorEnv("MovingDotNoFrameskip-v0", 2)
+    with pytest.raises(ValueError, match="env_id='PongNoFrameskip-v4' but the env is MovingDot"):
+        PreferenceVecEnv(env, "PongNoFrameskip-v4", log_dir=str(tmp_path / "r"))
+    with pytest.raises(TypeError, match="env_id is an env id"):
+        PreferenceVecEnv(env, True, log_dir=str(tmp_path / "r"))  # type: ignore[arg-type]
+    assert not (tmp_path / "r").exists()
+
+
+def test_labellers_are_taken_as_a_list_of_names_too():
+    from launch.preference_env import settings_argv
+
+    assert settings_argv("MovingDot-v0", 2, {"labellers": ["ann", "bob"]})[-2:] == [
+        "--labellers", "ann,bob"]
+
+
 def test_gym_vector_env_reports_episodes_as_record_episode_statistics_does():
     env = GymVectorEnv("MovingDotNoFrameskip-v0", 3, seed=1)
     obs, _ = env.reset(seed=1)
@@ -156,6 +172,9 @@ def test_the_wrapper_runs_the_loop_around_an_agent_and_saves_like_run_py(tmp_pat
     assert "run finished" in err and "agent steps    4,000" in err, err
     assert "resume:" not in err  # nothing to resume
     env.close()  # a second close does nothing
+    for call in (lambda: env.step(np.zeros(4, np.int64)), env.reset):  # and the env is closed
+        with pytest.raises(RuntimeError, match="closed, its run saved"):
+            call()
 
 
 def test_a_failure_in_the_callers_loop_is_summarised_and_a_resume_goes_on_counting(tmp_path,
