@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clip_player", choices=("auto", "window", "terminal"), default="auto",
                         help="where the clips play; auto: a window when a display is available")
     parser.add_argument("--labeller", metavar="NAME",
-                        help="page through (or --export) only the labels this person gave")
+                        help="page through (or --export, --table) only the labels this person "
+                             "gave")
     parser.add_argument("--list", action="store_true",
                         help="print how many labels each labeller gave, then exit")
     parser.add_argument("--table", action="store_true",

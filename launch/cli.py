@@ -138,7 +138,8 @@ def resume(run_dir: Path, given: dict[str, Any]) -> Run:
         raise UsageError(f"--resume: this run's mode is {saved.mode}")
     if given.get("env_id") is not None and not same_game(given["env_id"], saved.env_id):
         raise UsageError(f"--resume: this run's env_id is {saved.env_id}")
-    overrides = {k: v for k, v in given.items() if k != "resume"}
+    # The run keeps its own mode and env id (MovingDot's other name does not rename it).
+    overrides = {k: v for k, v in given.items() if k not in ("resume", "mode", "env_id")}
     new_run_only = sorted(set(overrides) & set(NEW_RUN_ONLY))
     if new_run_only:
         raise UsageError(f"--resume goes on in the run's own directory from its own store and "

@@ -30,7 +30,7 @@ from gymnasium.vector import AutoresetMode
 from a2c.config import A2CConfig
 from a2c.loop_side import LoopSide
 from a2c.rollout import Rollout, TrainReturns
-from envs import same_game
+from envs import UnknownEnvError, env_kind, same_game
 from envs.vec_env import EpisodeRecord, EpisodeTracker
 from launch.cli import UsageError, parse_args
 from launch.loop import PreferenceLoop
@@ -70,7 +70,7 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         if env_id is not None and not isinstance(env_id, str):
             raise TypeError(f"PreferenceVecEnv: env_id is an env id such as "
                             f"'PongNoFrameskip-v4', got {env_id!r}")
-        if env_id is not None and own is not None and not same_game(env_id, own):
+        if env_id is not None and own is not None and _known(own) and not same_game(env_id, own):
             raise ValueError(f"PreferenceVecEnv: env_id={env_id!r} but the env is {own}")
         env_id = env_id or own
         if env_id is None:
@@ -271,6 +271,16 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
                                     watch_cmd=self._watch_hint if trained else None,
                                     resume_cmd=self._resume_hint if exit_status else None,
                                     how=self._how)
+
+
+def _known(env_id: str) -> bool:
+    """Whether an env's own id names a game of ours (else, e.g. "ALE/Pong-v5", the caller's
+    env_id names it)."""
+    try:
+        env_kind(env_id)
+    except UnknownEnvError:
+        return False
+    return True
 
 
 def settings_argv(env_id: str, num_envs: int, settings: dict[str, Any]) -> list[str]:

@@ -214,6 +214,7 @@ def test_a_run_resumes_under_either_of_moving_dots_names_and_not_under_another_g
     run = parse_args(["train_policy_with_preferences", "MovingDot-v0", "--resume", str(d),
                       "--million_timesteps", "0.006"])
     assert run.resumed and run.settings.million_timesteps == 0.006
+    assert run.settings.env_id == "MovingDotNoFrameskip-v0"  # the run keeps its own name
     with pytest.raises(UsageError, match="this run's env_id is MovingDotNoFrameskip-v0"):
         parse_args(["train_policy_with_preferences", "PongNoFrameskip-v4", "--resume", str(d)])
 

@@ -78,6 +78,10 @@ def test_an_env_id_that_is_not_the_env_s_own_is_refused_and_writes_nothing(tmp_p
         PreferenceVecEnv(env, True, log_dir=str(tmp_path / "r"))  # type: ignore[arg-type]
     assert not (tmp_path / "r").exists()
 
+    from launch.preference_env import _known  # an id of ours is checked; another's is named
+
+    assert _known("MovingDot-v0") and not _known("ALE/Pong-v5")
+
 
 def test_labellers_are_taken_as_a_list_of_names_too():
     from launch.preference_env import settings_argv

@@ -137,6 +137,8 @@ def test_when_the_run_ends_a_waiting_page_is_told_so_before_the_server_goes(team
     state = json.loads(body)
     assert status == 200 and state["ended"] and state["pair"] is None
     assert "the run has ended" in state["notice"]
+    server.apply({"notice": "no pair to label now", "pair": None})  # a late update: not shown
+    assert "the run has ended" in server.state(labeller="ann" if team else None)["notice"]
 
 
 def test_a_pair_takes_one_answer_and_a_replayed_or_second_answer_is_refused(page):

@@ -36,8 +36,8 @@ KEY_OF_MU = {mu: key for key, mu in ANSWER_KEYS.items()}
 HISTORY_LENGTH = 10  # labels the page lists for changing or deleting
 
 
-ARROWS = {"\x1b[A": "the up arrow", "\x1b[B": "the down arrow", "\x1b[C": "the right arrow",
-          "\x1b[D": "the left arrow"}
+ARROWS = {f"\x1b{mode}{key}": f"the {name} arrow" for mode in "[O"  # normal, application mode
+          for key, name in zip("ABCD", ("up", "down", "right", "left"))}
 
 
 def describe_token(token: str) -> str:

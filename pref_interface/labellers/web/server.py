@@ -77,6 +77,7 @@ class LabellingPage:
         self._server.daemon_threads = True
         self.page_html = resources.files("pref_interface.labellers.web").joinpath("page.html").read_bytes()
         self._polls = 0  # state requests being answered (under core.cond)
+        self._ended = False
 
     @property
     def token(self) -> str:
@@ -122,11 +123,16 @@ class LabellingPage:
         """Tell every open page that the run has ended (their waiting requests answer it, and the
         pages stop asking), then stop serving."""
         if self.core.running.is_set():
-            self.apply({"pair": None, "next": None, "notice": RUN_ENDED, "ended": True})
-            with self.core.cond:  # the waiting state requests carry it out first
-                self.core.cond.wait_for(lambda: self._polls == 0, ENDED_GRACE_S)
-            self.core.running.clear()
-            self._server.shutdown()
+            try:
+                self.apply({"pair": None, "next": None, "notice": RUN_ENDED, "ended": True})
+                self._ended = True  # no later update (a pair, a notice) shows over it
+                # The requests waiting now carry it out first; a page between two requests
+                # finds the server gone and says it lost the run.
+                with self.core.cond:
+                    self.core.cond.wait_for(lambda: self._polls == 0, ENDED_GRACE_S)
+            finally:
+                self.core.running.clear()
+                self._server.shutdown()
         self._server.server_close()
         with self.core.cond:
             self.core.cond.notify_all()  # long polls end now
@@ -135,7 +141,8 @@ class LabellingPage:
 
     def apply(self, update: dict) -> None:
         """Merge a change (from the `WebPlayer`, or `notice` from the run) into the state."""
-        self.view.apply(dict(update))
+        if not self._ended:
+            self.view.apply(dict(update))
 
     def notice(self, text: str) -> None:
         """A line the page shows while there is no pair (e.g. "pretraining the predictor")."""
