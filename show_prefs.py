@@ -220,7 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         if problem := unknown_labeller(store, args.labeller):
             raise ValueError(problem)
         if args.table:
-            print_table(store.label_rows(args.labeller))
+            try:
+                print_table(store.label_rows(args.labeller))
+            except BrokenPipeError:  # `| head` has read enough
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             store.close()
             return 0
     except (StoreError, ValueError) as e:
