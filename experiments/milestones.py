@@ -44,13 +44,15 @@ MILESTONES = {
         ["--torch_threads", "2", "--env_threads", "2"],
         19.0, 10, "the true-reward baseline", (6e6, None)),
     # The paper's Enduro: hard for A2C/A3C on the true reward, so no level is set; the two runs
-    # go to equal agent steps and are compared on one figure.
+    # go to equal agent steps and are compared on one figure. Every checkpoint is kept, so that
+    # the best policy, not only the final one, can be played.
     "enduro_prefs": Milestone(
         "EnduroNoFrameskip-v4", "train_policy_with_preferences",
-        ["--synthetic_prefs", "--million_timesteps", "6"],
+        ["--synthetic_prefs", "--million_timesteps", "6", "--policy_ckpts_kept", "0"],
         None, 10, "from synthetic preferences, to 6M steps"),
     "enduro_true": Milestone(
         "EnduroNoFrameskip-v4", "train_policy_with_original_rewards",
-        ["--torch_threads", "2", "--env_threads", "2", "--million_timesteps", "6"],
+        ["--torch_threads", "2", "--env_threads", "2", "--million_timesteps", "6",
+         "--policy_ckpts_kept", "0"],
         None, 10, "the true-reward baseline, to 6M steps"),
 }
