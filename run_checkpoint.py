@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     from a2c.checkpoint import CheckpointError, check_fits, load_policy_weights, save_policy_weights
     from envs import UnknownEnvError, check_seed, env_kind
     from launch.rundir import playable_policy
+    from pref_interface.labellers.player import resolve_player
     from runtime.outputs import prepare_output
     try:
         env_kind(args.env_id)
@@ -136,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--video must name a .gif file")
         if args.save_weights and Path(args.save_weights).suffix != ".pt":
             raise ValueError("--save_weights must name a .pt file")
+        watch_on = resolve_player("auto") if args.watch else None
+        if watch_on == "terminal" and not sys.stdout.isatty():
+            raise ValueError("--watch draws the game in a window or a terminal; there is no "
+                             "display and the output is not a terminal")
         for out, flag in ((args.video, "--video"), (args.save_weights, "--save_weights")):
             if out:
                 prepare_output(out, flag)
@@ -152,11 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         save_policy_weights(args.save_weights, {**state, "env_id": args.env_id})  # as checked
         print(f"wrote {args.save_weights} (weights alone)")
     watcher = None
-    if args.watch:
-        from pref_interface.labellers.player import resolve_player
+    if watch_on is not None:
         from pref_interface.labellers.watch import Watcher
 
-        watcher = Watcher(resolve_player("auto"))
+        watcher = Watcher(watch_on)
     try:
         returns, frames, _ = play(args.env_id, state["policy"], args.episodes, args.seed,
                                   args.greedy, args.max_steps, record_first=bool(args.video),

@@ -82,14 +82,14 @@ class LoopSide:
         """The block's ended episodes, the reward's spread, speed and the pace, to TensorBoard
         and the status line; written every `every_s`. `timesteps`: the agent steps after it."""
         t = self.telemetry
-        for ep in rollout.finished:
+        for ep in rollout.finished:  # each at the block's end, however long between dumps
             self.recent_returns.append(ep.true_return)
-            t.record_each("charts/episodic_return", ep.true_return)
-            t.record_each("charts/episodic_length", ep.length)
+            t.record_each("charts/episodic_return", ep.true_return, timesteps)
+            t.record_each("charts/episodic_length", ep.length, timesteps)
             if self.predicted:
-                t.record_each("charts/predicted_return", ep.train_return)
+                t.record_each("charts/predicted_return", ep.train_return, timesteps)
             if ep.alongside_share is not None:
-                t.record_each(ALONGSIDE_SHARE_TAG, ep.alongside_share)
+                t.record_each(ALONGSIDE_SHARE_TAG, ep.alongside_share, timesteps)
         self.episodes += len(rollout.finished)
         if self.stats is not None:
             self.stats.timesteps.value = timesteps

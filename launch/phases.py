@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from functools import partial
+from pathlib import Path
 from typing import Any, Callable
 
 from envs import MAX_SEED
@@ -15,8 +16,19 @@ from launch.rundir import (PREDICTOR_FILE, PREFS_FILE, Run, epochs_pretrained,
 from launch.session import Session
 from launch.summary import RunReport
 from launch.supervisor import Progress, Supervisor, a2c_status, percent
-from pref_interface.store import stored_labels
+from pref_interface.store import PreferenceStore, stored_labels
 from reward_predictor import entry_points as predictor
+
+
+def gather_seed(seed: int, n_envs: int, store_path: str) -> int:
+    """The agent's seed for a gathering: a resumed one plays other episodes, since the run's own
+    seed would replay the clips whose pairs were labelled already and ask them again. The offset
+    counts every label ever stored, so deleting some never brings back an earlier offset."""
+    if not Path(store_path).is_file():
+        return seed
+    with PreferenceStore(store_path, create=False) as store:
+        ever = store.ever_stored()
+    return (seed + ever * n_envs) % (MAX_SEED - n_envs + 2)
 
 
 def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = None) -> int:
@@ -35,10 +47,7 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
         report.agent_stats = a2c_stats
     config = a2c_config(run)
     config.learn, config.total_timesteps = False, 2 ** 62  # runs until the labels are in
-    # A resumed gathering plays other episodes: the run's own seed would replay the clips whose
-    # pairs were labelled already, and ask them again.
-    n_envs = run.settings.n_envs
-    config.seed = (run.settings.seed + stored * n_envs) % (MAX_SEED - n_envs + 2)
+    config.seed = gather_seed(run.settings.seed, run.settings.n_envs, store_path)
     every_env = run.settings.gather_clips == "every_env"
     sup.start("labelling", run_labelling,
               labelling_config(run, session.page_updates, n_labels), ch, stats=labelling_stats,

@@ -220,6 +220,12 @@ class PreferenceStore:
         return int(self._db.execute("SELECT COUNT(*) FROM labels").fetchone()[0])
 
     @_db_errors_as_store_errors
+    def ever_stored(self) -> int:
+        """How many labels were ever added, deleted ones included: the highest id given."""
+        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'labels'").fetchone()
+        return int(row[0]) if row else 0
+
+    @_db_errors_as_store_errors
     def all_ids(self) -> list[int]:
         """Ids of every stored label, oldest first."""
         return [r[0] for r in self._db.execute("SELECT id FROM labels ORDER BY id")]

@@ -49,8 +49,9 @@ class Telemetry:
     """A process's scalars, recorded beside the algorithm and written together, as
     stable-baselines3's logger does: `record(tag, value)` wherever a figure arises (the last value
     counts), `record_max` (the largest counts), `record_each` for events that are each a point
-    (an episode's return), and `dump(step)` writes what was recorded since the last dump at that
-    step. `due()` says whether `every_s` seconds have passed since the last dump."""
+    (an episode's return, at the step it came, when given), and `dump(step)` writes what was
+    recorded since the last dump at that step. `due()` says whether `every_s` seconds have
+    passed since the last dump."""
 
     def __init__(self, log_dir: str | os.PathLike | None, purge_step: int | None = None,
                  every_s: float = 1.0) -> None:
@@ -58,7 +59,7 @@ class Telemetry:
         self.every_s = every_s
         self.last_dump = time.monotonic()
         self._last: dict[str, float] = {}
-        self._each: list[tuple[str, float]] = []
+        self._each: list[tuple[str, float, int | None]] = []
 
     def record(self, tag: str, value: float) -> None:
         self._last[tag] = float(value)
@@ -69,8 +70,9 @@ class Telemetry:
         if kept is None or value > kept or math.isnan(value):
             self._last[tag] = value
 
-    def record_each(self, tag: str, value: float) -> None:
-        self._each.append((tag, float(value)))
+    def record_each(self, tag: str, value: float, step: int | None = None) -> None:
+        """One point of its own, written at `step` (None: the next dump's step)."""
+        self._each.append((tag, float(value), step))
 
     def since_dump(self) -> float:
         """Seconds since the last dump (or since this was made)."""
@@ -81,7 +83,9 @@ class Telemetry:
 
     def dump(self, step: int) -> None:
         if self.writer is not None:
-            for tag, value in [*self._each, *self._last.items()]:
+            for tag, value, at in self._each:
+                self.writer.add_scalar(tag, value, step if at is None else at)
+            for tag, value in self._last.items():
                 self.writer.add_scalar(tag, value, step)
             self.writer.flush()
         self._last.clear()

@@ -81,7 +81,8 @@ def test_the_telemetry_keeps_the_largest_value_since_its_last_dump(tmp_path):
 def test_the_loop_side_records_the_blocks_and_measures_speed_over_pauses(tmp_path, monkeypatch):
     """A learner that stops stepping for seconds to learn (PPO's epochs) gets its real rate: the
     steps over the whole window the scalars are written over, its pause included, not the rate
-    while it steps. The pace's wait, the episodes, r̂'s spread and the counters go along."""
+    while it steps. The pace's wait, the episodes (each at its own block), r̂'s spread and the
+    counters go along."""
     import multiprocessing as mp
     from types import SimpleNamespace
 
@@ -148,6 +149,8 @@ def test_the_loop_side_records_the_blocks_and_measures_speed_over_pauses(tmp_pat
                        ("charts/episodic_return", 21.0), ("charts/episodic_length", 250),
                        ("charts/predicted_return", 0.7)]:
         assert scalars(tmp_path / "tb", tag)[:, 2].tolist() == [pytest.approx(value)], tag
+    # The episode is drawn where it ended, in the first block, not where its scalars were written.
+    assert scalars(tmp_path / "tb", "charts/episodic_return")[:, 1].tolist() == [20]
 
 
 def test_learning_rate_decays_linearly_to_zero():

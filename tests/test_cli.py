@@ -134,13 +134,17 @@ def test_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
     ["MovingDotNoFrameskip-v0", "{policy}", "--seed", "-3"],
     # Pong's policy fits SpaceInvaders' network (six actions each): the file names its game
     ["SpaceInvadersNoFrameskip-v4", "{tmp}/pong.pt"],
+    # no display, and the output captured: nowhere to draw (terminal codes would fill the pipe)
+    ["MovingDotNoFrameskip-v0", "{policy}", "--watch"],
 ])
-def test_run_checkpoint_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path, capsys):
+def test_run_checkpoint_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path, capsys,
+                                                                     monkeypatch):
     """In this process (a subprocess each would import torch ten times over): an exception that
     escaped main() would fail the test as a traceback would; tests/test_evaluate.py runs the
     command itself to its status 2."""
     import run_checkpoint
 
+    monkeypatch.delenv("DISPLAY", raising=False)
     policy = tmp_path / "policy"
     policy.mkdir()
     (policy / "policy-000000000008.pt").write_bytes(b"not a checkpoint")

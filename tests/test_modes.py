@@ -198,3 +198,26 @@ def test_a_run_directory_written_by_earlier_code_resumes(tmp_path):
                                                          f"labels {n_labels} |"), r.stderr
     assert labels(d) > n_labels
     assert torch.load(predictor, weights_only=True)["steps"] > predictor_steps
+
+
+def test_a_resumed_gathering_never_replays_an_earlier_legs_episodes(tmp_path):
+    """Each leg of a gathering seeds the agent past every label stored so far, deleted ones too:
+    deleting labels before resuming would otherwise bring back an earlier leg's seed, replaying
+    its episodes and asking its pairs again."""
+    import numpy as np
+
+    from launch.phases import gather_seed
+    from tests.helpers import random_pref
+
+    rng = np.random.default_rng(0)
+    path = str(tmp_path / "prefs.sqlite")
+    seeds = [gather_seed(7, 4, path)]  # the first leg: the run's own seed
+    with PreferenceStore(path) as store:
+        ids = [store.add(random_pref(rng, t=2)) for _ in range(5)]
+    seeds.append(gather_seed(7, 4, path))  # the second leg, after 5 labels
+    with PreferenceStore(path) as store:
+        for i in ids[:3]:
+            store.delete(i)
+        ids = [store.add(random_pref(rng, t=2)) for _ in range(3)]
+    seeds.append(gather_seed(7, 4, path))  # 5 labels again: a count would give the second seed
+    assert seeds == [7, 7 + 5 * 4, 7 + 8 * 4]

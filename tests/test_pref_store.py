@@ -59,7 +59,9 @@ def test_store_round_trip_keeps_every_label_exactly(tmp_path):
         assert len(store.latest(100)) == 4 and store.latest(0) == []
 
         store.set_mu(ids[0], 0.5)
+        assert store.ever_stored() == 4
         store.delete(ids[1])
+        assert store.ever_stored() == 4 and len(store) == 3  # a deleted label still counts
         with pytest.raises(KeyError):
             store.get(ids[1])
         with pytest.raises(KeyError):

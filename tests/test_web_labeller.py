@@ -8,6 +8,7 @@ import queue
 import secrets
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -139,6 +140,28 @@ def test_when_the_run_ends_a_waiting_page_is_told_so_before_the_server_goes(team
     assert "the run has ended" in state["notice"]
     server.apply({"notice": "no pair to label now", "pair": None})  # a late update: not shown
     assert "the run has ended" in server.state(labeller="ann" if team else None)["notice"]
+
+
+def test_a_page_between_two_requests_when_the_run_ends_is_told_so_too():
+    """A page that has just had a reply asks again at once: the end waits for that request, so
+    the page reads "the run has ended", not a server gone."""
+    server = LabellingPage().start(queue.Queue(), queue.Queue())
+    token = server.view.tokens()[None]
+    url = server.url.split("/?")[0]
+    status, body = http_call(f"{url}/state?since=0&token={token}", None)
+    version = json.loads(body)["version"]
+    got = {}
+
+    def ask_again() -> None:  # the page renders the reply, then asks again
+        time.sleep(0.1)
+        got["reply"] = http_call(f"{url}/state?since={version}&token={token}", None)
+
+    asking = threading.Thread(target=ask_again)
+    asking.start()
+    server.stop()
+    asking.join(5)
+    status, body = got["reply"]
+    assert status == 200 and json.loads(body)["ended"], (status, body)
 
 
 def test_a_pair_takes_one_answer_and_a_replayed_or_second_answer_is_refused(page):

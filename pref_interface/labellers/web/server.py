@@ -25,6 +25,7 @@ import contextlib
 import json
 import queue
 import threading
+import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -39,7 +40,8 @@ from pref_interface.labellers.web.team_view import TeamView
 
 LONG_POLL_S = 20.0  # the longest a state request waits for a change
 RUN_ENDED = "the run has ended: nothing more to label here"  # every page's last line
-ENDED_GRACE_S = 1.0  # how long the end waits for the pages' waiting requests to carry it
+ENDED_GRACE_S = 1.0  # how long the end waits, at most, for the pages to fetch it
+NEXT_POLL_S = 0.25  # a page asks again this soon after a reply (page.html's poll loop)
 MAX_BODY_BYTES = 4096
 ANSWER_NAMES = {"L": "L", "R": "R", "E": "E", "incomparable": ENTER}
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
@@ -77,6 +79,7 @@ class LabellingPage:
         self._server.daemon_threads = True
         self.page_html = resources.files("pref_interface.labellers.web").joinpath("page.html").read_bytes()
         self._polls = 0  # state requests being answered (under core.cond)
+        self._last_poll_end = 0.0  # when the last one was (time.monotonic)
         self._ended = False
 
     @property
@@ -126,16 +129,24 @@ class LabellingPage:
             try:
                 self.apply({"pair": None, "next": None, "notice": RUN_ENDED, "ended": True})
                 self._ended = True  # no later update (a pair, a notice) shows over it
-                # The requests waiting now carry it out first; a page between two requests
-                # finds the server gone and says it lost the run.
-                with self.core.cond:
-                    self.core.cond.wait_for(lambda: self._polls == 0, ENDED_GRACE_S)
+                self._wait_for_pages()
             finally:
                 self.core.running.clear()
                 self._server.shutdown()
         self._server.server_close()
         with self.core.cond:
             self.core.cond.notify_all()  # long polls end now
+
+    def _wait_for_pages(self) -> None:
+        """Let the pages fetch the end: the requests waiting now carry it out, and a page between
+        two requests asks again within NEXT_POLL_S; at most ENDED_GRACE_S in all."""
+        deadline = time.monotonic() + ENDED_GRACE_S
+        with self.core.cond:
+            while (now := time.monotonic()) < deadline:
+                quiet = now - self._last_poll_end
+                if self._polls == 0 and quiet >= NEXT_POLL_S:
+                    return
+                self.core.cond.wait(min(deadline - now, max(NEXT_POLL_S - quiet, 0.01)))
 
     # ---- what the page shows ----------------------------------------------------------------
 
@@ -164,6 +175,7 @@ class LabellingPage:
         finally:
             with self.core.cond:
                 self._polls -= 1
+                self._last_poll_end = time.monotonic()
                 self.core.cond.notify_all()
 
     def status(self) -> list[str]:
