@@ -49,8 +49,8 @@ class Telemetry:
     """A process's scalars, recorded beside the algorithm and written together, as
     stable-baselines3's logger does: `record(tag, value)` wherever a figure arises (the last value
     counts), `record_max` (the largest counts), `record_each` for events that are each a point
-    (an episode's return, at the step it came, when given), and `dump(step)` writes what was
-    recorded since the last dump at that step. `due()` says whether `every_s` seconds have
+    (an episode's return) at a step of their own, and `dump(step)` writes what was recorded
+    since the last dump, the others at that step. `due()` says whether `every_s` seconds have
     passed since the last dump."""
 
     def __init__(self, log_dir: str | os.PathLike | None, purge_step: int | None = None,
@@ -59,7 +59,7 @@ class Telemetry:
         self.every_s = every_s
         self.last_dump = time.monotonic()
         self._last: dict[str, float] = {}
-        self._each: list[tuple[str, float, int | None]] = []
+        self._each: list[tuple[str, float, int]] = []
 
     def record(self, tag: str, value: float) -> None:
         self._last[tag] = float(value)
@@ -70,9 +70,9 @@ class Telemetry:
         if kept is None or value > kept or math.isnan(value):
             self._last[tag] = value
 
-    def record_each(self, tag: str, value: float, step: int | None = None) -> None:
-        """One point of its own, written at `step` (None: the next dump's step)."""
-        self._each.append((tag, float(value), step))
+    def record_each(self, tag: str, value: float, step: int) -> None:
+        """One point of its own, written (at the next dump) at `step`."""
+        self._each.append((tag, float(value), int(step)))
 
     def since_dump(self) -> float:
         """Seconds since the last dump (or since this was made)."""
@@ -84,7 +84,7 @@ class Telemetry:
     def dump(self, step: int) -> None:
         if self.writer is not None:
             for tag, value, at in self._each:
-                self.writer.add_scalar(tag, value, step if at is None else at)
+                self.writer.add_scalar(tag, value, at)
             for tag, value in self._last.items():
                 self.writer.add_scalar(tag, value, step)
             self.writer.flush()
