@@ -11,7 +11,7 @@ import numpy as np
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="run_checkpoint.py", description=__doc__,
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="run_checkpoint.py", description=__doc__,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("env_id", help="the env the policy was trained on")
     p.add_argument("policy", help="a run directory or its policy/ directory (the newest "

@@ -181,7 +181,8 @@ def export_or_import(path: Path, export: str | None, import_file: str | None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="show_prefs.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="show_prefs.py",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("store", metavar="RUN_DIR_OR_STORE",
                         help="a run directory (its prefs.sqlite) or a preference store file")
     parser.add_argument("--clip_player", choices=("auto", "window", "terminal"), default="auto",

@@ -100,7 +100,7 @@ def report(results: list[dict], out_png: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of each setting")
     p.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS),
                    help="the settings to run, by name")

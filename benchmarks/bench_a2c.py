@@ -226,7 +226,7 @@ def _load() -> str:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--env_id", default="PongNoFrameskip-v4", help="an ALE NoFrameskip-v4 id")
     p.add_argument("--num_envs", type=int, default=16, help="envs stepped together (App. A.2: 16)")

@@ -64,7 +64,7 @@ def shares(pids: dict[int, str], window_s: float) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--env_id", default="PongNoFrameskip-v4")
     parser.add_argument("--window_s", type=float, default=15.0, help="seconds per measurement")
     args = parser.parse_args()

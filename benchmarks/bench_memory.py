@@ -84,7 +84,7 @@ def stored_labels(store: Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("env_id", nargs="?", default="PongNoFrameskip-v4", help="the run's env id")
     p.add_argument("--steps", type=int, default=2_000_000, help="agent steps of the run")
     p.add_argument("--every_s", type=float, default=5.0, help="seconds between samples")

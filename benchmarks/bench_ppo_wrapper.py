@@ -37,7 +37,7 @@ def commands(seed: int, out: Path, ppo_million: float) -> dict[str, tuple[list[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0],
                    help="seeds, each run with our A2C and with PPO")
     p.add_argument("--out_dir", default=str(ROOT / "runs" / "ppo_vs_a2c"),

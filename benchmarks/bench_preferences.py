@@ -67,7 +67,7 @@ def run_cli(args: list[str]) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("--env_id", default="PongNoFrameskip-v4", help="the runs' env id")
     p.add_argument("--steps", type=int, default=40_000, help="agent steps of each run")
     p.add_argument("--pace", type=float, default=0.1,

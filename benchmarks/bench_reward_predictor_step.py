@@ -204,7 +204,7 @@ def conv_floor(threads: int, steps: int, pairs: int, t: int, bf16: bool) -> floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10, help="timed steps per thread count")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch thread counts")

@@ -34,7 +34,7 @@ def timed(argv: list[str]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--million_timesteps", type=float, default=0.05,
                    help="agent steps of each run, in millions")
     p.add_argument("--seeds", type=int, default=4, help="seeds in the several-seed comparison")

@@ -41,7 +41,7 @@ def reset_peak() -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("store", help="a preference store (prefs.sqlite) whose latest labels fill "
                                  "the buffer")
     p.add_argument("--malloc", choices=MALLOC_MODES, default="tunables",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("store", help="a run's prefs.sqlite (copy a running run's first)")
     p.add_argument("--code", default=str(Path(__file__).resolve().parent.parent),
                    help="the checkout whose code is timed (default: this one)")

@@ -72,7 +72,7 @@ def summary(values: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("--envs", nargs="+", default=["MovingDotNoFrameskip-v0", "PongNoFrameskip-v4"],
                    help="env ids, one run each")
     p.add_argument("--pairs", type=int, default=30, help="answers per environment")

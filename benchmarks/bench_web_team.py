@@ -74,7 +74,7 @@ def measure(env_id: str, people: int, labels: int, think_s: float, overlap: floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("--env", default="PongNoFrameskip-v4", help="env id")
     p.add_argument("--people", type=int, nargs="+", default=[1, 2, 3], help="team sizes, one run each")
     p.add_argument("--labels", type=int, default=120, help="answers per run")

@@ -40,7 +40,7 @@ def steps_per_s(env, steps: int, reward_fn=None) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--env", default="PongNoFrameskip-v4", help="the env id")
     p.add_argument("--n_envs", type=int, default=16, help="envs of the vector env")
     p.add_argument("--steps", type=int, default=300, help="vector steps timed per case")

@@ -412,7 +412,7 @@ def report(r: dict, label: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--rev", help="a git revision to read (default: the working tree)")
     ap.add_argument("--root", default=str(Path(__file__).resolve().parent.parent),
                     help="the tree to read, or the repository for --rev (default: this checkout)")

@@ -40,7 +40,7 @@ def moving_dot_learns(seed: int, run_dir: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(20)), help="seeds to run")
     p.add_argument("--out_dir", default=str(ROOT / "runs" / "reliability"),
                    help="where the runs' directories go")

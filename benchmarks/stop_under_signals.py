@@ -261,7 +261,7 @@ def one_try(workdir: Path, phase: str, rng: random.Random, wrapper: bool = False
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--tries", type=int, default=30, help="runs started and stopped")
     p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES),
                    help="the phases the tries stop in, in turn")

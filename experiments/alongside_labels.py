@@ -73,7 +73,7 @@ def probe(run_dir: Path, steps: int, n_envs: int, seed: int) -> dict[str, float]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("run_dir", type=Path, help="a run taught by one of Enduro's teachers")
     p.add_argument("--labels", type=int, default=500, help="labels added on the drivers' clips")
     p.add_argument("--drivers", nargs="+", default=["random", "following:0.5", "following:0.85",

@@ -141,7 +141,7 @@ def mean_advantages(returns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--states", type=int, default=40, help="states branched from")
     p.add_argument("--horizon", type=int, default=100, help="agent steps of each return")
     p.add_argument("--seed", type=int, default=0)

@@ -245,7 +245,7 @@ def per_step_scores(episodes: list[np.ndarray]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--episodes", type=int, default=3, help="episodes of each driver (seeds 0..)")
     p.add_argument("--steps", type=int, default=3000, help="steps of each episode")
     p.add_argument("--pairs", type=int, default=300, help="pairs of clips asked of each teacher")

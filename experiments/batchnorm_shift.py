@@ -66,7 +66,7 @@ def shift(run_dir: Path, n_clips: int, seed: int = 0, save: str | None = None) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("run_dirs", nargs="+", help="run directories with a saved reward predictor")
     p.add_argument("--clips", type=int, default=128,
                    help="training clips the statistics are re-taken from")

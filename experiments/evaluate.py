@@ -240,7 +240,7 @@ def log_to_tensorboard(run_dir: Path, cells: list[Cell], prefix: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m experiments.evaluate",
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m experiments.evaluate",
                                 description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("policies", nargs="+", metavar="POLICY",

@@ -122,7 +122,7 @@ def alive_condition(run_dir: Path, m: Milestone) -> Condition:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.held",
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m experiments.held",
                                 description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("run_dir", type=Path, help="a Pong run's directory")

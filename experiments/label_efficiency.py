@@ -79,7 +79,7 @@ def agreement(run_dir: Path, steps: int, n_envs: int, seed: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("env_id", help="the env id")
     p.add_argument("--queries", nargs="+", default=["pairs", "sort"], choices=["pairs", "sort"],
                    help="query modes compared (run.py's --queries)")

@@ -92,7 +92,7 @@ def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("name", choices=sorted(MILESTONES), help="the milestone")
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="seeds to run (default: 0 1 2 for moving_dot, 0 for the others)")

@@ -94,7 +94,7 @@ def probe_checkpoint(env_id: str, state: dict, source: str | Path, obs: np.ndarr
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("policies", nargs="+",
                    help="a run directory (its kept checkpoints), a folder of checkpoints or "
                         "checkpoint files")

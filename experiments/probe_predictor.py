@@ -381,7 +381,7 @@ def stored_label_accuracy(run: Run, counted: bool) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("run_dir", help="a run directory with a saved reward predictor")
     p.add_argument("--policy", choices=("random", "run", "fixed", "follower"), default="random",
                    help="who plays: uniformly random actions, the run's newest policy, each "

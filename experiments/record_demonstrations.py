@@ -21,7 +21,7 @@ from experiments.alongside_teachers import ENV_ID, clips_of, drive, driver_polic
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path, help="the demonstrations file to write")
     p.add_argument("--driver", default="follower",
                    help="who drives (experiments.alongside_teachers): follower, following:P, "

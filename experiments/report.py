@@ -347,7 +347,7 @@ def render(doc: str, records: Path = RECORDS, figures: Path | None = None) -> st
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("--no_figures", action="store_true", help="rewrite the tables only")
     a = p.parse_args(argv)
     DOC.write_text(render(DOC.read_text(), figures=None if a.no_figures else DOCS))

@@ -132,9 +132,10 @@ def stretch_table(rows: list[RunRow], every: float) -> str:
     return "\n".join(lines)
 
 
-def setting_table(rows: list[RunRow]) -> str:
-    """One row per setting (kind and flags), over its seeds: how many reached the level, and the
-    mean and spread of the final and best means, labels and hours."""
+def setting_table(rows: list[RunRow], with_level: bool = True) -> str:
+    """One row per setting (kind and flags), over its seeds: how many reached the level (where
+    there is one), and the mean and spread of the final and best means, labels and training time
+    (in minutes where every run took less than an hour)."""
     groups: dict[tuple[str, str], list[RunRow]] = {}
     for row in rows:
         groups.setdefault((row.kind, row.flags), []).append(row)
@@ -146,16 +147,19 @@ def setting_table(rows: list[RunRow]) -> str:
         return f"{got.mean():{fmt}} ± {got.std():{fmt.lstrip('+')}}" if len(got) > 1 \
             else f"{got[0]:{fmt}}"
 
-    lines = ["| setting | seeds | reached | final mean | best mean | labels | training (h) |",
-             "|---|---|---|---|---|---|---|"]
+    in_minutes = all(r.hours < 1 for r in rows)
+    head = ["setting", "seeds", *(["reached"] if with_level else []), "final mean", "best mean",
+            "labels", "training (min)" if in_minutes else "training (h)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (kind, flags), runs in groups.items():
         title = ", ".join(filter(None, (KINDS[kind][0], flags)))
-        reached = sum(r.reached is not None for r in runs)
-        lines.append(f"| {title} | {', '.join(str(r.seed) for r in runs)} | {reached} of "
-                     f"{len(runs)} | {spread([r.final for r in runs], '+.1f')} | "
-                     f"{spread([r.best and r.best[0] for r in runs], '+.1f')} | "
-                     f"{spread([r.labels for r in runs], ',.0f')} | "
-                     f"{spread([r.hours for r in runs], '.1f')} |")
+        reached = f"{sum(r.reached is not None for r in runs)} of {len(runs)}"
+        cells = [title, ", ".join(str(r.seed) for r in runs), *([reached] if with_level else []),
+                 spread([r.final for r in runs], "+.1f"),
+                 spread([r.best and r.best[0] for r in runs], "+.1f"),
+                 spread([r.labels for r in runs], ",.0f"),
+                 spread([r.hours * 60 if in_minutes else r.hours for r in runs], ".1f")]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -225,20 +229,28 @@ def name_by_flags(rows: list[RunRow], ignore: tuple[str, ...] = ()) -> None:
 
 
 def draw(ax, rows: list[RunRow], window: int, level: float | None,
-         colour_each: bool = False) -> None:
+         colour_each: bool = False, colour_settings: bool = False) -> None:
     """Each run's curve on `ax`, the mean of `window` episodes against agent steps: runs of a kind
     in its colour, told apart by the line's style, or (`colour_each`) each run from preferences
-    in a colour of its own and the true-reward runs dashed in theirs; the legend below the axes
-    (`legend_below`)."""
+    in a colour of its own and the true-reward runs dashed in theirs, or (`colour_settings`, a
+    sweep) each setting in a colour of its own, its seeds told apart by the line's style; the
+    legend below the axes (`legend_below`)."""
     from matplotlib.ticker import EngFormatter
 
     own = itertools.cycle(("tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:pink",
                            "tab:cyan", "tab:olive", "tab:red", "tab:grey"))
+    setting_colours: dict[tuple[str, str], str] = {}
+    seeds_drawn: dict[tuple[str, str], int] = {}
     for kind in KINDS:
         for k, row in enumerate(r for r in rows if r.kind == kind):
             rec = row.record
             colour, style, alpha = KINDS[kind][1], LINESTYLES[k % len(LINESTYLES)], 1.0
-            if colour_each:
+            if colour_settings:
+                key = (row.kind, row.flags)
+                colour = setting_colours.setdefault(key, next(own))
+                seeds_drawn[key] = seeds_drawn.get(key, -1) + 1
+                style = LINESTYLES[seeds_drawn[key] % len(LINESTYLES)]
+            elif colour_each:
                 colour, style, alpha = ((next(own), "-", 1.0) if kind == "prefs"
                                         else (colour, "--", 0.7))
             ax.plot(rec.episode_steps, smooth(rec.episode_returns, window), color=colour,
@@ -259,13 +271,14 @@ def legend_below(ax) -> None:
                   ncol=2 if max(map(len, labels)) <= 50 else 1)
 
 
-def plot(rows: list[RunRow], game: str, out: str, window: int, level: float | None) -> None:
+def plot(rows: list[RunRow], game: str, out: str, window: int, level: float | None,
+         colour_settings: bool = False) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.6))
-    draw(ax, rows, window, level)
+    draw(ax, rows, window, level, colour_settings=colour_settings)
     ax.set_title(game)
     fig.savefig(out, dpi=80, bbox_inches="tight")  # widened to the legend: long names kept whole
     plt.close(fig)
@@ -273,7 +286,7 @@ def plot(rows: list[RunRow], game: str, out: str, window: int, level: float | No
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("game", help="the game, as its env id starts (e.g. Pong): the figure's title")
     p.add_argument("--prefs", nargs="*", type=Path, default=[],
                    help="runs from preferences (run directories or records)")
@@ -329,12 +342,12 @@ def main(argv: list[str] | None = None) -> int:
         print(row.markdown(with_level=a.level is not None))
     if a.sweep:
         print()
-        print(setting_table(rows))
+        print(setting_table(rows, with_level=a.level is not None))
     if a.every:
         print()
         print(stretch_table(rows, a.every))
     if a.out:
-        plot(rows, a.game, a.out, a.window, a.level)
+        plot(rows, a.game, a.out, a.window, a.level, colour_settings=bool(a.sweep))
     return 0
 
 

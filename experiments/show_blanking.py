@@ -57,7 +57,7 @@ def reward_lift(game: str, steps: int, n_envs: int, seed: int
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("env_ids", nargs="+", help="Atari ids, e.g. PongNoFrameskip-v4")
     p.add_argument("--steps", type=int, default=3000, help="random steps per env")
     p.add_argument("--n_envs", type=int, default=4, help="envs played side by side")

@@ -154,7 +154,7 @@ def table(rows: list[dict[str, str]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("run_dir", help="a run directory (with a tb/ folder)")
     p.add_argument("--every", type=int, default=250_000, help="agent steps per row")
     p.add_argument("--levels", type=float, nargs="+", default=[],

@@ -98,19 +98,25 @@ def run_sweep(command: list[str], all_trials: list[Trial], storage: Path, *,
               runs_dir: Path | None = None, cpus_per_trial: float = 2.0,
               gpus_per_trial: float = 0.0, address: str | None = None, max_failures: int = -1,
               progress_s: float = 60.0, poll_s: float = 20.0,
-              stop_at: tuple[float, int] | None = None, restore: bool = False) -> int:
+              stop_at: tuple[float, int] | None = None, restore: bool = False,
+              resume_cmd: str | None = None) -> int:
     """Run the trials as one sweep, each in `runs_dir/<trial name>` (default STORAGE/runs),
     started with `command` or resumed where its run directory holds a run; Tune's state and what
     each run printed go under `storage`. `stop_at` (level, window): a trial's run is stopped, and
     done, once the mean true return of its last `window` episodes reaches `level` (a run there
     already is not started). `restore`: continue the stopped sweep whose Tune state is in
-    STORAGE. On a cluster, `storage` and `runs_dir` must be paths every node sees. Returns 0
-    when every trial's run ended well, 1 when one did not, 2 (said in one line) when a trial's
-    command line is refused, before anything starts."""
+    STORAGE. On a cluster, `storage` and `runs_dir` must be paths every node sees.
+    `resume_cmd`: the command that continues the sweep after a stop (default: the same command
+    again). Returns 0 when every trial's run ended well, 1 when one did not, 130 when the sweep
+    was stopped before every trial ended, 2 (said in one line) when a trial's command line or
+    the resources asked are refused, before anything starts."""
+    from launch.stopping import EXIT_INTERRUPTED
+
     storage = storage.expanduser().resolve()
     runs_dir = (storage / RUNS_DIR if runs_dir is None else runs_dir).expanduser().resolve()
     try:
         check_command(command, runs_dir, all_trials)
+        check_resources(cpus_per_trial, gpus_per_trial, address)
     except SweepError as e:
         print(f"experiments.sweep: error: {e}", file=sys.stderr)
         return 2
@@ -137,12 +143,26 @@ def run_sweep(command: list[str], all_trials: list[Trial], storage: Path, *,
         ray.shutdown()
         wait_for_saves([runs_dir / t.name for t in all_trials])
     done = [r for r in results if r.error is None and (r.metrics or {}).get("exit_status") == 0]
+    # Stopped, or never started: the sweep itself was stopped (Ctrl-C) before their end.
     stopped = [r for r in results if r.error is None and "exit_status" not in (r.metrics or {})]
     print(f"sweep: {len(done)} of {len(results)} trials done"
-          + (f", {len(stopped)} stopped before their end (resuming the sweep takes each on from "
-             "its run directory)" if stopped else "")
+          + (f", {len(stopped)} not ended; continue them, each from its run directory, with: "
+             f"{resume_cmd or 'the same command again'}" if stopped else "")
           + f"; the runs are in {runs_dir} (tensorboard --logdir {runs_dir})")
-    return 0 if len(done) == len(results) else 1
+    if len(done) == len(results):
+        return 0
+    return EXIT_INTERRUPTED if len(done) + len(stopped) == len(results) else 1
+
+
+def check_resources(cpus_per_trial: float, gpus_per_trial: float, address: str | None) -> None:
+    """A trial must fit: on this machine alone (no `address`), in its CPUs; Ray would otherwise
+    queue it for ever."""
+    if cpus_per_trial <= 0 or gpus_per_trial < 0:
+        raise SweepError("--cpus_per_trial must be positive and --gpus_per_trial at least 0")
+    cpus = os.cpu_count() or 1
+    if address is None and cpus_per_trial > cpus:
+        raise SweepError(f"--cpus_per_trial {cpus_per_trial:g}: this machine has {cpus} CPUs "
+                         "(a larger trial needs --address of a cluster with larger nodes)")
 
 
 def wait_for_saves(run_dirs: list[Path], timeout_s: float = SAVE_WAIT_S) -> None:
@@ -204,7 +224,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if "--" in argv:
         i = argv.index("--")
         argv, command = argv[:i], argv[i + 1:]
-    p = argparse.ArgumentParser(prog="python -m experiments.sweep",
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m experiments.sweep",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="the seeds each setting runs")
     p.add_argument("--grid", nargs="+", default=[], metavar="NAME=V1,V2",
@@ -227,13 +247,20 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return p.parse_args(argv), command
 
 
+# What --resume takes from the stopped sweep's file, never from its own command line.
+KEPT_ON_RESUME = ("seeds", "grid", "storage", "cpus_per_trial", "gpus_per_trial", "max_failures",
+                  "level", "window")
+
+
 def spec_from(a: argparse.Namespace, command: list[str]) -> tuple[SweepSpec, Path]:
     """The sweep to run and its storage, from a new command line or a stopped sweep's file."""
     if a.resume is not None:
         storage = a.resume.expanduser().resolve()
-        if command or a.storage or a.grid or a.seeds != [0]:
-            raise SweepError("--resume continues a sweep as it was started: give no other "
-                             "seeds, grid, storage or command")
+        defaults = parse([])[0]
+        given = [f"--{k}" for k in KEPT_ON_RESUME if getattr(a, k) != getattr(defaults, k)]
+        if command or given:
+            raise SweepError("--resume continues a sweep as it was started: leave out "
+                             + ", ".join(given + (["the run.py command"] if command else [])))
         try:
             return SweepSpec(**json.loads((storage / SWEEP_FILE).read_text())), storage
         except FileNotFoundError:
@@ -256,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         all_trials = trials(spec.seeds, parse_grid(spec.grid))
         if a.resume is None:
             check_command(spec.command, storage / RUNS_DIR, all_trials)
+        check_resources(spec.cpus_per_trial, spec.gpus_per_trial, a.address)
     except SweepError as e:
         print(f"experiments.sweep: error: {e}", file=sys.stderr)
         return 2
@@ -270,15 +298,21 @@ def main(argv: list[str] | None = None) -> int:
     code = run_sweep(spec.command, all_trials, storage, cpus_per_trial=spec.cpus_per_trial,
                      gpus_per_trial=spec.gpus_per_trial, address=a.address,
                      max_failures=spec.max_failures, progress_s=a.progress_s,
-                     poll_s=spec.poll_s, restore=a.resume is not None)
+                     poll_s=spec.poll_s, restore=a.resume is not None,
+                     resume_cmd=f"python -m experiments.sweep --resume {storage}")
     if code != 2:
         report(spec, storage)
     return code
 
 
 def report(spec: SweepSpec, storage: Path) -> None:
-    """Every trial's row, a row per setting over seeds, and the figure STORAGE/sweep.png."""
+    """Every trial's row, a row per setting over seeds, and the figure STORAGE/sweep.png (none
+    before a run has started)."""
     from experiments import reproduction
+
+    runs = storage / RUNS_DIR
+    if not runs.is_dir() or not any(d.is_dir() for d in runs.iterdir()):
+        return
 
     env_id = next(w for w in spec.command[1:] if not w.startswith("-"))
     argv = [env_id, "--sweep", str(storage), "--window", str(spec.window),

@@ -4,6 +4,7 @@ do without importing Ray."""
 from __future__ import annotations
 
 import ctypes
+import logging
 import math
 import signal
 import subprocess
@@ -150,10 +151,27 @@ def status_line(trials: list, latest: dict[str, dict]) -> str:
     return " | ".join(parts)
 
 
+class _TuneNotes(logging.Filter):
+    """Drops Tune's own notes that the sweep says in its words: how to resume (Tune's API, where
+    the user has a command) and the missing metrics of a trial that never started."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return "Tuner.restore" not in text and not text.startswith("Failed to fetch metrics")
+
+
+def _quiet_tune_notes() -> None:
+    for name in ("ray.tune.tune", "ray.tune.analysis.experiment_analysis"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _TuneNotes) for f in logger.filters):
+            logger.addFilter(_TuneNotes())
+
+
 def tuner(command: list[str], all_trials: list[Trial], storage: Path, runs_dir: Path,
           restore: bool, progress_s: float, *, cpus_per_trial: float, gpus_per_trial: float,
           max_failures: int, poll_s: float, stop_at: tuple[float, int] | None) -> tune.Tuner:
     """A new sweep's Tuner, or a stopped one's restored from STORAGE/tune."""
+    _quiet_tune_notes()
     trainable = tune.with_resources(run_trial, {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
     if restore:
         return tune.Tuner.restore(str(storage / TUNE_DIR), trainable,

@@ -30,7 +30,7 @@ def leak(prefs: Sequence[Preference]) -> tuple[int, int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("run_dir", help="a run directory with a prefs.sqlite")
     args = p.parse_args(argv)
     from pref_interface.store import PreferenceStore

@@ -122,7 +122,7 @@ def test_two_runs_of_one_command_and_seed_are_named_by_their_run(tmp_path, capsy
              start=start.replace("--lr 1e-4 --seed 0", "--seed 1"))
     labels = []
     monkeypatch.setattr(reproduction, "plot",
-                        lambda rows, *_: labels.extend(f"{r.title}, seed {r.seed}" for r in rows))
+                        lambda rows, *_, **__: labels.extend(f"{r.title}, seed {r.seed}" for r in rows))
     assert reproduction.main(["Pong", "--prefs", *(str(tmp_path / n) for n in
                                                    ("decay_first", "decay", "p1")),
                               "--out", str(tmp_path / "pong.png")]) == 0
@@ -223,3 +223,17 @@ def test_a_setting_over_seeds_gives_how_many_reached_and_the_mean_and_spread():
     finals = [r.final for r in rows]
     assert cells[1:3] == ["1, 2", "2 of 2"]
     assert cells[3] == f"{sum(finals) / 2:+.1f} ± {abs(finals[0] - finals[1]) / 2:.1f}"
+    # Without a level there is nothing to reach: no such column (it read as "0 of 2")
+    head = setting_table(rows, with_level=False).splitlines()[0]
+    assert "reached" not in head and head.endswith("| training (h) |"), head
+
+
+def test_a_sweep_of_short_runs_gives_their_training_in_minutes(tmp_path):
+    from experiments.reproduction import read_run, setting_table
+
+    records = ROOT / "docs" / "run_records"
+    row = read_run("prefs", records / "moving_dot-seed0.json", None, 10)
+    assert row.hours < 1
+    table = setting_table([row], with_level=False).splitlines()
+    assert table[0].endswith("| training (min) |")
+    assert table[2].split("|")[-2].strip() == f"{row.hours * 60:.1f}"

@@ -151,6 +151,8 @@ def test_a_bad_grid_is_refused(item):
     ([], [*TINY, "--seed", "3"]),  # the sweep sets the seed
     ([], [*TINY, "--n_envs", "-1"]),  # run.py's own check, before anything starts
     ([], []),
+    (["--cpus_per_trial", "100000"], TINY),  # more than this machine has: queued for ever
+    (["--cpus_per_trial", "0"], TINY),
 ])
 def test_bad_input_is_one_line_and_status_2_with_nothing_written(tmp_path, capsys, sweep_flags,
                                                                  command):
@@ -171,6 +173,21 @@ def test_a_sweep_is_continued_with_resume_not_started_twice(tmp_path, capsys):
     assert "--resume" in capsys.readouterr().err
     assert main(["--resume", str(tmp_path / "none")]) == 2
     assert "no sweep there" in capsys.readouterr().err
+    # a resume runs the sweep as it was started: a new value is refused, not silently dropped
+    assert main(["--resume", str(storage), "--cpus_per_trial", "1", "--seeds", "4"]) == 2
+    assert "leave out --seeds, --cpus_per_trial" in capsys.readouterr().err
+    # a shortened flag is not taken for another (`--seed` is run.py's, not `--seeds`)
+    with pytest.raises(SystemExit):
+        main(["--seed", "1", "--storage", str(tmp_path / "s2"), "--dry_run", "--", *TINY])
+    assert "unrecognized arguments: --seed" in capsys.readouterr().err
+
+
+def test_a_sweep_stopped_before_any_run_began_reports_nothing(tmp_path, capsys):
+    from experiments.sweep import SweepSpec, report
+
+    (tmp_path / "runs").mkdir()
+    report(SweepSpec(TINY, [0], [], 2.0, 0.0, -1), tmp_path)  # no runs yet: no table, no error
+    assert capsys.readouterr().out == "" and not (tmp_path / "sweep.png").exists()
 
 
 def _run_py_pid(run_dir: Path) -> int | None:
@@ -276,7 +293,11 @@ def test_a_stopped_sweep_goes_on_with_resume_and_keeps_its_finished_trials(tmp_p
     assert not (runs / "seed1" / "policy" / "policy-000000030000.pt").exists(), out
     # the stopped run saved and printed its summary: its worker's end did not kill it outright
     assert "run stopped by" in (storage / "console" / "seed1.txt").read_text(), out
-    assert "1 done, 0 failed, 1 stopped" in out and "1 of 2 trials done, 1 stopped" in out, out
+    assert driver.returncode == 130, out  # stopped by Ctrl-C, as run.py says it
+    assert "1 done, 0 failed, 1 stopped" in out, out
+    assert ("1 of 2 trials done, 1 not ended; continue them, each from its run directory, with: "
+            f"python -m experiments.sweep --resume {storage}") in out, out
+    assert "Tuner.restore" not in out, out  # Tune's own advice, for its API, is not shown
     r = subprocess.run([*command, "--resume", str(storage)], cwd=ROOT, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
