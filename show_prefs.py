@@ -48,8 +48,10 @@ def describe_labeller(name: str | None) -> str:
 
 
 def labeller_counts(counts: dict[str | None, int]) -> str:
-    """"ann 12, bob 3, unnamed 40": the labels of each labeller, on one line."""
-    return ", ".join(f"{name if name is not None else 'unnamed'} {n}" for name, n in counts.items())
+    """"ann 12, bob 3, 40 naming no labeller": the labels of each labeller, on one line (labels
+    that name nobody, such as synthetic ones, are no labeller's to pick with --labeller)."""
+    return ", ".join(f"{name} {n}" if name is not None else f"{n} naming no labeller"
+                     for name, n in counts.items())
 
 
 def print_table(rows: list[tuple]) -> None:

@@ -59,6 +59,7 @@ class Cell:
     cut: int  # episodes stopped at --max_steps, counted as they stood
     alongside: float | None = None  # Enduro: share of steps level with another car
     action_shares: dict[str, float] = field(default_factory=dict)  # action name -> share of steps
+    role: str = ""  # with --best_and_final: "best", "final" or "best and final"
 
     @property
     def mean(self) -> float:
@@ -70,13 +71,16 @@ class Cell:
         name = min(self.action_shares, key=self.action_shares.__getitem__)
         return f"{name} {self.action_shares[name]:.1%}"
 
-    def row(self) -> str:
+    def row(self, with_alongside: bool = True) -> str:
+        """The table's row; `with_alongside`: the Enduro column too."""
         r = np.asarray(self.returns)
-        return (f"| {self.policy} | {self.agent_steps:,} | {self.actions} | {self.noop_max} | "
+        return (f"| {self.policy}{f' ({self.role})' if self.role else ''} | "
+                f"{self.agent_steps:,} | {self.actions} | {self.noop_max} | "
                 f"{len(r)}{f' ({self.cut} cut)' if self.cut else ''} | "
                 f"{r.mean():+.1f} ± {r.std():.1f} | {r.min():+g} | {r.max():+g} | "
                 f"{np.mean(self.lengths):,.0f} | {self.rarest_action()} | "
-                f"{'-' if self.alongside is None else f'{self.alongside:.1%}'} |")
+                + (f"{'-' if self.alongside is None else f'{self.alongside:.1%}'} |"
+                   if with_alongside else ""))
 
 
 def parse_grid(cells: list[str]) -> list[tuple[str, int]]:
@@ -188,22 +192,26 @@ def play(env_id: str, weights: dict, episodes: int, greedy: bool, noop_max: int,
     return Played(returns.tolist(), lengths.tolist(), int((~done).sum()), frames, share, shares)
 
 
-def evaluate(policies: list[tuple[str, Path, str]], grid: list[tuple[str, int]], episodes: int,
-             seed: int, max_steps: int, videos: int = 0, video_dir: Path | None = None
-             ) -> list[Cell]:
-    """Score each (name, checkpoint file, env id) in each grid cell (on MovingDot, whose start is
-    random anyway, one cell per kind of action, at 0 no-ops); print a row per cell."""
+def evaluate(policies: list[tuple[str, Path, str, str]], grid: list[tuple[str, int]],
+             episodes: int, seed: int, max_steps: int, videos: int = 0,
+             video_dir: Path | None = None) -> list[Cell]:
+    """Score each (name, checkpoint file, env id, role) in each grid cell (on MovingDot, whose
+    start is random anyway, one cell per kind of action, at 0 no-ops); print a row per cell, the
+    Enduro column only where an Enduro policy is played."""
     import torch
 
     from a2c.checkpoint import load_policy_weights
     from envs import env_kind
+    from pref_interface.labellers.alongside import judges
 
     torch.set_num_threads(1)
     cells = []
-    print("| policy | agent steps | actions | no-ops at most | episodes | mean ± std | min | max "
-          "| mean length | rarest action | level with a car |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
-    for name, path, env_id in policies:
+    along = any(judges(env_id) for _, _, env_id, _ in policies)
+    head = ["policy", "agent steps", "actions", "no-ops at most", "episodes", "mean ± std", "min",
+            "max", "mean length", "rarest action", *(["level with a car"] if along else [])]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head), flush=True)
+    for name, path, env_id, role in policies:
         state = load_policy_weights(path)
         # No-op starts are an Atari episode's (App. A.2); MovingDot's start is random anyway.
         cells_here = grid if env_kind(env_id) == "atari" else list(dict.fromkeys(
@@ -212,9 +220,9 @@ def evaluate(policies: list[tuple[str, Path, str]], grid: list[tuple[str, int]],
             played = play(env_id, state["policy"], episodes, actions == "greedy", noops, seed,
                           max_steps, record=videos)
             cell = Cell(name, int(state["timesteps"]), actions, noops, played.returns,
-                        played.lengths, played.cut, played.alongside, played.action_shares)
+                        played.lengths, played.cut, played.alongside, played.action_shares, role)
             cells.append(cell)
-            print(cell.row(), flush=True)
+            print(cell.row(with_alongside=along), flush=True)
             if videos and video_dir is not None:
                 from runtime.video import write_gif
 
@@ -222,6 +230,7 @@ def evaluate(policies: list[tuple[str, Path, str]], grid: list[tuple[str, int]],
                 for k, f in enumerate(played.frames):
                     write_gif(f, str(video_dir / f"{Path(name).stem}-{actions}-noop{noops}-"
                                                  f"ep{k}.gif"))
+    print("(rarest action: the action the policy took least, and its share of the steps)")
     return cells
 
 
@@ -294,7 +303,10 @@ def main(argv: list[str] | None = None) -> int:
                 run_dirs.append(run_dir)
             for f in files:  # a damaged or another env's file is refused before any play
                 check_fits(env_id, load_policy_weights(f), f)
-                policies.append((str(f), f, env_id))
+                role = "" if not a.best_and_final else " and ".join(
+                    r for r, is_it in (("best", f == files[0]), ("final", f == files[-1]))
+                    if is_it)
+                policies.append((str(f), f, env_id, role))
     except (ValueError, UnknownEnvError, CheckpointError) as e:
         print(f"evaluate: error: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -77,10 +77,23 @@ def test_every_checkpoint_of_a_run_is_scored_at_its_agent_steps_into_json_and_te
     assert all(c["lengths"] == [250] * 3 for c in cells)  # MovingDot: 250 agent steps
     points = scalars(run / "tb" / "eval", "eval/greedy_noop0/mean_return")
     assert points[:, 1].tolist() == [1000, 2000]
+    assert "level with a car" not in r.stdout  # Enduro's column, on Enduro only
     # Evaluated again: the earlier figures stay, the new ones go beside them.
     r = evaluate(str(run), "--episodes", "1", "--grid", "greedy:0")
     assert r.returncode == 0 and f"wrote {run / 'eval-1.json'}" in r.stdout, r.stdout + r.stderr
     assert json.loads((run / "eval.json").read_text()) == cells
+    # --best_and_final names which is which
+    from runtime.scalars import ScalarWriter
+
+    writer = ScalarWriter(str(run / "tb"))
+    for steps, ret in ((1100, 5.0), (1500, 1.0), (2500, 1.0)):
+        writer.add_scalar("charts/episodic_return", ret, steps)
+    writer.close()
+    r = evaluate(str(run), "--best_and_final", "--best_window", "1", "--episodes", "1",
+                 "--grid", "greedy:0")
+    assert r.returncode == 0, r.stderr
+    assert "policy-000000001000.pt (best) |" in r.stdout, r.stdout
+    assert "policy-000000002000.pt (final) |" in r.stdout, r.stdout
 
 
 def test_best_and_final_are_the_newest_checkpoint_and_the_one_behind_the_best_episodes(tmp_path):
@@ -136,6 +149,7 @@ def test_on_enduro_each_cell_measures_the_share_of_steps_level_with_a_car(tmp_pa
     assert 0.0 < share < 1.0
     row = Cell("p", 0, "sampled", 0, played.returns, played.lengths, played.cut, share).row()
     assert row.endswith(f"| {share:.1%} |")
+    assert row.startswith("| p | 0 | sampled |")
     assert play("MovingDotNoFrameskip-v0", make_policy("moving_dot", 5).state_dict(), 1, True, 0,
                 seed=0, max_steps=10).alongside is None
 

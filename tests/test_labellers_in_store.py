@@ -206,7 +206,7 @@ def test_show_prefs_lists_filters_and_exports_by_labeller(tmp_path):
             browser.player.close("")
 
     r = show_prefs(str(tmp_path), "--list")
-    assert r.returncode == 0 and r.stdout == f"4 labels in {store_file}: ann 2, bob 1, unnamed 1\n", r
+    assert r.returncode == 0 and r.stdout == f"4 labels in {store_file}: ann 2, bob 1, 1 naming no labeller\n", r
     r = show_prefs(str(tmp_path), "--table", "--labeller", "ann")  # one line a label, oldest first
     lines = r.stdout.splitlines()
     assert r.returncode == 0 and lines[0].split() == ["id", "when", "(UTC)", "answer", "labeller",
@@ -216,7 +216,7 @@ def test_show_prefs_lists_filters_and_exports_by_labeller(tmp_path):
                for line in lines[1:])
     r = show_prefs(str(tmp_path), "--labeller", "carl")
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r
-    assert "'carl'" in r.stderr and "ann 2, bob 1, unnamed 1" in r.stderr
+    assert "'carl'" in r.stderr and "ann 2, bob 1, 1 naming no labeller" in r.stderr
     r = show_prefs(str(tmp_path), "--labeller", "carl", "--export", str(tmp_path / "out" / "c.npz"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and not (tmp_path / "out").exists(), r
     r = show_prefs(str(tmp_path), "--labeller", "bob", "--export", str(tmp_path / "bob.npz"))
