@@ -206,7 +206,8 @@ def test_show_prefs_lists_filters_and_exports_by_labeller(tmp_path):
             browser.player.close("")
 
     r = show_prefs(str(tmp_path), "--list")
-    assert r.returncode == 0 and r.stdout == f"4 labels in {store_file}: ann 2, bob 1, 1 naming no labeller\n", r
+    assert r.returncode == 0, r
+    assert r.stdout == f"4 labels in {store_file}: ann 2, bob 1, 1 naming no labeller\n"
     r = show_prefs(str(tmp_path), "--table", "--labeller", "ann")  # one line a label, oldest first
     lines = r.stdout.splitlines()
     assert r.returncode == 0 and lines[0].split() == ["id", "when", "(UTC)", "answer", "labeller",
