@@ -217,7 +217,12 @@ def main(argv: list[str] | None = None) -> int:
         store = PreferenceStore(path, create=False)
         counts = store.labellers()  # a damaged file can open fine and fail on first read
         if args.list:
-            print(f"{sum(counts.values())} labels in {path}: {labeller_counts(counts) or 'none'}")
+            total = sum(counts.values())
+            print(f"{total} labels in {path}: {labeller_counts(counts) or 'none'}")
+            if total:  # mostly ties: the labels say little (a game whose clips mostly score 0)
+                print("answers: " + ", ".join(
+                    f"{ANSWER_NAMES.get(mu, f'mu {mu:g}')} {n} ({n / total:.1%})"
+                    for mu, n in store.answer_counts().items()))
             store.close()
             return 0
         if problem := unknown_labeller(store, args.labeller):

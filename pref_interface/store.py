@@ -249,6 +249,12 @@ class PreferenceStore:
             "SELECT labeller, COUNT(*), MIN(id) AS first FROM labels GROUP BY labeller ORDER BY first")}
 
     @_db_errors_as_store_errors
+    def answer_counts(self) -> dict[float, int]:
+        """How many labels gave each answer (mu), most common first."""
+        return {float(mu): int(n) for mu, n in self._db.execute(
+            "SELECT mu, COUNT(*) AS n FROM labels GROUP BY mu ORDER BY n DESC, mu DESC")}
+
+    @_db_errors_as_store_errors
     def sources(self) -> set[str]:
         """Where the labels came from: 'synthetic', 'human', both, or neither in an empty store."""
         return {src for (src,) in self._db.execute("SELECT DISTINCT source FROM labels")}

@@ -195,7 +195,7 @@ def test_show_prefs_lists_filters_and_exports_by_labeller(tmp_path):
     store_file = tmp_path / "prefs.sqlite"
     with PreferenceStore(store_file) as store:
         for k, who in enumerate(("ann", "bob", None, "ann")):
-            store.add(pref(k, labeller=who))
+            store.add(pref(k, mu=0.5 if who is None else 1.0, labeller=who))
         browser = Browser(store, "terminal", None, "ann")  # type: ignore[arg-type]
         try:
             assert browser.ids == [1, 4]
@@ -207,7 +207,9 @@ def test_show_prefs_lists_filters_and_exports_by_labeller(tmp_path):
 
     r = show_prefs(str(tmp_path), "--list")
     assert r.returncode == 0, r
-    assert r.stdout == f"4 labels in {store_file}: ann 2, bob 1, 1 naming no labeller\n"
+    assert r.stdout.splitlines() == [
+        f"4 labels in {store_file}: ann 2, bob 1, 1 naming no labeller",
+        "answers: left better 3 (75.0%), equally good 1 (25.0%)"]  # how much the labels say
     r = show_prefs(str(tmp_path), "--table", "--labeller", "ann")  # one line a label, oldest first
     lines = r.stdout.splitlines()
     assert r.returncode == 0 and lines[0].split() == ["id", "when", "(UTC)", "answer", "labeller",
