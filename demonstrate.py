@@ -119,7 +119,8 @@ class PlayWindow:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("env_id", help="the game, e.g. EnduroNoFrameskip-v4")
     p.add_argument("out", help="the demonstrations file to write (never overwritten)")
     p.add_argument("--steps", type=int, default=3000, help="most agent steps played")

@@ -12,7 +12,7 @@ import sys
 
 from launch.cli import EXIT_USAGE, TargetReached, UsageError, parse_args
 from launch.phases import MODE_RUNNERS
-from launch.rundir import PREFS_FILE, Run
+from launch.rundir import POLICY_DIR, PREFS_FILE, Run
 from launch.settings import TRAINING_MODES
 from launch.session import open_labelling_page, start_run
 from launch.stopping import interrupted_status, stop_main_process_on_signals
@@ -68,9 +68,10 @@ def end_of_run(run: Run, report: RunReport, code: int) -> str:
             synthetic = " --synthetic_prefs" if store.sources() == {"synthetic"} else ""
         next_cmd = (f"python run.py train_policy_with_preferences {s.env_id} --load_prefs_dir {d} "
                     f"--load_reward_predictor_ckpt_dir {d}{synthetic}")
+    saved = any((run.dir / POLICY_DIR).glob("*.pt"))  # none where a run failed before its first
     return report.summary(
         code, run.dir / PREFS_FILE if labels else None, trained=trains, how=how,
-        watch_cmd=f"python run_checkpoint.py {s.env_id} {d}/policy" if trains else None,
+        watch_cmd=f"python run_checkpoint.py {s.env_id} {d}/policy" if trains and saved else None,
         resume_cmd=f"python run.py --resume {d}" if undone else None, next_cmd=next_cmd)
 
 

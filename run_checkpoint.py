@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     from a2c.checkpoint import CheckpointError, check_fits, load_policy_weights, save_policy_weights
     from envs import UnknownEnvError, check_seed, env_kind
     from launch.rundir import playable_policy
+    from launch.stopping import EXIT_INTERRUPTED
     from pref_interface.labellers.player import resolve_player
     from runtime.outputs import prepare_output
     try:
@@ -165,10 +166,14 @@ def main(argv: list[str] | None = None) -> int:
         returns, frames, _ = play(args.env_id, state["policy"], args.episodes, args.seed,
                                   args.greedy, args.max_steps, record_first=bool(args.video),
                                   predictor=predictor, watcher=watcher)
+    except KeyboardInterrupt:  # the episodes ended so far have had their lines
+        print("stopped by Ctrl-C", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
         if watcher is not None:
             watcher.close()
-    print(f"mean return {np.mean(returns):.1f} (std {np.std(returns):.1f}) over {len(returns)} episodes")
+    print(f"mean return {np.mean(returns):.1f} (std {np.std(returns):.1f}) over {len(returns)} "
+          f"episode{'s' if len(returns) != 1 else ''}")
     if args.video:
         from runtime.video import write_gif
 

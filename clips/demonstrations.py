@@ -63,10 +63,19 @@ def load_demonstrations(path: str | Path, env_id: str | None = None) -> list[Cli
         raise DemonstrationsError(f"{path}: clips of uint8 frames (N, T + {STACK - 1}, "
                                   f"{FRAME_SHAPE[0]}, {FRAME_SHAPE[1]}) and (N, T) steps expected, "
                                   f"got frames {frames.shape} and actions {actions.shape}")
-    from envs import same_game
+    from envs import action_names, same_game
 
     if env_id is not None and not same_game(str(data["env_id"]), env_id):
         raise DemonstrationsError(f"{path} holds clips of {data['env_id']}, not {env_id}")
+    if not np.all(np.isfinite(data["true_rewards"])):
+        raise DemonstrationsError(f"{path}: a reward is not a finite number")
+    if env_id is not None:  # an action the policy does not have would fail the run's training
+        n_actions = len(action_names(env_id))
+        if not np.issubdtype(actions.dtype, np.integer) or actions.min() < 0 \
+                or actions.max() >= n_actions:
+            raise DemonstrationsError(f"{path}: actions must be whole numbers in [0, "
+                                      f"{n_actions - 1}] ({env_id} has {n_actions}), got "
+                                      f"{actions.min()} to {actions.max()}")
     return [Clip.pack(frames[i], actions[i].astype(np.int64),
                       data["true_rewards"][i].astype(np.float32), data["dones"][i].astype(bool))
             for i in range(n)]

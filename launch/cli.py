@@ -60,10 +60,13 @@ class OneLineParser(argparse.ArgumentParser):
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Defaults in the help, and the epilog (settings per environment) as written. A boolean's
-    default is shown once, on its flag, not again on its off switch."""
+    default is shown once, on its flag, not again on its off switch; a setting with no default
+    (None: unset) shows none."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.nargs == 0 and action.const is False:  # an off switch (store_false)
+            return action.help
+        if action.default is None:
             return action.help
         return super()._get_help_string(action)
 

@@ -97,6 +97,11 @@ def start_run(run: Run, page=None):
         raise UsageError(f"cannot make the run directory {run.dir}: "
                          f"{e.strerror or type(e).__name__}") from None
     print(f"run directory: {run.dir}", file=sys.stderr)
+    s = run.settings
+    if s.demonstrations and s.mode != "train_policy_with_original_rewards":
+        print(f"demonstrations: {s.demonstrations} make up {s.demonstration_share:.0%} of the clips "
+              "labelling draws its pairs from (TensorBoard: demonstrations/labels, "
+              "demonstrations/preferred)", file=sys.stderr)
     from runtime.process_setup import run_context
 
     try:  # no child runs yet: a failure here lets the directory go at once

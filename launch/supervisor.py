@@ -134,7 +134,8 @@ class Supervisor:
             self._join(grace_s)
             return interrupted_status()
         finally:
-            if bar is not None:
+            if bar is not None:  # its last count, not the one of up to a second before the end
+                bar.update(max(0, min(progress.read()[0], progress.total) - bar.n))
                 bar.close()
             elif tty and status_line is not None:
                 sys.stderr.write("\n")
@@ -184,9 +185,10 @@ def _progress_bar(progress: Progress):
         sized = os.get_terminal_size(sys.stderr.fileno()).columns > 0
     except OSError:
         sized = False
+    # A resumed run's bar starts where it left off, so its rate counts only this start's work.
     return tqdm(total=progress.total, desc=progress.desc, unit=progress.unit, file=sys.stderr,
-                unit_scale=progress.unit_scale, dynamic_ncols=sized, ncols=None if sized else 80,
-                nrows=None if sized else 24,
+                initial=min(progress.read()[0], progress.total), unit_scale=progress.unit_scale,
+                dynamic_ncols=sized, ncols=None if sized else 80, nrows=None if sized else 24,
                 smoothing=0.1)
 
 

@@ -530,6 +530,7 @@ def test_help_shows_every_flags_default(capsys):
     # a boolean's default once, on its flag: not read as the default of its off switch
     assert "(App. A) (default: True) --no_adaptive_l2 train the predictor without L2 " \
         "regularisation --implied_pairs" in out
+    assert "(default: None)" not in out  # the mode, the env, a setting left unset
 
 
 @pytest.mark.parametrize("flag, hint", [("--synthetic-prefs", "--synthetic_prefs"),
@@ -594,3 +595,25 @@ def test_a_milestone_with_no_runs_to_report_or_a_negative_seed_is_one_line(tmp_p
     with pytest.raises(SystemExit) as stop:
         milestone.main(["moving_dot", "--report_only", "--seeds", "-1"])
     assert stop.value.code == 2 and "--seeds must be 0 or more" in capsys.readouterr().err
+
+
+def test_ctrl_c_while_a_policy_plays_ends_in_one_line_with_status_130(tmp_path):
+    """run_checkpoint.py (with or without --watch): the episodes played so far keep their lines,
+    and the stop is a line, not a traceback."""
+    from a2c.checkpoint import save_policy_weights
+    from a2c.policies import make_policy
+
+    save_policy_weights(tmp_path / "dot.pt", {"policy": make_policy("moving_dot", 5).state_dict(),
+                                              "timesteps": 8, "env_id": "MovingDotNoFrameskip-v0"})
+    proc = subprocess.Popen([sys.executable, "-u", "run_checkpoint.py", "MovingDotNoFrameskip-v0",
+                             str(tmp_path / "dot.pt"), "--episodes", "100000"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while "episode 1:" not in proc.stdout.readline():
+            assert proc.poll() is None, proc.stderr.read()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and err.strip() == "stopped by Ctrl-C", err

@@ -54,7 +54,17 @@ def test_a_file_that_cannot_be_used_is_one_line_naming_it(tmp_path):
     np.savez(shapes, frames=np.zeros((2, 28, 80, 80), np.uint8),
              actions=np.zeros((2, 25), np.int64), true_rewards=np.zeros((2, 25), np.float32),
              dones=np.zeros((2, 25), bool), env_id=np.array(ENV))
+    # Of the right shapes, but an action MovingDot does not have (it has 5), or a NaN reward:
+    # refused here, not when the predictor trains on the stored labels
+    bad_action, nan_reward = tmp_path / "action.npz", tmp_path / "nan.npz"
+    with np.load(good) as f:
+        arrays = {k: f[k] for k in f.files}
+    np.savez(bad_action, **{**arrays, "actions": arrays["actions"] + 7})
+    np.savez(nan_reward, **{**arrays, "true_rewards": np.full_like(arrays["true_rewards"],
+                                                                   np.nan)})
     for path, env, words in [(tmp_path / "none.npz", None, "No such file"),
+                             (bad_action, ENV, r"actions must be whole numbers in \[0, 4\]"),
+                             (nan_reward, None, "not a finite number"),
                              (text, None, "not a NumPy archive"),
                              (partial, None, "no actions, true_rewards, dones, env_id"),
                              (shapes, None, r"got frames \(2, 28, 80, 80\)"),
@@ -241,3 +251,18 @@ def test_a_scripted_drivers_play_is_recorded_with_its_actions(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         record_demonstrations.main([str(tmp_path / "x.npz"), "--driver", "flyer"])
     assert e.value.code == 2 and "unknown driver 'flyer'" in capsys.readouterr().err
+
+
+def test_a_run_says_it_labels_demonstrations_beside_the_agents_clips(tmp_path, capsys):
+    from launch.cli import parse_args
+    from launch.session import start_run
+
+    save_demonstrations(tmp_path / "dot.npz", ENV, _clips(1))
+    run = parse_args(["train_policy_with_preferences", ENV, "--synthetic_prefs", "--log_dir",
+                      str(tmp_path / "run"), "--demonstrations", str(tmp_path / "dot.npz"),
+                      "--demonstration_share", "0.3"])
+    _, session, _ = start_run(run)
+    session.release_run_dir()
+    err = capsys.readouterr().err
+    assert (f"demonstrations: {tmp_path / 'dot.npz'} make up 30% of the clips labelling draws "
+            "its pairs from") in err, err

@@ -88,6 +88,10 @@ def test_a_stop_signal_in_any_phase_saves_the_work_and_leaves_nothing(phase, sig
     if phase == "train":
         assert list((tmp_path / "run" / "policy").glob("policy-*.pt")), t.stderr
         assert f"python run.py --resume {tmp_path / 'run'}" in t.stderr
+        assert "watch the policy:" in t.stderr
+    else:  # stopped before the policy's first update: no policy to watch yet
+        assert "watch the policy:" not in t.stderr and not list(
+            (tmp_path / "run" / "policy").glob("*.pt")), t.stderr
 
 
 def test_a_child_killed_outright_stops_the_others_cleanly(tmp_path):

@@ -97,10 +97,22 @@ def test_a_wait_whose_end_is_known_is_a_bar_on_a_terminal_and_a_line_in_a_log(tt
     progress = Progress("labels", 8, "label", lambda: (done.value, "val acc 80%"))
     assert sup.wait(progress=progress) == 0
     err = capsys.readouterr().err
-    if tty:  # tqdm's bar: count, total and the status beside it
+    if tty:  # tqdm's bar: count, total and the status beside it, its last count drawn
         assert "labels:" in err and "/8 [" in err and "val acc 80%" in err, err
+        assert "8/8 [" in err, err
     else:  # a log gets the line every 30 s: here, once at the start
         assert err.strip() == "labels 0/8 | val acc 80%", err
+
+
+def test_a_resumed_runs_bar_starts_where_the_run_left_off():
+    """Its rate counts only the steps of this start, not the jump to where it left off."""
+    from launch.supervisor import Progress, _progress_bar
+
+    bar = _progress_bar(Progress("agent steps", 20_000, "step", lambda: (15_000, "")))
+    try:
+        assert bar.n == bar.initial == 15_000
+    finally:
+        bar.close()
 
 
 def test_a_logged_progress_line_gives_the_rate_since_the_line_before(monkeypatch):
