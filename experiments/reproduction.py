@@ -79,21 +79,27 @@ class RunRow:
     def cells(self, with_level: bool = True) -> list[str]:
         """The table row's cells, `table_head`'s columns."""
         cells = [self.title, "-" if self.seed is None else str(self.seed),
-                 f"{self.steps / 1e6:.2f}M", "-" if self.labels is None else f"{self.labels:,.0f}",
+                 steps_text(self.steps), "-" if self.labels is None else f"{self.labels:,.0f}",
                  f"{self.hours:.1f} h" if self.hours >= 1 else f"{self.hours * 60:.1f} min",
                  "; ".join(self.machines) or "not recorded",
                  "-" if self.starts == 0 else str(self.starts - 1),
                  "not yet" if self.reached is None else
-                 f"{self.reached[0] / 1e6:.2f}M" + ("" if self.reached[1] is None
-                                                    else f", {self.reached[1]:,.0f} labels"),
+                 steps_text(self.reached[0]) + ("" if self.reached[1] is None
+                                                else f", {self.reached[1]:,.0f} labels"),
                  "-" if self.lowest is None
-                 else f"{self.lowest[0]:+.1f} at {self.lowest[1] / 1e6:.2f}M",
+                 else f"{self.lowest[0]:+.1f} at {steps_text(self.lowest[1])}",
                  "-" if self.after is None else f"{self.after:+.1f}",
-                 "-" if self.best is None else f"{self.best[0]:+.1f} at {self.best[1] / 1e6:.2f}M",
+                 "-" if self.best is None else f"{self.best[0]:+.1f} at {steps_text(self.best[1])}",
                  "-" if self.final is None else f"{self.final:+.1f}"]
         if not with_level:
             del cells[LEVEL_COLUMNS]
         return cells
+
+
+def steps_text(steps: float) -> str:
+    """Agent steps as the tables give them: millions to two places (6.00M), or below 0.01M, where
+    that would read 0.00M, in full (2,340)."""
+    return f"{steps / 1e6:.2f}M" if steps >= 5_000 else f"{steps:,.0f}"
 
 
 def table_head(window: int, level: float | None) -> str:

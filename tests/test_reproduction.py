@@ -237,3 +237,10 @@ def test_a_sweep_of_short_runs_gives_their_training_in_minutes(tmp_path):
     table = setting_table([row], with_level=False).splitlines()
     assert table[0].endswith("| training (min) |")
     assert table[2].split("|")[-2].strip() == f"{row.hours * 60:.1f}"
+
+
+def test_agent_steps_read_in_millions_and_in_full_below_a_hundredth_of_one():
+    from experiments.reproduction import steps_text
+
+    assert [steps_text(n) for n in (6e6, 2_743_520, 5_000, 2_340, 0)] == [
+        "6.00M", "2.74M", "0.01M", "2,340", "0"]
