@@ -159,7 +159,7 @@ def check_resources(cpus_per_trial: float, gpus_per_trial: float, address: str |
     queue it for ever."""
     if cpus_per_trial <= 0 or gpus_per_trial < 0:
         raise SweepError("--cpus_per_trial must be positive and --gpus_per_trial at least 0")
-    cpus = os.cpu_count() or 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if address is None and cpus_per_trial > cpus:
         raise SweepError(f"--cpus_per_trial {cpus_per_trial:g}: this machine has {cpus} CPUs "
                          "(a larger trial needs --address of a cluster with larger nodes)")
