@@ -31,6 +31,7 @@ from experiments.runlog import RunLog
 from experiments.sweep import Trial, add_sweep_flags, run_sweep, sweep_options
 from launch.cli import load_settings
 from launch.rundir import POLICY_DIR
+from runtime.outputs import prepare_figure
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,6 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     if min(seeds) < 0:
         p.error(f"--seeds must be 0 or more, got {min(seeds)}")
     runs_dir = a.runs_dir.expanduser()
+    if a.report_only and not runs_dir.is_dir():
+        p.error(f"--runs_dir: {runs_dir} is not a folder of runs")
+    if a.out:
+        try:
+            prepare_figure(a.out.expanduser(), "--out")
+        except ValueError as e:
+            p.error(str(e))
     code = 0
     if not a.report_only:
         # --extra goes with each seed's own flags, so that a resumed run takes it too.

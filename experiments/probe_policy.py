@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.steps <= 2 * KEEP_EVERY or a.n_envs <= 0:  # two full-stack screens of each env
             raise ValueError(f"--steps must be more than {2 * KEEP_EVERY} and --n_envs positive")
+        if a.start != a.start or a.stop != a.stop or a.start > a.stop:  # NaN, or none between
+            raise ValueError("--from and --to must be numbers with --from at most --to")
         files, env_ids = [], set()
         for arg in a.policies:
             found, env_id, _ = find_policies(Path(arg), all_checkpoints=True)
@@ -140,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     obs = random_play(env_id, a.steps, a.n_envs, a.seed)
     print(f"{env_id}: {len(obs)} observations of random play; L1, L2, ...: per ReLU layer, "
-          "the share of its units positive on at least one")
+          "the share of its units positive on at least one of them (summarise_run's `alive %` "
+          "counts the units firing on A2C's own last rollout, so it can differ)")
     for k, (f, s) in enumerate(sorted(states, key=lambda fs: fs[1]["timesteps"])):
         row = probe_checkpoint(env_id, s, f, obs)
         if k == 0:

@@ -53,6 +53,7 @@ from pref_interface.labellers.teachers import (
     make_teacher,
     teacher_kind,
 )
+from runtime.outputs import prepare_figure
 
 if TYPE_CHECKING:
     from launch.rundir import Run
@@ -411,6 +412,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--following is a probability in (0, 1], with --policy follower")
     if a.against != "random" and a.policy != "follower":
         p.error("--against goes with --policy follower")
+    if a.out:
+        try:
+            prepare_figure(a.out, "--out")
+        except ValueError as e:
+            p.error(str(e))
     import torch
     torch.set_num_threads(1)
     from a2c.checkpoint import CheckpointError

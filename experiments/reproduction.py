@@ -35,7 +35,7 @@ from experiments.runlog import best_window, first_reached, smooth
 from experiments.runrecord import PROGRAMS, RunRecord, as_typed
 from launch.rundir import is_run_dir, saved_settings
 from launch.settings import flag_fields
-from runtime.outputs import prepare_output
+from runtime.outputs import prepare_figure
 
 
 KINDS = {"prefs": ("from preferences", "tab:blue"), "true": ("true reward", "tab:orange")}
@@ -324,9 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.every is not None and not (math.isfinite(a.every) and a.every >= 1):
             raise ValueError("--every must be a number of agent steps, at least 1")
         if a.out:
-            if Path(a.out).suffix.lower() not in (".png", ".svg", ".pdf"):
-                raise ValueError(f"--out: {a.out} is not a .png, .svg or .pdf file")
-            prepare_output(a.out, "--out", overwrite=True)  # the figure is made again each time
+            prepare_figure(a.out, "--out")
         if a.save_records and a.save_records.exists() and not a.save_records.is_dir():
             raise ValueError(f"--save_records: {a.save_records} is a file; give a folder")
         rows = [read_run(kind, path, a.level, a.window, a.game) for kind, path in runs]

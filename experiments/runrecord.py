@@ -68,9 +68,13 @@ class RunRecord:
         `path` is neither."""
         if path.suffix == ".json" and path.is_file():
             return cls.load(path)
+        if not path.exists():
+            raise ValueError(f"{path} does not exist")
         if not is_run_dir(path):
             raise ValueError(f"{path} is neither a run directory (no {SETTINGS_FILE}) "
                              "nor a run record (.json)")
+        if not (path / "tb").is_dir():
+            raise ValueError(f"{path} has no TensorBoard logs (tb/): nothing to read")
         return cls.from_run_dir(path)
 
     @classmethod

@@ -162,10 +162,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=int, default=10,
                    help="episodes averaged for --levels (10: the Pong milestone's)")
     a = p.parse_args(argv)
+    if not Path(a.run_dir).exists():
+        p.error(f"{a.run_dir} does not exist")
     if not (Path(a.run_dir) / "tb").is_dir():
         p.error(f"{a.run_dir} has no tb/ folder: not a run directory")
-    if a.every <= 0 or a.window <= 0:
-        p.error("--every and --window must be positive")
+    if a.every <= 0:
+        p.error("--every must be positive")
+    if a.window <= 0:
+        p.error("--window must be positive")
+    if not all(map(math.isfinite, a.levels)):
+        p.error("--levels must be finite numbers")
     log = RunLog(a.run_dir)
     print(table(windows(log, a.every)))
     if a.levels:

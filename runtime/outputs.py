@@ -25,6 +25,18 @@ def prepare_output(path: str | Path, flag: str, overwrite: bool = False) -> Path
     return path
 
 
+FIGURE_SUFFIXES = (".png", ".svg", ".pdf")  # what matplotlib writes that we offer
+
+
+def prepare_figure(path: str | Path, flag: str, overwrite: bool = True) -> Path:
+    """`prepare_output` for a figure: also ValueError when matplotlib cannot write its kind. A
+    figure is made again each time by default."""
+    if Path(path).suffix.lower() not in FIGURE_SUFFIXES:
+        raise ValueError(f"{flag}: {path} is not a {', '.join(FIGURE_SUFFIXES[:-1])} or "
+                         f"{FIGURE_SUFFIXES[-1]} file")
+    return prepare_output(path, flag, overwrite=overwrite)
+
+
 def unused_name(path: Path) -> Path:
     """`path`, or where it exists already the first free NAME-1.EXT, NAME-2.EXT, ..."""
     k, free = 0, path

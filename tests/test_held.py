@@ -135,3 +135,16 @@ def test_the_pong_milestones_report_judges_each_seed(tmp_path, monkeypatch, caps
     out = capsys.readouterr().out
     assert "pong_prefs-seed4: PongNoFrameskip-v4, milestone pong_prefs" in out
     assert out.rstrip().endswith("not held: reached +19 (mean of 10)")
+
+
+def test_the_milestones_report_refuses_a_missing_folder_or_a_bad_figure_in_one_line(tmp_path,
+                                                                                  capsys):
+    from experiments import milestone
+
+    for args, words in ((["--runs_dir", str(tmp_path / "missing")], "is not a folder of runs"),
+                        (["--runs_dir", str(tmp_path), "--out", str(tmp_path / "f.txt")],
+                         "is not a .png, .svg or .pdf file")):
+        with pytest.raises(SystemExit) as e:
+            milestone.main(["moving_dot", "--report_only", *args])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and words in err, err

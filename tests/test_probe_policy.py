@@ -63,5 +63,6 @@ def test_bad_input_is_one_line(capsys):
     assert probe_policy.main([str(RUN / "policy")]) == 2  # a folder names no env
     assert probe_policy.main([str(RUN), "--env", "PongNoFrameskip-v4"]) == 2  # another env's
     assert probe_policy.main([str(RUN), "--steps", "8"]) == 2  # one full-stack screen per env
+    assert probe_policy.main([str(RUN), "--from", "nan"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 4 and err.count("probe_policy: error:") == 4, err
+    assert err.count("\n") == 5 and err.count("probe_policy: error:") == 5, err

@@ -241,6 +241,9 @@ def test_the_follower_drives_only_in_enduro_and_beside_random_play(tmp_path, cap
     with pytest.raises(SystemExit) as e:
         main([str(run), "--against", "run"])
     assert e.value.code == 2 and "--against goes with --policy follower" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # refused before the play, not after it
+        main([str(run), "--out", str(tmp_path / "probe.txt")])
+    assert e.value.code == 2 and "is not a .png, .svg or .pdf file" in capsys.readouterr().err
 
 
 def test_score_bands_show_r_hat_paying_random_plays_best_steps_but_not_the_followers():

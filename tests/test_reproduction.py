@@ -193,7 +193,11 @@ def test_a_run_of_another_game_or_a_bad_output_is_a_one_line_error(tmp_path, cap
     settings.write_text(json.dumps({"seed": 1, "env_id": "PongNoFrameskip-v4"}))
     (tmp_path / "afile").write_text("")
     (tmp_path / "text.json").write_text("not json")
+    (tmp_path / "no_tb").mkdir()  # a run directory whose logs are gone: nothing to read
+    (tmp_path / "no_tb" / "settings.json").write_text(settings.read_text())
     for args in (["Enduro", "--prefs", str(tmp_path / "p1")],
+                 ["Pong", "--prefs", str(tmp_path / "no_tb")],
+                 ["Pong", "--prefs", str(tmp_path / "missing")],
                  ["Pong", "--prefs", str(tmp_path / "text.json")],
                  ["Pong", "--prefs", str(tmp_path / "p1"), "--save_records",
                   str(tmp_path / "afile")],

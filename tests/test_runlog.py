@@ -1,5 +1,6 @@
 """Run curves for the reports: a resumed run's wall-clock and curves, summarise_run's table and levels."""
 import numpy as np
+import pytest
 
 from experiments.runlog import RunLog
 from runtime.scalars import ScalarWriter
@@ -94,6 +95,13 @@ def test_summarise_run_says_when_the_mean_of_10_episodes_first_reached_each_leve
         "mean of 10 episodes: best +10.0 at 1.00M steps, last +10.0 at 1.00M",
         "+0: first at 0.85M steps, 800 labels, 2.4 h of training",
         "+19: not reached"]
+    for bad in (["--levels", "nan"], ["--window", "0"]):  # one line each, nothing printed
+        with pytest.raises(SystemExit) as e:
+            summarise_run.main([str(tmp_path), *bad])
+        assert e.value.code == 2 and capsys.readouterr().out == ""
+    with pytest.raises(SystemExit):
+        summarise_run.main([str(tmp_path / "missing")])
+    assert "does not exist" in capsys.readouterr().err
 
 
 def test_steps_per_second_and_waiting_count_each_point_for_the_time_it_stands_for(tmp_path,
