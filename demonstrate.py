@@ -21,6 +21,7 @@ import numpy as np
 from clips.clip import Clip
 from clips.cutter import ClipCutter
 from clips.demonstrations import save_demonstrations
+from runtime.script_args import ScriptParser
 
 KEYS_HELP = "arrows move, space fires, Esc stops"
 STOP_KEYS = ("escape", "q")
@@ -119,8 +120,8 @@ class PlayWindow:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = ScriptParser(description=__doc__.splitlines()[0],
+                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("env_id", help="the game, e.g. EnduroNoFrameskip-v4")
     p.add_argument("out", help="the demonstrations file to write (never overwritten)")
     p.add_argument("--steps", type=int, default=3000, help="most agent steps played")

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
+from runtime.script_args import ScriptParser
+
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(allow_abbrev=False, prog="run_checkpoint.py", description=__doc__,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = ScriptParser(prog="run_checkpoint.py", description=__doc__,
+                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("env_id", help="the env the policy was trained on")
     p.add_argument("policy", help="a run directory or its policy/ directory (the newest "
                    "policy), a checkpoint file, or a weights file written by --save_weights")

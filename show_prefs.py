@@ -16,7 +16,6 @@ is loaded (pretraining, --load_prefs_dir, --resume).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import queue
 import sys
@@ -26,6 +25,7 @@ from pref_interface.labellers.keys import ANSWER_KEYS, ENTER, EOF, KeyReader
 from pref_interface.labellers.player import Playback, clip_frames, make_player, resolve_player
 from pref_interface.store import PreferenceStore, StoreError
 from runtime.outputs import prepare_output
+from runtime.script_args import ScriptParser
 
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
 KEYS_HELP = "n next, p previous, L/R/E change, D delete, Enter replay, q quit"
@@ -183,8 +183,8 @@ def export_or_import(path: Path, export: str | None, import_file: str | None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(allow_abbrev=False, prog="show_prefs.py",
-                                     description=__doc__.splitlines()[0])
+    parser = ScriptParser(prog="show_prefs.py",
+                          description=__doc__.splitlines()[0])
     parser.add_argument("store", metavar="RUN_DIR_OR_STORE",
                         help="a run directory (its prefs.sqlite) or a preference store file")
     parser.add_argument("--clip_player", choices=("auto", "window", "terminal"), default="auto",

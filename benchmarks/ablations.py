@@ -20,7 +20,6 @@ it has ended; an interrupted ablation continues where it stopped, its unfinished
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -31,6 +30,7 @@ import numpy as np
 from envs.scores import MOVING_DOT_LEVEL as LEVEL
 from experiments.runlog import level_reached
 from experiments.sweep import Trial, add_sweep_flags, run_sweep, sweep_options
+from runtime.script_args import ScriptParser
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -100,7 +100,7 @@ def report(results: list[dict], out_png: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of each setting")
     p.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS),
                    help="the settings to run, by name")

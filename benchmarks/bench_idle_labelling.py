@@ -9,7 +9,6 @@ waiting, when the agent stops playing and cutting. Prints each process's share o
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -19,6 +18,7 @@ from pathlib import Path
 from pref_interface.labellers.web.headless import labelling_run
 from pref_interface.process import IDLE_AFTER_S
 from runtime.machine import processor
+from runtime.script_args import ScriptParser
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -64,7 +64,7 @@ def shares(pids: dict[int, str], window_s: float) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    parser = ScriptParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env_id", default="PongNoFrameskip-v4")
     parser.add_argument("--window_s", type=float, default=15.0, help="seconds per measurement")
     args = parser.parse_args()

@@ -12,7 +12,6 @@ start: gathering and pretraining included) at that moment.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from benchmarks.time_to_level import run_until_level
 from envs.scores import MOVING_DOT_LEVEL
+from runtime.script_args import ScriptParser
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,7 +37,7 @@ def commands(seed: int, out: Path, ppo_million: float) -> dict[str, tuple[list[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0],
                    help="seeds, each run with our A2C and with PPO")
     p.add_argument("--out_dir", default=str(ROOT / "runs" / "ppo_vs_a2c"),

@@ -39,6 +39,7 @@ import numpy as np
 
 from benchmarks.bench_a2c import machine_header
 from experiments.runlog import scalars, time_weights
+from runtime.script_args import ScriptParser
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,7 +68,7 @@ def run_cli(args: list[str]) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p = ScriptParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("--env_id", default="PongNoFrameskip-v4", help="the runs' env id")
     p.add_argument("--steps", type=int, default=40_000, help="agent steps of each run")
     p.add_argument("--pace", type=float, default=0.1,

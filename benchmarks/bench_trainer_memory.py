@@ -14,7 +14,6 @@ STORE: a `prefs.sqlite`, e.g. from `python run.py gather_initial_prefs PongNoFra
 """
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import time
@@ -24,6 +23,7 @@ from types import SimpleNamespace
 
 from benchmarks.bench_a2c import machine_header
 from benchmarks.bench_reward_predictor_step import MALLOC_MODES, set_up_malloc
+from runtime.script_args import ScriptParser
 
 
 
@@ -41,7 +41,7 @@ def reset_peak() -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("store", help="a preference store (prefs.sqlite) whose latest labels fill "
                                  "the buffer")
     p.add_argument("--malloc", choices=MALLOC_MODES, default="tunables",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    # argparse's own: this checkout's packages must not be imported before --code's are
     p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("store", help="a run's prefs.sqlite (copy a running run's first)")
     p.add_argument("--code", default=str(Path(__file__).resolve().parent.parent),

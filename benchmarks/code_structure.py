@@ -48,7 +48,6 @@ of every figure.
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import io
 import json
@@ -59,6 +58,8 @@ import tempfile
 import tokenize
 from collections import Counter, defaultdict
 from pathlib import Path
+
+from runtime.script_args import ScriptParser
 
 ALIASES = {
     "oversampling": ["oversampling", "oversample"],
@@ -412,7 +413,7 @@ def report(r: dict, label: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    ap = ScriptParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rev", help="a git revision to read (default: the working tree)")
     ap.add_argument("--root", default=str(Path(__file__).resolve().parent.parent),
                     help="the tree to read, or the repository for --rev (default: this checkout)")

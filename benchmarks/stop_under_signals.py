@@ -16,7 +16,6 @@ is written. Prints one line per try and the counts per phase.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import signal
@@ -27,6 +26,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from runtime.script_args import ScriptParser
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP_LIMIT_S = 15.0  # every process of the run gone within this many seconds
@@ -261,7 +262,7 @@ def one_try(workdir: Path, phase: str, rng: random.Random, wrapper: bool = False
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("--tries", type=int, default=30, help="runs started and stopped")
     p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES),
                    help="the phases the tries stop in, in turn")

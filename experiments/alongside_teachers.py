@@ -22,7 +22,6 @@ frames, and which teacher says so more clearly.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from clips.clip import STACK, Clip
 from envs import action_names, make_vec_env
 from pref_interface.labellers.alongside import CAR_WIDTH, cars_ahead, find_player, is_alongside, other_cars
 from pref_interface.labellers.teachers import ENDURO_TEACHERS, make_teacher
+from runtime.script_args import ScriptParser
 
 ENV_ID = "EnduroNoFrameskip-v4"
 CLIP_STEPS = 25  # App. A: clips of 25 agent steps (1.7 s) in Atari
@@ -245,7 +245,7 @@ def per_step_scores(episodes: list[np.ndarray]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("--episodes", type=int, default=3, help="episodes of each driver (seeds 0..)")
     p.add_argument("--steps", type=int, default=3000, help="steps of each episode")
     p.add_argument("--pairs", type=int, default=300, help="pairs of clips asked of each teacher")

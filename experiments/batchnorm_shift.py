@@ -13,7 +13,6 @@ ones should not. `--save` writes a copy of one run's predictor with the re-taken
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import numpy as np
 import torch
 
 from launch.rundir import is_run_dir
+from runtime.script_args import ScriptParser
 
 
 
@@ -66,7 +66,7 @@ def shift(run_dir: Path, n_clips: int, seed: int = 0, save: str | None = None) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("run_dirs", nargs="+", help="run directories with a saved reward predictor")
     p.add_argument("--clips", type=int, default=128,
                    help="training clips the statistics are re-taken from")

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from launch.rundir import is_run_dir, playable_policy, saved_settings
+from runtime.script_args import ScriptParser
 
 EXIT_USAGE = 2
 DEFAULT_GRID = ("greedy:30", "sampled:30", "greedy:0")
@@ -249,9 +250,9 @@ def log_to_tensorboard(run_dir: Path, cells: list[Cell], prefix: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m experiments.evaluate",
-                                description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = ScriptParser(prog="python -m experiments.evaluate",
+                     description=__doc__.split("\n\n")[0],
+                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("policies", nargs="+", metavar="POLICY",
                    help="a run directory, a folder of checkpoints, a checkpoint or weights file")
     p.add_argument("--env", help="the env id (needed unless every POLICY is a run directory)")

@@ -31,6 +31,7 @@ from envs.atari import NOOP_MAX
 from experiments.evaluate import EVAL_SEED, EXIT_USAGE, MAX_STEPS
 from experiments.milestones import HELD_MARGIN, MILESTONES, Milestone
 from launch.rundir import POLICY_DIR, saved_settings
+from runtime.script_args import ScriptParser
 
 
 @dataclass
@@ -122,9 +123,9 @@ def alive_condition(run_dir: Path, m: Milestone) -> Condition:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m experiments.held",
-                                description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = ScriptParser(prog="python -m experiments.held",
+                     description=__doc__.splitlines()[0],
+                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("run_dir", type=Path, help="a Pong run's directory")
     p.add_argument("--episodes", type=int, default=10,
                    help="evaluation episodes of the final policy, greedy and sampled")

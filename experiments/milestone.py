@@ -19,7 +19,6 @@ once the level is reached, every kept checkpoint probed.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from experiments.sweep import Trial, add_sweep_flags, run_sweep, sweep_options
 from launch.cli import load_settings
 from launch.rundir import POLICY_DIR
 from runtime.outputs import prepare_figure
+from runtime.script_args import ScriptParser
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -93,7 +93,7 @@ def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("name", choices=sorted(MILESTONES), help="the milestone")
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="seeds to run (default: 0 1 2 for moving_dot, 0 for the others)")

@@ -18,7 +18,6 @@ learn again (docs/experiments.md, "Why the level was touched, not held").
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ import numpy as np
 from a2c.config import CHECKPOINT_PREFIX
 from a2c.revive import KEEP_EVERY, RANDOM_ENVS, RANDOM_STEPS, random_play
 from experiments.evaluate import EXIT_USAGE, checkpoint_steps, find_policies
+from runtime.script_args import ScriptParser
 
 
 
@@ -94,7 +94,7 @@ def probe_checkpoint(env_id: str, state: dict, source: str | Path, obs: np.ndarr
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("policies", nargs="+",
                    help="a run directory (its kept checkpoints), a folder of checkpoints or "
                         "checkpoint files")

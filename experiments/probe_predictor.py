@@ -37,7 +37,6 @@ learnt only the count would score that): does the predictor fit its own labels a
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +53,7 @@ from pref_interface.labellers.teachers import (
     teacher_kind,
 )
 from runtime.outputs import prepare_figure
+from runtime.script_args import ScriptParser
 
 if TYPE_CHECKING:
     from launch.rundir import Run
@@ -382,7 +382,7 @@ def stored_label_accuracy(run: Run, counted: bool) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("run_dir", help="a run directory with a saved reward predictor")
     p.add_argument("--policy", choices=("random", "run", "fixed", "follower"), default="random",
                    help="who plays: uniformly random actions, the run's newest policy, each "

@@ -12,16 +12,16 @@ car. A scripted driver stands in here for a person's own driving (`demonstrate.p
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from clips.demonstrations import save_demonstrations
 from experiments.alongside_teachers import ENV_ID, clips_of, drive, driver_policy, level_share
+from runtime.script_args import ScriptParser
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path, help="the demonstrations file to write")
     p.add_argument("--driver", default="follower",
                    help="who drives (experiments.alongside_teachers): follower, following:P, "

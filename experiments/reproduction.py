@@ -20,7 +20,6 @@ share of episodes lost per STEPS agent steps. The policies themselves are scored
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import itertools
 import math
@@ -36,6 +35,7 @@ from experiments.runrecord import PROGRAMS, RunRecord, as_typed
 from launch.rundir import is_run_dir, saved_settings
 from launch.settings import flag_fields
 from runtime.outputs import prepare_figure
+from runtime.script_args import ScriptParser
 
 
 KINDS = {"prefs": ("from preferences", "tab:blue"), "true": ("true reward", "tab:orange")}
@@ -292,7 +292,7 @@ def plot(rows: list[RunRow], game: str, out: str, window: int, level: float | No
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p = ScriptParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("game", help="the game, as its env id starts (e.g. Pong): the figure's title")
     p.add_argument("--prefs", nargs="*", type=Path, default=[],
                    help="runs from preferences (run directories or records)")

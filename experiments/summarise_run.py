@@ -26,7 +26,6 @@ and `value_sd`).
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from pathlib import Path
@@ -37,6 +36,7 @@ import numpy as np
 from a2c.config import (ALIVE_TAG, ALONGSIDE_SHARE_TAG, GRAD_NORM_MAX_TAG, LOGIT_SPREAD_TAG,
                         VALUE_SPREAD_TAG)
 from experiments.runlog import RunLog, best_window
+from runtime.script_args import ScriptParser
 
 
 # (heading, tag, process, how a window is reduced, format)
@@ -155,7 +155,7 @@ def table(rows: list[dict[str, str]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("run_dir", help="a run directory (with a tb/ folder)")
     p.add_argument("--every", type=int, default=250_000, help="agent steps per row")
     p.add_argument("--levels", type=float, nargs="+", default=[],

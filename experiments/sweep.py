@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from experiments.sweep_trial import RUNS_DIR, TUNE_DIR, Trial
+from runtime.script_args import ScriptParser
 
 SWEEP_FILE = "sweep.json"  # the sweep's own command line, for --resume
 SAVE_WAIT_S = 300  # after a stop, how long the driver waits for the trials' runs to save
@@ -224,8 +225,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if "--" in argv:
         i = argv.index("--")
         argv, command = argv[:i], argv[i + 1:]
-    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m experiments.sweep",
-                                description=__doc__.splitlines()[0])
+    p = ScriptParser(prog="python -m experiments.sweep",
+                     description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="the seeds each setting runs")
     p.add_argument("--grid", nargs="+", default=[], metavar="NAME=V1,V2",
                    help="run.py flags and their values; every combination runs with every seed")

@@ -9,12 +9,12 @@ stores made before that split labels at random and leak.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from clips.clip import Clip, Preference
+from runtime.script_args import ScriptParser
 
 
 def _key(clip: Clip) -> str:
@@ -30,7 +30,7 @@ def leak(prefs: Sequence[Preference]) -> tuple[int, int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("run_dir", help="a run directory with a prefs.sqlite")
     args = p.parse_args(argv)
     from pref_interface.store import PreferenceStore

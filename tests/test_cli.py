@@ -617,3 +617,16 @@ def test_ctrl_c_while_a_policy_plays_ends_in_one_line_with_status_130(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130 and err.strip() == "stopped by Ctrl-C", err
+
+
+def test_every_scripts_parser_takes_no_shortened_flag_and_errs_in_one_line(capsys):
+    from runtime.script_args import ScriptParser
+
+    p = ScriptParser(prog="some_script.py")
+    p.add_argument("--seeds", type=int, nargs="+")
+    for bad in (["--seed", "1"], ["--seeds", "x"]):
+        with pytest.raises(SystemExit) as e:
+            p.parse_args(bad)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1, err
+        assert err.startswith("some_script.py: error: ")

@@ -1,0 +1,17 @@
+"""The command line of every script beside run.py (the experiments, benchmarks, run_checkpoint.py,
+show_prefs.py, demonstrate.py): argparse, with run.py's two rules for its input."""
+from __future__ import annotations
+
+import argparse
+
+
+class ScriptParser(argparse.ArgumentParser):
+    """No flag is taken from a shortened one (`--seed` is not `--seeds`), and a usage mistake is
+    one line on stderr, `PROG: error: ...`, with status 2."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(allow_abbrev=False, **kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
