@@ -22,8 +22,10 @@ import numpy as np
 
 from a2c.config import ALONGSIDE_SHARE_TAG
 from experiments.runlog import RunLog
-from launch.rundir import COMMAND_FILE, MACHINES_FILE, SETTINGS_FILE, is_run_dir, saved_settings
+from launch.rundir import (COMMAND_FILE, MACHINES_FILE, PREFS_FILE, SETTINGS_FILE, is_run_dir,
+                           saved_settings)
 from launch.settings import build_parser, flag_fields
+from pref_interface.store import stored_labels
 
 FORMAT = 1
 # Flags that say where a run is kept, how often it saves and what it runs on, not what it learns:
@@ -85,6 +87,10 @@ class RunRecord:
         label_steps, label_totals = log.labels()
         share_steps, shares = log.curve(ALONGSIDE_SHARE_TAG)
         last_step = max(steps[-1] if len(steps) else 0.0, log.sps[-1, 1] if len(log.sps) else 0.0)
+        stored = stored_labels(path / PREFS_FILE)
+        if len(label_totals) and stored > label_totals[-1]:  # labelled after the trainer's last
+            label_steps = np.append(label_steps, max(last_step, label_steps[-1]))  # count
+            label_totals = np.append(label_totals, stored)
         return cls(name=path.name, seed=settings.get("seed"), env_id=settings.get("env_id"),
                    commands=_lines(path / COMMAND_FILE), machines=_lines(path / MACHINES_FILE),
                    agent_steps=float(last_step), training_s=log.wall_clock_s(),

@@ -248,3 +248,20 @@ def test_agent_steps_read_in_millions_and_in_full_below_a_hundredth_of_one():
 
     assert [steps_text(n) for n in (6e6, 2_743_520, 5_000, 2_340, 0)] == [
         "6.00M", "2.74M", "0.01M", "2,340", "0"]
+
+
+def test_a_run_stopped_between_two_counts_of_its_labels_gives_the_stores(tmp_path, monkeypatch):
+    """The labels logged lag the store (the last ones came after the last count): a stopped
+    run's record ends on the store's own count."""
+    from experiments.runrecord import RunRecord
+    from pref_interface.store import PreferenceStore
+    from tests.helpers import random_pref
+
+    fake_run(tmp_path / "p1", 1, [-21, -20], starts=1, monkeypatch=monkeypatch, labels=2)
+    assert RunRecord.read(tmp_path / "p1").labels == 4  # the last count; no store here
+    rng = np.random.default_rng(0)
+    with PreferenceStore(tmp_path / "p1" / "prefs.sqlite") as store:
+        for _ in range(6):
+            store.add(random_pref(rng, t=2))
+    rec = RunRecord.read(tmp_path / "p1")
+    assert rec.labels == 6 and rec.label_steps[-1] == rec.agent_steps
