@@ -7,7 +7,7 @@
                                                                 # first reached 0 and +19
 
 Each row gives, over the window, what tells a preference run's health at a glance: the means of the
-true episode return and length (in Enduro also the share of steps level with another car, `level`)
+true episode return and length (in Enduro also the share of steps level with another car, `alongside`)
 and of the policy's entropy, the largest gradient norm before clipping (`grad_max`: a blow that can
 kill the network's units shows as a spike), the share of each torso layer's units alive at the
 window's last check (`alive %`, layer by layer; a 0 is a dead layer, after which the policy can no
@@ -26,6 +26,7 @@ and `value_sd`).
 """
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 from pathlib import Path
@@ -45,7 +46,7 @@ COLUMNS = [
     ("episodes", "charts/episodic_return", "", "count", "{:.0f}"),
     ("return", "charts/episodic_return", "", "mean", "{:+.1f}"),
     ("length", LENGTH_TAG, "", "mean", "{:.0f}"),
-    ("level", ALONGSIDE_SHARE_TAG, "", "mean", "{:.1%}"),  # Enduro: steps level with a car
+    ("alongside", ALONGSIDE_SHARE_TAG, "", "mean", "{:.1%}"),  # Enduro: steps level with a car
     ("entropy", "losses/entropy", "", "mean", "{:.2f}"),
     ("grad_max", GRAD_NORM_MAX_TAG, "", "max", "{:.2f}"),
     ("r_std", "charts/reward_std", "", "mean", "{:.3f}"),
@@ -155,7 +156,8 @@ def table(rows: list[dict[str, str]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ScriptParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__,  # the columns explained
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", help="a run directory (with a tb/ folder)")
     p.add_argument("--every", type=int, default=250_000, help="agent steps per row")
     p.add_argument("--levels", type=float, nargs="+", default=[],

@@ -41,7 +41,7 @@ def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
     assert (second["episodes"], second["return"], second["steps/s"]) == ("1", "+5.0", "150")
     assert (first["grad_max"], second["grad_max"]) == ("7.50", "0.20")  # the window's spike
     assert first["labels"] == first["val_acc"] == first["demo_pref"] == "-"  # not a preference run
-    assert (first["level"], second["level"]) == ("20.0%", "-")
+    assert (first["alongside"], second["alongside"]) == ("20.0%", "-")
     assert (first["logit_sd"], second["logit_sd"]) == ("0.001", "0.300")
     assert (first["value_sd"], second["value_sd"]) == ("0.001", "0.150")
 
