@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 import sys
 
+from a2c.config import checkpoints
 from launch.cli import EXIT_USAGE, TargetReached, UsageError, parse_args
 from launch.phases import MODE_RUNNERS
 from launch.rundir import POLICY_DIR, PREFS_FILE, Run
@@ -68,7 +69,7 @@ def end_of_run(run: Run, report: RunReport, code: int) -> str:
             synthetic = " --synthetic_prefs" if store.sources() == {"synthetic"} else ""
         next_cmd = (f"python run.py train_policy_with_preferences {s.env_id} --load_prefs_dir {d} "
                     f"--load_reward_predictor_ckpt_dir {d}{synthetic}")
-    saved = any((run.dir / POLICY_DIR).glob("*.pt"))  # none where a run failed before its first
+    saved = bool(checkpoints(run.dir / POLICY_DIR))  # none where a run stopped before its first
     return report.summary(
         code, run.dir / PREFS_FILE if labels else None, trained=trains, how=how,
         watch_cmd=f"python run_checkpoint.py {s.env_id} {d}/policy" if trains and saved else None,
