@@ -201,16 +201,20 @@ def number(value: float) -> str:
 
 
 def a2c_status(stats, steps: bool = True) -> str:
-    """One short line; without the steps and their rate when a progress bar shows them."""
-    line = f"ep {stats.episodes.value} | return {number(stats.recent_return.value)}"
+    """One short line; without the steps and their rate when a progress bar shows them. Until
+    A2C reports (a resumed run's first line, before its checkpoint loads) episodes and rate
+    read "-" rather than a 0 that is not so."""
+    started = stats.steps_per_sec.value > 0 or stats.recent_return.value == stats.recent_return.value
+    episodes = stats.episodes.value if started else "-"
+    line = f"ep {episodes} | return {number(stats.recent_return.value)}"
     if stats.dead_since.value >= 0:
         line += " | policy dead"
     elif stats.revivals.value:
         line += f" | revived {stats.revivals.value}×"  # --revive_dead_policy put it back
     if not steps:
         return line
-    return (f"steps {stats.timesteps.value / 1e3:,.1f}k | {stats.steps_per_sec.value:,.0f}/s | "
-            + line)
+    rate = f"{stats.steps_per_sec.value:,.0f}" if stats.steps_per_sec.value > 0 else "-"
+    return f"steps {stats.timesteps.value / 1e3:,.1f}k | {rate}/s | " + line
 
 
 def preference_status(a2c_stats, labelling_stats=None, trainer_stats=None,

@@ -194,7 +194,7 @@ def test_a_run_directory_written_by_earlier_code_resumes(tmp_path):
     newest = sorted((d / "policy").glob("policy-*.pt"))[-1]
     assert torch.load(newest, weights_only=True)["timesteps"] == 6000
     assert next(line for line in (r.stdout + r.stderr).splitlines()
-                if line.startswith("steps ")).startswith(f"steps 4.0k | 0/s | ep 0 | return - | "
+                if line.startswith("steps ")).startswith(f"steps 4.0k | -/s | ep - | return - | "
                                                          f"labels {n_labels} |"), r.stderr
     assert labels(d) > n_labels
     assert torch.load(predictor, weights_only=True)["steps"] > predictor_steps
