@@ -28,7 +28,7 @@ class RunReport:
         from launch.stopping import how_it_ended
 
         rows = [("run directory", str(self.run_dir)),
-                ("wall-clock", _duration(time.monotonic() - self.started))]
+                ("wall-clock", _duration(time.monotonic() - self.started) + _which_start(self.run_dir))]
         stats = self.agent_stats
         if stats is not None:
             rows.append(("agent steps", f"{stats.timesteps.value:,}"))
@@ -68,6 +68,18 @@ class RunReport:
         if next_cmd:
             lines.append(f"  next step:         {next_cmd}")
         return "\n".join(lines)
+
+
+def _which_start(run_dir: Path) -> str:
+    """" (start 5 of the run)" for a resumed run, whose wall-clock counts this start alone; ""
+    for a first start. Each start appends a line to the run's machines file."""
+    from launch.rundir import MACHINES_FILE
+
+    try:
+        starts = len((run_dir / MACHINES_FILE).read_text().splitlines())
+    except OSError:
+        return ""
+    return f" (start {starts} of the run)" if starts > 1 else ""
 
 
 def _duration(seconds: float) -> str:

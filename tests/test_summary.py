@@ -28,6 +28,20 @@ def test_the_summary_says_when_the_policy_network_died_and_how_often_it_was_revi
     assert "dead at every check" not in revived
 
 
+def test_a_resumed_runs_wall_clock_says_it_counts_this_start_alone(tmp_path: Path):
+    from launch.rundir import MACHINES_FILE
+
+    report = RunReport(tmp_path, "PongNoFrameskip-v4")
+    wall = next(line for line in report.summary(0, None, trained=False).splitlines()
+                if "wall-clock" in line)
+    assert wall.endswith(" s"), wall  # no machines file yet: nothing said of starts
+    (tmp_path / MACHINES_FILE).write_text("2026-12-04T01:11:00Z\tAMD EPYC, 2 cores\tpolicy on cpu\n")
+    assert "(start" not in report.summary(0, None, trained=False)  # a first start
+    with open(tmp_path / MACHINES_FILE, "a") as f:
+        f.write("2026-12-04T08:34:00Z\tAMD EPYC, 2 cores\tpolicy on cpu\n")
+    assert "wall-clock     0 min 00 s (start 2 of the run)" in report.summary(0, None, trained=False)
+
+
 def test_the_summary_counts_agreement_over_the_whole_store_and_the_page_since_this_start(
         tmp_path: Path):
     # A resumed run: the store holds labels of every start, each with the ensemble's answer of
