@@ -58,12 +58,13 @@ def print_table(rows: list[tuple]) -> None:
     """One line per label (`PreferenceStore.label_rows`), under a header."""
     from datetime import datetime, timezone
 
-    print(f"{'id':>6}  {'when (UTC)':19}  {'answer':12}  {'labeller':10}  {'source':9}  split")
-    for label_id, created, source, is_validation, mu, *_, labeller, _p in rows:
+    print(f"{'id':>6}  {'when (UTC)':19}  {'answer':12}  {'labeller':10}  {'source':9}  "
+          f"{'split':10}  demonstration")
+    for label_id, created, source, is_validation, mu, *_, labeller, _p, demonstration in rows:
         when = datetime.fromtimestamp(created, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         answer = ANSWER_NAMES.get(mu, f"left p={mu:g}")
         print(f"{label_id:>6}  {when}  {answer:12}  {labeller or '-':10}  {source:9}  "
-              f"{'validation' if is_validation else 'training'}")
+              f"{'validation' if is_validation else 'training':10}  {demonstration or '-'}")
 
 
 def unknown_labeller(store: PreferenceStore, name: str | None) -> str | None:
@@ -145,8 +146,9 @@ class Browser:
 
     def status(self, label_id: int, pref) -> list[str]:
         split = "validation" if pref.is_validation else "training"
+        demo = f", demonstration: {pref.demonstration}" if pref.demonstration else ""
         head = (f"label {self.pos + 1}/{len(self.ids)} (id {label_id}, {pref.source}, {split}, "
-                f"{describe_labeller(pref.labeller)}): {describe_mu(self.shown_mu)}")
+                f"{describe_labeller(pref.labeller)}{demo}): {describe_mu(self.shown_mu)}")
         return [head, KEYS_HELP, "> " + self.message]
 
     def close(self) -> None:
@@ -196,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="print how many labels each labeller gave, then exit")
     parser.add_argument("--table", action="store_true",
                         help="print one line per label (id, when, answer, labeller, source, "
-                             "split), oldest first, then exit")
+                             "split, which clip is a demonstration), oldest first, then exit")
     parser.add_argument("--export", metavar="FILE.npz",
                         help="write every label (only NAME's with --labeller) to a plain .npz file "
                              "for sharing, then exit")
@@ -223,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
                 print("answers: " + ", ".join(
                     f"{ANSWER_NAMES.get(mu, f'mu {mu:g}')} {n} ({n / total:.1%})"
                     for mu, n in store.answer_counts().items()))
+                if n_demo := sum(row[-1] is not None for row in store.label_rows()):
+                    print(f"{n_demo} labels ({n_demo / total:.1%}) compare a demonstration "
+                          f"(--demonstrations)")
             store.close()
             return 0
         if problem := unknown_labeller(store, args.labeller):

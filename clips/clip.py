@@ -111,6 +111,9 @@ class Preference:
     # The predictor ensemble's mean P[left better] when that person answered (several people
     # labelling: how often each agrees with it); None where it was not asked.
     ensemble_p: float | None = None
+    # Which clip is someone else's play (--demonstrations): "left", "right" or "both"; None
+    # where neither is, or the label was stored before this was kept.
+    demonstration: str | None = None
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import numpy as np
 
 from clips.clip import FRAME_SHAPE, STACK, Clip, Preference
 
+DEMONSTRATION_SIDES = ("left", "right", "both")  # which clips of a label are demonstrations
 RECENT_LABELS = 100  # labels the TensorBoard share of demonstrations preferred is taken over
 KEYS = ("frames", "actions", "true_rewards", "dones", "env_id")
 
@@ -114,12 +115,17 @@ class DemonstrationMix:
             taken.append((self.clips[i], self.is_validation[i]))
         return taken
 
+    def sides(self, pref: Preference) -> str | None:
+        """Which of the label's clips are demonstrations (a DEMONSTRATION_SIDES name), or None."""
+        left, right = pref.left.key in self.keys, pref.right.key in self.keys
+        return ("both" if right else "left") if left else ("right" if right else None)
+
     def labelled(self, pref: Preference) -> None:
         """Take a stored label into account if it compares a demonstration with the agent's clip."""
-        left, right = pref.left.key in self.keys, pref.right.key in self.keys
-        if left != right:
+        side = self.sides(pref)
+        if side in ("left", "right"):
             self.n_labels += 1
-            self.recent.append(pref.mu if left else 1.0 - pref.mu)
+            self.recent.append(pref.mu if side == "left" else 1.0 - pref.mu)
 
     def scalars(self) -> dict[str, float]:
         """TensorBoard's: such labels so far, and their mean preference for the demonstration

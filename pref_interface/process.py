@@ -285,6 +285,8 @@ class Labelling:
     def commit(self, pref: Preference) -> None:
         """Into the store first, then to the trainer: a label is never sent that is not
         committed."""
+        if self.demos is not None:  # the store keeps which clips are demonstrations
+            pref = replace(pref, demonstration=self.demos.sides(pref))
         label_id = self.store.add(pref)
         self.n_stored = self.stats.labels_stored.value = self.n_stored + 1
         if self.has_trainer:

@@ -8,8 +8,9 @@ read back with `allow_pickle=False`; nothing in this module unpickles.
 
 Each label may name its labeller (the person who gave it) and keep the predictor ensemble's
 P[left better] when that person answered (with several people labelling, to measure how often
-each agrees with it). Stores of every version stay readable and writable by code of every
-version: each is a nullable column (`labeller`, `ensemble_p`), added to a store only when the
+each agrees with it), and which of its clips are someone else's play (`--demonstrations`). Stores
+of every version stay readable and writable by code of every version: each is a nullable column
+(`labeller`, `ensemble_p`, `demonstration`), added to a store only when the
 first label that has it is stored, and the schema version does not change (see `_add_column`).
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Callable, Iterator, TypeVar
 import numpy as np
 
 from clips.clip import FRAME_SHAPE, STACK, Clip, Preference
+from clips.demonstrations import DEMONSTRATION_SIDES
 
 SCHEMA_VERSION = 1  # PRAGMA user_version of stores written by this code
 EXPORT_FORMAT_VERSION = 2  # 1: the same arrays, `clip_*` named `seg_*` (still imported)
@@ -50,8 +52,9 @@ CREATE TABLE labels (
 # version of the code, and runs of older code still writing to theirs, read the same.
 _COLUMNS = "id, source, is_validation, mu, left_seg, right_seg"
 # Added by `ALTER TABLE` to a store when a label first has it (SCHEMA_VERSION stays 1): the
-# person who gave it, and the ensemble's mean P[left better] when they answered.
-_OPTIONAL_COLUMNS = {"labeller": "TEXT", "ensemble_p": "REAL"}
+# person who gave it, the ensemble's mean P[left better] when they answered, and which clips are
+# demonstrations ("left", "right" or "both").
+_OPTIONAL_COLUMNS = {"labeller": "TEXT", "ensemble_p": "REAL", "demonstration": "TEXT"}
 
 
 class StoreError(Exception):
@@ -173,7 +176,7 @@ class PreferenceStore:
         """One INSERT; a label with an optional value must come inside a write transaction if
         the store may lack its column. The columns are named, as code of every version names
         them."""
-        _check_label(pref.mu, pref.source, pref.labeller, pref.ensemble_p)
+        _check_label(pref.mu, pref.source, pref.labeller, pref.ensemble_p, pref.demonstration)
         columns = ["created", "source", "is_validation", "mu", "left_steps", "right_steps",
                    "left_seg", "right_seg"]
         values = [created, pref.source, int(pref.is_validation), float(pref.mu), len(pref.left),
@@ -210,10 +213,11 @@ class PreferenceStore:
             self._db.execute(f"ALTER TABLE labels ADD COLUMN {column} {_OPTIONAL_COLUMNS[column]}")
             self._columns.add(column)
 
-    def _selected(self) -> str:
-        """The columns `_to_pref` reads: NULL for an optional one the store does not have."""
-        return ", ".join([_COLUMNS, *(c if self._has_column(c) else "NULL"
-                                      for c in _OPTIONAL_COLUMNS)])
+    def _selected(self, columns: str = _COLUMNS) -> str:
+        """`columns` and then the optional ones, as `_to_pref` reads them: NULL for an optional
+        one the store does not have."""
+        return ", ".join([columns, *(c if self._has_column(c) else "NULL"
+                                     for c in _OPTIONAL_COLUMNS)])
 
     @_db_errors_as_store_errors
     def __len__(self) -> int:
@@ -351,12 +355,11 @@ class PreferenceStore:
     @_db_errors_as_store_errors
     def label_rows(self, labeller: str | None = None) -> list[tuple]:
         """Every label (or `labeller`'s) without its clips, oldest first: (id, created, source,
-        is_validation, mu, left_steps, right_steps, labeller, ensemble_p), None where an older
-        store has no such column."""
+        is_validation, mu, left_steps, right_steps, labeller, ensemble_p, demonstration), None
+        where an older store has no such column."""
         named = self._has_column("labeller")
-        query = (f"SELECT id, created, source, is_validation, mu, left_steps, right_steps,"
-                 f" {'labeller' if named else 'NULL'},"
-                 f" {'ensemble_p' if self._has_column('ensemble_p') else 'NULL'} FROM labels")
+        columns = "id, created, source, is_validation, mu, left_steps, right_steps"
+        query = f"SELECT {self._selected(columns)} FROM labels"
         if labeller is None:
             return self._db.execute(f"{query} ORDER BY id").fetchall()
         return self._db.execute(f"{query} WHERE labeller = ? ORDER BY id",
@@ -378,6 +381,7 @@ class PreferenceStore:
             # An optional array, so the format stays 2: code that predates it imports the file.
             "labeller": np.array([m[7] or "" for m in meta], dtype=str),
             "ensemble_p": np.array([np.nan if m[8] is None else m[8] for m in meta], np.float64),
+            "demonstration": np.array([m[9] or "" for m in meta], dtype=str),
         }
         n_steps = int(steps.sum())
         actions = np.empty(n_steps, np.int64)
@@ -414,9 +418,10 @@ class PreferenceStore:
         """Add every label of a file written by `export_npz` (new ids, original times); returns
         the number added. A label the store holds already (the same time, source, answer and clip
         lengths: the file was imported before) is not added again. All or nothing: a bad file
-        raises StoreError and adds no label. Labellers come from the file's `labeller` array
-        and the ensemble's answers from `ensemble_p`; files without them (format 1, older format
-        2) give labels that name nobody, or keep no ensemble answer."""
+        raises StoreError and adds no label. Labellers come from the file's `labeller` array,
+        the ensemble's answers from `ensemble_p` and the demonstration clips from
+        `demonstration`; files without them (format 1, older format 2) give labels that name
+        nobody, keep no ensemble answer, or mark no demonstration."""
         try:
             z = np.load(path, allow_pickle=False)
             if not hasattr(z, "files"):  # an .npy: one array, not an archive
@@ -438,11 +443,14 @@ class PreferenceStore:
                     small["dones"], small["clip_has_dones"] = z["dones"], z[f"{clip}_has_dones"]
                 labellers = z["labeller"] if "labeller" in z.files else None
                 ensemble_p = z["ensemble_p"] if "ensemble_p" in z.files else None
+                demos = z["demonstration"] if "demonstration" in z.files else None
             n = len(small["mu"])
             if labellers is not None and (labellers.dtype.kind != "U" or labellers.shape != (n,)):
                 raise ValueError("labeller must be strings, one per label")
             if ensemble_p is not None and (ensemble_p.dtype.kind != "f" or ensemble_p.shape != (n,)):
                 raise ValueError("ensemble_p must be floats, one per label")
+            if demos is not None and (demos.dtype.kind != "U" or demos.shape != (n,)):
+                raise ValueError("demonstration must be strings, one per label")
             if small["clip_steps"].dtype.kind not in "iu":
                 raise ValueError("clip_steps must be integers")
             steps = small["clip_steps"].astype(np.int64).reshape(n, 2)
@@ -476,7 +484,8 @@ class PreferenceStore:
                     pref = Preference(clips[0], clips[1], float(small["mu"][k]),
                                       str(small["source"][k]), bool(small["is_validation"][k]),
                                       labeller=name or None,
-                                      ensemble_p=None if math.isnan(p_left) or not name else p_left)
+                                      ensemble_p=None if math.isnan(p_left) or not name else p_left,
+                                      demonstration=(str(demos[k]) or None) if demos is not None else None)
                     # No labeller in the key: a label's creation time alone tells labels apart, and
                     # an export of older code (no names) of labels held here named adds nothing.
                     key = (float(small["created"][k]), pref.source, pref.mu, *map(int, steps[k]))
@@ -508,7 +517,7 @@ def _check_mu(mu: float) -> None:
 
 
 def _check_label(mu: float, source: str, labeller: str | None = None,
-                 ensemble_p: float | None = None) -> None:
+                 ensemble_p: float | None = None, demonstration: str | None = None) -> None:
     _check_mu(mu)
     if source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
@@ -517,6 +526,9 @@ def _check_label(mu: float, source: str, labeller: str | None = None,
     if ensemble_p is not None and (labeller is None or not 0.0 <= ensemble_p <= 1.0):
         raise ValueError(f"the ensemble's P[left better] is kept for a named person's label, "
                          f"in [0, 1]; got {ensemble_p!r} for labeller {labeller!r}")
+    if demonstration is not None and demonstration not in DEMONSTRATION_SIDES:
+        raise ValueError(f"demonstration must be one of {DEMONSTRATION_SIDES} (or None), "
+                         f"got {demonstration!r}")
 
 
 def _optional_values(pref: Preference) -> dict[str, object]:

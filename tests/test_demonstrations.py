@@ -125,6 +125,11 @@ def test_labelling_draws_pairs_from_the_agents_clips_and_the_demonstrations(tmp_
     white = [(p[1].frames()[0, 0, 0] == 255) + (p[3].frames()[0, 0, 0] == 255) for p in pairs]
     mixed = sum(w == 1 for w in white)
     assert mixed > 0 and labelling.demos.n_labels == mixed
+    # The store says which clip of each label was a demonstration.
+    named = {(True, False): "left", (False, True): "right", (True, True): "both"}
+    expected = [named.get((p[1].frames()[0, 0, 0] == 255, p[3].frames()[0, 0, 0] == 255))
+                for p in pairs]
+    assert [row[-1] for row in labelling.store.label_rows()] == expected
     for _ in range(3):  # more rounds: the demonstrations come back, each in its own split
         for clip in _clips(30, seed=3, value=0):
             clips.put(clip)
@@ -266,3 +271,50 @@ def test_a_run_says_it_labels_demonstrations_beside_the_agents_clips(tmp_path, c
     err = capsys.readouterr().err
     assert (f"demonstrations: {tmp_path / 'dot.npz'} make up 30% of the clips labelling draws "
             "its pairs from") in err, err
+
+
+def test_the_store_keeps_which_clips_are_demonstrations_through_export_and_show_prefs(tmp_path):
+    from pref_interface.store import PreferenceStore, StoreError
+    from show_prefs import Browser
+
+    agent, demo = _clips(2, value=0), _clips(1, value=255)[0]
+    with PreferenceStore(tmp_path / "a.sqlite") as a:
+        a.add(Preference(agent[0], agent[1], 0.5))  # before any: the store keeps its columns
+        assert a.label_rows()[0][-1] is None and not a._has_column("demonstration")
+        a.add(Preference(demo, agent[0], 1.0, demonstration="left"))
+        a.add(Preference(agent[1], demo, 0.0, demonstration="right"))
+        with pytest.raises(ValueError, match="demonstration must be one of"):
+            a.add(Preference(agent[1], demo, 0.0, demonstration="yes"))
+        assert [p.demonstration for p in a.latest(3)] == [None, "left", "right"]
+        browser = Browser(a, "terminal", None, None)  # type: ignore[arg-type]
+        try:  # paging through the labels names the side too
+            assert "demonstration: left)" in browser.status(2, a.get(2))[0]
+            assert "demonstration" not in browser.status(1, a.get(1))[0]
+        finally:
+            browser.player.close("")
+        a.export_npz(tmp_path / "x.npz")
+    with np.load(tmp_path / "x.npz", allow_pickle=False) as z:
+        assert z["demonstration"].tolist() == ["", "left", "right"]
+    with PreferenceStore(tmp_path / "b.sqlite") as b:
+        assert b.import_npz(tmp_path / "x.npz") == 3
+        assert [row[-1] for row in b.label_rows()] == [None, "left", "right"]
+    bad = tmp_path / "bad.npz"  # a side that is none of the three: the file adds nothing
+    with np.load(tmp_path / "x.npz", allow_pickle=False) as z:
+        np.savez(bad, **{k: z[k] for k in z.files if k != "demonstration"},
+                 demonstration=np.array(["", "left", "middle"]))
+    with PreferenceStore(tmp_path / "c.sqlite") as c:
+        with pytest.raises(StoreError, match="demonstration must be one of"):
+            c.import_npz(bad)
+        assert len(c) == 0
+
+    def show_prefs(*args: str) -> list[str]:
+        r = subprocess.run([sys.executable, "show_prefs.py", str(tmp_path / "a.sqlite"), *args],
+                           cwd=os.path.dirname(os.path.dirname(__file__)), capture_output=True,
+                           text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert r.returncode == 0, r
+        return r.stdout.splitlines()
+
+    table = show_prefs("--table")
+    assert table[0].split()[-1] == "demonstration"
+    assert [line.split()[-1] for line in table[1:]] == ["-", "left", "right"]
+    assert show_prefs("--list")[-1] == "2 labels (66.7%) compare a demonstration (--demonstrations)"

@@ -213,9 +213,9 @@ def test_show_prefs_lists_filters_and_exports_by_labeller(tmp_path):
     r = show_prefs(str(tmp_path), "--table", "--labeller", "ann")  # one line a label, oldest first
     lines = r.stdout.splitlines()
     assert r.returncode == 0 and lines[0].split() == ["id", "when", "(UTC)", "answer", "labeller",
-                                                      "source", "split"], r
+                                                      "source", "split", "demonstration"], r
     assert [line.split()[0] for line in lines[1:]] == ["1", "4"]
-    assert all(" ann " in line and line.split()[-1] in ("training", "validation")
+    assert all(" ann " in line and line.split()[-2:-1] in (["training"], ["validation"])
                for line in lines[1:])
     r = show_prefs(str(tmp_path), "--labeller", "carl")
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r
