@@ -72,7 +72,7 @@ def end_of_run(run: Run, report: RunReport, code: int) -> str:
     saved = bool(checkpoints(run.dir / POLICY_DIR))  # none where a run stopped before its first
     return report.summary(
         code, run.dir / PREFS_FILE if labels else None, trained=trains, how=how,
-        watch_cmd=f"python run_checkpoint.py {s.env_id} {d}/policy" if trains and saved else None,
+        watch_cmd=f"python run_checkpoint.py {s.env_id} {d}/policy --watch" if trains and saved else None,
         resume_cmd=f"python run.py --resume {d}" if undone else None, next_cmd=next_cmd)
 
 

@@ -108,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="a run's agent-step budget, in millions, if it never reaches the level")
     p.add_argument("--report_only", action="store_true",
                    help="only print the table and draw the plot from the runs done")
-    p.add_argument("--out", default=str(ROOT / "docs" / "ablations.png"),
-                   help="where the plot goes (.png)")
+    p.add_argument("--out", default=str(OUT / "ablations.png"),
+                   help="where the plot goes (.png; default: beside the runs, "
+                        "runs/ablations/ablations.png)")
     add_sweep_flags(p)
     a = p.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)

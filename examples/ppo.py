@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     env = PreferenceVecEnv(
         GymVectorEnv(env_id, settings["n_envs"], seed=seed),
         resume_hint="python -m examples.ppo --resume {run_dir}",
-        watch_hint=f"python run_checkpoint.py {env_id} {{run_dir}}/{PPO_POLICY_FILE}" if atari else None,
+        watch_hint=(f"python run_checkpoint.py {env_id} {{run_dir}}/{PPO_POLICY_FILE} --watch"
+                    if atari else None),
         **settings)
     s = env.settings
     torch.set_num_threads(s.torch_threads)

@@ -250,8 +250,7 @@ def log_to_tensorboard(run_dir: Path, cells: list[Cell], prefix: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = ScriptParser(prog="python -m experiments.evaluate",
-                     description=__doc__.split("\n\n")[0],
+    p = ScriptParser(description=__doc__.split("\n\n")[0],
                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("policies", nargs="+", metavar="POLICY",
                    help="a run directory, a folder of checkpoints, a checkpoint or weights file")

@@ -123,8 +123,7 @@ def alive_condition(run_dir: Path, m: Milestone) -> Condition:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ScriptParser(prog="python -m experiments.held",
-                     description=__doc__.splitlines()[0],
+    p = ScriptParser(description=__doc__.splitlines()[0],
                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("run_dir", type=Path, help="a Pong run's directory")
     p.add_argument("--episodes", type=int, default=10,

@@ -13,9 +13,10 @@ run belongs outside the checkout, e.g. `--runs_dir ~/runs`); each run's output g
 `--extra`'s flags), so the same command continues a long reproduction after a stop, a crash or a
 reboot. The report gives, per seed, the agent steps, labels and wall-clock at which the mean true
 return of the last episodes first reached the milestone's level, and where the run stands now
-(the mean of the last episodes), and plots every seed's curve into docs/<name>.png (`--out`
-elsewhere). For Pong it then judges each seed as `experiments.held` does: the final policy played
-once the level is reached, every kept checkpoint probed.
+(the mean of the last episodes), and plots every seed's curve into <runs_dir>/<name>.png, beside
+the runs (`--out` elsewhere; the report's committed figures come from `experiments.report`). For
+Pong it then judges each seed as `experiments.held` does: the final policy played once the level
+is reached, every kept checkpoint probed.
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def run_dir(name: str, seed: int, runs_dir: Path = RUNS_DIR) -> Path:
 
 def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR,
            out: Path | None = None) -> list[str]:
-    """Print each seed's row and plot the seeds' curves into `out` (docs/<name>.png); the run
+    """Print each seed's row and plot the seeds' curves into `out` (<runs_dir>/<name>.png); the run
     directories found."""
     print(f"\n{name}: {m.env_id}, " + (f"level {m.level:g}" if m.level is not None
                                           else "no level") + f" ({m.note})")
@@ -79,7 +80,7 @@ def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR,
         print(f"| {seed} | yes | {at_steps:,.0f} | {labels(at_steps)} | {at_s / 60:.1f} min "
               f"| {last} |")
     if dirs:
-        out = out or ROOT / "docs" / f"{name}.png"
+        out = out or runs_dir / f"{name}.png"
         plot(dirs, [f"seed {s}" for s in seeds[:len(dirs)]], str(out),
              f"{name} ({m.env_id})", max(8, m.window // 2), m.level)
     if m.budget is not None:  # whether each seed holds the level (experiments.held)
@@ -100,9 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report_only", action="store_true", help="only report and plot")
     p.add_argument("--extra", default="", help="more run.py flags, quoted (e.g. threads)")
     p.add_argument("--runs_dir", type=Path, default=RUNS_DIR,
-                   help="where the runs live (<runs_dir>/<name>-seed<k>)")
+                   help="where the runs live (<runs_dir>/<name>-seed<k>; default: "
+                        "runs/milestones in the checkout)")
     p.add_argument("--out", type=Path, default=None,
-                   help="the figure's path (default: docs/<name>.png)")
+                   help="the figure's path (default: <runs_dir>/<name>.png)")
     add_sweep_flags(p)
     a = p.parse_args(argv)
     m = MILESTONES[a.name]
@@ -111,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--seeds must be 0 or more, got {min(seeds)}")
     runs_dir = a.runs_dir.expanduser()
     if a.report_only and not runs_dir.is_dir():
-        p.error(f"--runs_dir: {runs_dir} is not a folder of runs")
+        p.error(f"--runs_dir: {runs_dir} is not a folder of runs (the committed records' "
+                f"tables and figures: python -m experiments.report)")
     if a.out:
         try:
             prepare_figure(a.out.expanduser(), "--out")

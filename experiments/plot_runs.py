@@ -28,29 +28,32 @@ def plot(run_dirs: list[str], names: list[str], out: str, title: str, window: in
     fig, axes = plt.subplots(1, 3 if has_prefs else 1, figsize=(15 if has_prefs else 6, 4),
                              squeeze=False)
     ax = axes[0, 0]
-    for log, name in zip(logs, names):
+    # Each run keeps its colour in every panel (a run without labels draws nothing in two of
+    # them), and one legend below the panels names the runs, however long their names.
+    for i, (log, name) in enumerate(zip(logs, names)):
         steps, values = log.returns()
-        ax.plot(steps, smooth(values, window), label=name)
+        ax.plot(steps, smooth(values, window), label=name, color=f"C{i}")
     if reference is not None:
         ax.axhline(reference, color="grey", ls="--", lw=1, label=f"reference {reference:g}")
     ax.set(xlabel="agent steps", ylabel=f"true episode return (mean of {window})", title=title)
-    ax.legend()
     if has_prefs:
-        for log, name in zip(logs, names):
+        for i, log in enumerate(logs):
             s, n = log.labels()
             if len(n):
-                axes[0, 1].plot(s, n, label=name)
+                axes[0, 1].plot(s, n, color=f"C{i}")
             s, a = log.predictor_accuracy()
             if len(a):
-                axes[0, 2].plot(s, smooth(a, 5), label=name)
+                axes[0, 2].plot(s, smooth(a, 5), color=f"C{i}")
         axes[0, 1].set(xlabel="agent steps", ylabel="labels", title="labels used")
         axes[0, 2].set(xlabel="agent steps", ylabel="validation accuracy",
                        title="reward predictor accuracy", ylim=(0.4, 1.0))
-        axes[0, 1].legend()
     for a in axes[0]:
         a.xaxis.set_major_formatter(EngFormatter(sep=""))  # 150k, 1.5M: no overlapping digits
     fig.tight_layout()
-    fig.savefig(out, dpi=80)
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncol=min(len(labels), 3 if has_prefs else 1), frameon=False)
+    fig.savefig(out, dpi=80, bbox_inches="tight")
     print(f"wrote {out}")
 
 

@@ -225,8 +225,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if "--" in argv:
         i = argv.index("--")
         argv, command = argv[:i], argv[i + 1:]
-    p = ScriptParser(prog="python -m experiments.sweep",
-                     description=__doc__.splitlines()[0])
+    p = ScriptParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="the seeds each setting runs")
     p.add_argument("--grid", nargs="+", default=[], metavar="NAME=V1,V2",
                    help="run.py flags and their values; every combination runs with every seed")

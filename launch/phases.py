@@ -166,7 +166,11 @@ def prepare_predictor(run: Run, ctx, session: Session, report: RunReport | None 
         if code:
             return code, None, None
         if stored_labels(prefs_path) == 0:  # labelling was stopped before the first label
-            print("no labels to train the reward predictor on: stopping", file=sys.stderr)
+            hint = ("; the answers were read from stdin, which ended first: label in a terminal, "
+                    "a window (a display) or the browser (--labellers NAME), or give "
+                    "--synthetic_prefs" if run.player_kind == "terminal" and not sys.stdin.isatty()
+                    else "")
+            print(f"no labels to train the reward predictor on: stopping{hint}", file=sys.stderr)
             return 0, None, None
     predictor_path = run.reward_ckpt_path
     if not run.reward_ckpt_path or run.resumed:

@@ -3,13 +3,18 @@ show_prefs.py, demonstrate.py): argparse, with run.py's two rules for its input.
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 class ScriptParser(argparse.ArgumentParser):
     """No flag is taken from a shortened one (`--seed` is not `--seeds`), and a usage mistake is
-    one line on stderr, `PROG: error: ...`, with status 2."""
+    one line on stderr, `PROG: error: ...`, with status 2. Made in a module of a package
+    (`experiments.milestone`), PROG is the command that runs it: `python -m experiments.milestone`."""
 
     def __init__(self, **kwargs) -> None:
+        spec = sys._getframe(1).f_globals.get("__spec__")  # the module making the parser
+        if "prog" not in kwargs and spec is not None and "." in spec.name:
+            kwargs["prog"] = f"python -m {spec.name}"
         super().__init__(allow_abbrev=False, **kwargs)
 
     def error(self, message: str):

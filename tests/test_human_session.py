@@ -205,3 +205,16 @@ def test_show_prefs_says_in_one_line_when_the_store_is_missing_or_corrupt(tmp_pa
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("show_prefs.py: error:"), r.stderr
+
+
+def test_a_run_whose_stdin_ends_before_any_label_says_how_to_label(tmp_path):
+    """No terminal, no display, stdin at its end: the run stops, saying where labels can come from."""
+    env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
+    r = subprocess.run([sys.executable, "run.py", "train_policy_with_preferences",
+                        "MovingDotNoFrameskip-v0", "--n_envs", "2", "--log_dir", str(tmp_path / "run")],
+                       cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert ("no labels to train the reward predictor on: stopping; the answers were read from "
+            "stdin") in r.stderr
+    assert "--synthetic_prefs" in r.stderr
