@@ -139,6 +139,8 @@ class Supervisor:
                 bar.close()
             elif tty and status_line is not None:
                 sys.stderr.write("\n")
+            elif status_line is not None and (line := status_line()):
+                sys.stderr.write(f"{line}\n")  # a log ends on where the wait ended
         crashed = [n for n, p in self.procs.items() if p.exitcode not in (0, None)]
         return self._fail(crashed) if crashed else 0
 
