@@ -89,10 +89,12 @@ def windows(log: RunLog, every: int) -> list[dict[str, str]]:
     if len(sps_steps) == 0:
         return []
     rows = []
-    for start in range(0, int(sps_steps.max()) + 1, every):
+    last = int(sps_steps.max())
+    for start in range(0, last + 1, every):
         end = start + every
-        row = {"steps": f"{start / 1e6:.2f}-{end / 1e6:.2f}M" if every >= 10_000
-               else f"{start / 1e3:g}-{end / 1e3:g}k"}  # windows finer than 0.01M in thousands
+        shown = min(end, last)  # the last window ends where the run stands
+        row = {"steps": f"{start / 1e6:.2f}-{shown / 1e6:.2f}M" if every >= 10_000
+               else f"{start / 1e3:g}-{shown / 1e3:g}k"}  # windows finer than 0.01M in thousands
         for heading, _, _, how, fmt in COLUMNS:
             steps, values, weights = curves[heading]
             window = (steps >= start) & (steps < end)

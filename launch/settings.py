@@ -360,14 +360,22 @@ def flag_fields() -> list:
     return [f for f in fields(Settings) if f.metadata]
 
 
+# A2C's settings that act only on its updates: nothing where the policy only plays (gathering).
+POLICY_LEARNING = ("ent_coef", "lr", "optimizer", "lr_zero_million_timesteps",
+                   "lr_warmup_million_timesteps", "revive_dead_policy")
+
+
 def unused_settings(mode: str, env_kind: str, names: list[str]) -> list[str]:
     """Of these settings, those that do nothing in this run: the preference and predictor ones
-    when the policy learns from the game's reward, and batch norm and dropout for MovingDot's
-    predictor (a net of hand features without either)."""
+    when the policy learns from the game's reward, A2C's when no policy plays (pretraining) and
+    those of its updates when it plays without learning (gathering), and batch norm and dropout
+    for MovingDot's predictor (a net of hand features without either)."""
     groups = {f.name: f.metadata["group"] for f in flag_fields()}
     return [n for n in names
             if (mode == "train_policy_with_original_rewards"
                 and groups.get(n) in ("prefs", "predictor"))
+            or (mode == "pretrain_reward_predictor" and groups.get(n) == "a2c")
+            or (mode == "gather_initial_prefs" and n in POLICY_LEARNING)
             or (env_kind == "moving_dot" and n in ("batchnorm", "dropout"))]
 
 
@@ -483,7 +491,9 @@ def flag_tables() -> str:
             default = {None: "", True: "on", False: "off"}.get(f.default, f.default) \
                 if f.default is None or isinstance(f.default, bool) else f.default
             meaning = meaning.replace("|", "/")
-            _, kinds = unused_by([f.name])
+            flag_modes, kinds = unused_by([f.name])
+            if more := [m for m in flag_modes if m not in modes]:
+                meaning += f"; not used by {' or '.join(f'`{m}`' for m in more)}"
             if kinds:
                 meaning += f"; not used for {' or '.join(ENV_KIND_NAMES[k] for k in kinds)}"
             out.append(f"| {flag} | {default} | {meaning} |")

@@ -48,3 +48,15 @@ def test_the_readme_lists_each_environments_settings_as_run_py_applies_them():
         for flag, value in expected.items():
             assert listed[flag] is True if value is True else (
                 type(value)(listed[flag]) == value), (name, flag)
+
+
+def test_a_mode_that_never_updates_the_policy_names_a2cs_update_settings_unused():
+    from launch.settings import unused_settings
+
+    given = ["lr", "ent_coef", "n_envs", "ensemble_size", "synthetic_prefs"]
+    assert unused_settings("gather_initial_prefs", "atari", given) == ["lr", "ent_coef"]
+    assert unused_settings("pretrain_reward_predictor", "atari", given) == ["lr", "ent_coef",
+                                                                           "n_envs"]
+    assert unused_settings("train_policy_with_preferences", "atari", given) == []
+    assert unused_settings("train_policy_with_original_rewards", "atari", given) == [
+        "ensemble_size", "synthetic_prefs"]
