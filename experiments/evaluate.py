@@ -275,7 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
+    p = build_parser()
+    a = p.parse_args(argv)
     from a2c.checkpoint import CheckpointError, check_fits, load_policy_weights
     from envs import UnknownEnvError, check_seed, env_kind
     from runtime.outputs import prepare_output, unused_name
@@ -308,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
                     if is_it)
                 policies.append((str(f), f, env_id, role))
     except (ValueError, UnknownEnvError, CheckpointError) as e:
-        print(f"evaluate: error: {e}", file=sys.stderr)
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     out = Path(a.out) if a.out else unused_name(  # a run's own figures go with the run
         (run_dirs[0] if run_dirs and len(a.policies) == 1 else Path(".")) / "eval.json")

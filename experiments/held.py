@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         conditions.append(alive_condition(run_dir, m))
         print(conditions[-1].row())
     except (ValueError, CheckpointError, OSError) as e:  # a checkpoint damaged or of another game
-        print(f"held: error: {e}", file=sys.stderr)
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     if not reached:
         print("(the final policy is played once the level is reached)")

@@ -68,11 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     missing = [d for d in a.run_dirs if not (Path(d) / "tb").is_dir()]
     if missing:
-        print(f"plot_runs: error: no tb/ folder in {missing[0]}", file=sys.stderr)
+        print(f"{p.prog}: error: no tb/ folder in {missing[0]}", file=sys.stderr)
         return 2
     names = a.labels or [Path(d).name for d in a.run_dirs]
     if len(names) != len(a.run_dirs):
-        print("plot_runs: error: give one --labels name per run directory", file=sys.stderr)
+        print(f"{p.prog}: error: give one --labels name per run directory", file=sys.stderr)
         return 2
     plot(a.run_dirs, names, a.out, a.title, a.window, a.reference)
     return 0

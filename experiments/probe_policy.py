@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         for f, s in states:  # another env's checkpoint is refused before any play
             check_fits(env_id, s, f)
     except (ValueError, UnknownEnvError, CheckpointError) as e:
-        print(f"probe_policy: error: {e}", file=sys.stderr)
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     obs = random_play(env_id, a.steps, a.n_envs, a.seed)
     print(f"{env_id}: {len(obs)} observations of random play; L1, L2, ...: per ReLU layer, "

@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--save_records: two runs have the same folder name, so one record "
                              "would replace the other")
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
         return 2
     if a.save_records:
         for (_, path), row in zip(runs, rows):

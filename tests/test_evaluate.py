@@ -206,8 +206,8 @@ def test_a_bad_policy_or_setting_is_one_line_with_status_2(args, message, tmp_pa
                  "--out", str(tmp_path / "e.json"))
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("evaluate: error:") and message in lines[0], (
-        r.stderr)
+    assert len(lines) == 1 and message in lines[0], r.stderr
+    assert lines[0].startswith("python -m experiments.evaluate: error:"), r.stderr
     assert not (tmp_path / "e.json").exists()
 
 

@@ -111,7 +111,7 @@ def test_a_run_without_a_held_level_is_refused_in_one_line(tmp_path, capsys, set
             settings if isinstance(settings, str) else json.dumps(settings))
     assert held.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("held: error: ") and words in err and err.count("\n") == 1
+    assert err.startswith("python -m experiments.held: error: ") and words in err and err.count("\n") == 1
 
 
 def test_a_run_below_the_level_is_judged_without_playing_its_policy(tmp_path, monkeypatch, capsys):

@@ -65,4 +65,4 @@ def test_bad_input_is_one_line(capsys):
     assert probe_policy.main([str(RUN), "--steps", "8"]) == 2  # one full-stack screen per env
     assert probe_policy.main([str(RUN), "--from", "nan"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 5 and err.count("probe_policy: error:") == 5, err
+    assert err.count("\n") == 5 and err.count("python -m experiments.probe_policy: error:") == 5, err
