@@ -154,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         print("no clip played through (25 steps): nothing written")
         return 1
     save_demonstrations(out, a.env_id, clips)
-    print(f"wrote {len(clips)} clips ({len(clips) * clips[0].actions.size} steps) to {out}; "
+    n = len(clips)
+    print(f"wrote {n} clip{'s' if n != 1 else ''} ({n * clips[0].actions.size} steps) to {out}; "
           f"use them with --demonstrations {out}")
     return 0
 

@@ -26,7 +26,7 @@ from clips.clip import Clip, Preference
 from reward_predictor.ensemble import NORMALISER_CLIPS, RewardPredictorEnsemble
 from reward_predictor.nets import FRAME, AtariRewardNet
 from runtime.process_setup import reuse_freed_memory, trainer_malloc_environ
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 
 def make_batch(rng: np.random.Generator, pairs: int, t: int) -> list[Preference]:
@@ -204,7 +204,7 @@ def conv_floor(threads: int, steps: int, pairs: int, t: int, bf16: bool) -> floa
 
 
 def main() -> None:
-    parser = ScriptParser(description=__doc__.splitlines()[0])
+    parser = ScriptParser(description=first_paragraph(__doc__))
     parser.add_argument("--steps", type=int, default=10, help="timed steps per thread count")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch thread counts")

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from benchmarks.bench_a2c import machine_header
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = ["train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs"]
@@ -34,7 +34,7 @@ def timed(argv: list[str]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ScriptParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(description=first_paragraph(__doc__))
     p.add_argument("--million_timesteps", type=float, default=0.05,
                    help="agent steps of each run, in millions")
     p.add_argument("--seeds", type=int, default=4, help="seeds in the several-seed comparison")

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 
 WARMUP_STEPS = 100
@@ -40,7 +40,7 @@ def steps_per_s(env, steps: int, reward_fn=None) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ScriptParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(description=first_paragraph(__doc__))
     p.add_argument("--env", default="PongNoFrameskip-v4", help="the env id")
     p.add_argument("--n_envs", type=int, default=16, help="envs of the vector env")
     p.add_argument("--steps", type=int, default=300, help="vector steps timed per case")

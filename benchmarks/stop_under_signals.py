@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP_LIMIT_S = 15.0  # every process of the run gone within this many seconds
@@ -262,7 +262,7 @@ def one_try(workdir: Path, phase: str, rng: random.Random, wrapper: bool = False
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ScriptParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(description=first_paragraph(__doc__))
     p.add_argument("--tries", type=int, default=30, help="runs started and stopped")
     p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES),
                    help="the phases the tries stop in, in turn")

@@ -71,7 +71,7 @@ def wrapper_settings(rest: list[str]) -> tuple[str, int, dict]:
     """The game, the envs' seed and PreferenceVecEnv's keyword settings from run.py's command line
     (the game, then its flags); with --resume the game and seed are the run's. SystemExit, in one
     line on stderr and exit status 2, for a bad flag."""
-    from launch.cli import UsageError, given_flags, parse_args
+    from launch.cli import TargetReached, UsageError, given_flags, parse_args
     from launch.settings import Settings
 
     try:
@@ -84,6 +84,9 @@ def wrapper_settings(rest: list[str]) -> tuple[str, int, dict]:
                           *([] if env_id or resumed else [DEFAULT_ENV]), *rest])
     except UsageError as e:
         usage_error(str(e))
+    except TargetReached as e:  # a finished run: nothing to do, as run.py says it
+        print(e, file=sys.stderr)
+        raise SystemExit(0) from None
     if resumed:
         s = run.settings
         return s.env_id, s.seed, {"n_envs": s.n_envs, **given}

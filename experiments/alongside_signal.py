@@ -40,7 +40,7 @@ from a2c.config import A2CConfig  # noqa: E402
 from envs.atari import MAX_AGENT_STEPS, NOOP_MAX, SCORE_ROWS  # noqa: E402
 from envs.moving_dot import area_weights  # noqa: E402
 from pref_interface.labellers.teachers import make_teacher  # noqa: E402
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 GAME = "enduro"
 # the Enduro teachers (their default weights): their per-step scores are the rewards measured
@@ -141,7 +141,7 @@ def mean_advantages(returns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ScriptParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(description=first_paragraph(__doc__))
     p.add_argument("--states", type=int, default=40, help="states branched from")
     p.add_argument("--horizon", type=int, default=100, help="agent steps of each return")
     p.add_argument("--seed", type=int, default=0)

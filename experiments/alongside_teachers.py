@@ -33,7 +33,7 @@ from clips.clip import STACK, Clip
 from envs import action_names, make_vec_env
 from pref_interface.labellers.alongside import CAR_WIDTH, cars_ahead, find_player, is_alongside, other_cars
 from pref_interface.labellers.teachers import ENDURO_TEACHERS, make_teacher
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 ENV_ID = "EnduroNoFrameskip-v4"
 CLIP_STEPS = 25  # App. A: clips of 25 agent steps (1.7 s) in Atari
@@ -102,6 +102,14 @@ class PolicyDriver:
         return int(self.rng.choice(len(probs), p=probs / probs.sum()))
 
 
+def _probability(driver: str) -> float:
+    """P of `name:P`; ValueError unless it is a probability."""
+    p = float(driver.split(":", 1)[1])
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{driver}: P is a probability, between 0 and 1")
+    return p
+
+
 def driver_policy(driver: str, rng: np.random.Generator) -> Callable[[np.ndarray], int]:
     """frame -> action for a driver: random, follower, one of Enduro's actions held,
     `accelerating:P`, open-loop play that takes one of the three accelerating actions with
@@ -113,7 +121,7 @@ def driver_policy(driver: str, rng: np.random.Generator) -> Callable[[np.ndarray
     if driver == "follower":
         return Follower()
     if driver.startswith("following:"):
-        p, follower = float(driver.split(":")[1]), Follower()
+        p, follower = _probability(driver), Follower()
 
         def act(frame: np.ndarray) -> int:
             action = follower(frame)  # it reads every frame, so that it knows the car's drift
@@ -122,7 +130,7 @@ def driver_policy(driver: str, rng: np.random.Generator) -> Callable[[np.ndarray
     if driver.startswith("policy:"):
         return PolicyDriver(driver.split(":", 1)[1], rng)
     if driver.startswith("accelerating:"):
-        p = float(driver.split(":")[1])
+        p = _probability(driver)
         fast = [i for name, i in _ACTIONS.items() if name.endswith("fire")]
         rest = [i for i in _ACTIONS.values() if i not in fast]
         return lambda frame: int(rng.choice(fast if rng.random() < p else rest))
@@ -245,7 +253,7 @@ def per_step_scores(episodes: list[np.ndarray]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ScriptParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(description=first_paragraph(__doc__))
     p.add_argument("--episodes", type=int, default=3, help="episodes of each driver (seeds 0..)")
     p.add_argument("--steps", type=int, default=3000, help="steps of each episode")
     p.add_argument("--pairs", type=int, default=300, help="pairs of clips asked of each teacher")

@@ -15,14 +15,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from a2c.checkpoint import CheckpointError
 from clips.demonstrations import save_demonstrations
 from experiments.alongside_teachers import ENV_ID, clips_of, drive, driver_policy, level_share
+from runtime.outputs import prepare_output
 from runtime.script_args import ScriptParser
 
 
 def main(argv: list[str] | None = None) -> int:
     p = ScriptParser(description=__doc__.splitlines()[0])
-    p.add_argument("out", type=Path, help="the demonstrations file to write")
+    p.add_argument("out", type=Path, help="the demonstrations file to write (never overwritten)")
     p.add_argument("--driver", default="follower",
                    help="who drives (experiments.alongside_teachers): follower, following:P, "
                         "policy:PATH, random, ...")
@@ -34,17 +36,20 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--episodes must be >= 1 and --steps >= 25 (one clip)")
     try:
         driver_policy(a.driver, None)
-    except (ValueError, OSError, KeyError) as e:
+    except (ValueError, OSError, KeyError, CheckpointError) as e:
         p.error(f"--driver: {e}")
+    try:  # before the driving: a file there already, or a folder that cannot be made
+        prepare_output(a.out, "out")
+    except ValueError as e:
+        p.error(str(e))
     clips = []
     for k in range(a.episodes):
         played = drive(a.driver, a.steps, a.seed + k)
         clips += clips_of(played)
         print(f"episode {k + 1}/{a.episodes}: level with a car in {level_share(played.frames):.1%} "
               f"of {a.steps:,} steps, game score {played.rewards.sum():+.0f}", flush=True)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
     save_demonstrations(a.out, ENV_ID, clips)
-    print(f"wrote {len(clips)} clips of {a.driver} to {a.out} "
+    print(f"wrote {len(clips)} clip{'s' if len(clips) != 1 else ''} of {a.driver} to {a.out} "
           f"({a.out.stat().st_size / 2**20:.1f} MiB)")
     return 0
 

@@ -31,8 +31,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from experiments.sweep_trial import RUNS_DIR, TUNE_DIR, Trial
-from runtime.script_args import ScriptParser
+from experiments.sweep_trial import RUNS_DIR, TUNE_DIR, Trial, device_flags
+from runtime.script_args import ScriptParser, first_paragraph
 
 SWEEP_FILE = "sweep.json"  # the sweep's own command line, for --resume
 SAVE_WAIT_S = 300  # after a stop, how long the driver waits for the trials' runs to save
@@ -57,6 +57,9 @@ def parse_grid(items: list[str]) -> list[tuple[str, list[str]]]:
             raise SweepError(f"--grid {item!r}: run.py has no flag --{name}")
         if name in ("seed", "log_dir", "run_name", "resume"):
             raise SweepError(f"--grid {item!r}: the sweep sets --{name} itself")
+        if name in (n for n, _ in grid):
+            raise SweepError(f"--grid {item!r}: --{name} is in the grid already; give all its "
+                             f"values in one item ({name}=V1,V2,...)")
         grid.append((name, values.split(",")))
     return grid
 
@@ -156,14 +159,24 @@ def run_sweep(command: list[str], all_trials: list[Trial], storage: Path, *,
 
 
 def check_resources(cpus_per_trial: float, gpus_per_trial: float, address: str | None) -> None:
-    """A trial must fit: on this machine alone (no `address`), in its CPUs; Ray would otherwise
-    queue it for ever."""
+    """A trial must fit: on this machine alone (no `address`), in its CPUs and GPUs; Ray would
+    otherwise queue it for ever."""
     if cpus_per_trial <= 0 or gpus_per_trial < 0:
         raise SweepError("--cpus_per_trial must be positive and --gpus_per_trial at least 0")
+    if address is not None:
+        return
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if address is None and cpus_per_trial > cpus:
+    if cpus_per_trial > cpus:
         raise SweepError(f"--cpus_per_trial {cpus_per_trial:g}: this machine has {cpus} CPUs "
                          "(a larger trial needs --address of a cluster with larger nodes)")
+    if gpus_per_trial > 0:
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if gpus_per_trial > gpus:
+            raise SweepError(f"--gpus_per_trial {gpus_per_trial:g}: this machine has {gpus} "
+                             "GPUs torch can use (a trial on GPUs elsewhere needs --address of "
+                             "a cluster that has them)")
 
 
 def wait_for_saves(run_dirs: list[Path], timeout_s: float = SAVE_WAIT_S) -> None:
@@ -190,10 +203,11 @@ def wait_for_saves(run_dirs: list[Path], timeout_s: float = SAVE_WAIT_S) -> None
 def add_sweep_flags(p: argparse.ArgumentParser) -> None:
     """The flags that say where a script's runs go as a sweep: CPUs and GPUs per run, and the
     Ray cluster."""
-    p.add_argument("--cpus_per_trial", type=float, default=2.0, help="CPUs Ray gives each trial")
+    p.add_argument("--cpus_per_trial", type=float, default=2.0,
+                   help="CPUs Ray gives each trial (default: 2)")
     p.add_argument("--gpus_per_trial", type=float, default=0.0,
                    help="GPUs Ray gives each trial (a fraction shares one); >0 runs with "
-                        "--device cuda")
+                        "--device cuda (default: 0)")
     p.add_argument("--address", default=None,
                    help="a Ray cluster's address (auto: the one this node has joined); default: "
                         "a Ray of this machine alone")
@@ -225,8 +239,11 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if "--" in argv:
         i = argv.index("--")
         argv, command = argv[:i], argv[i + 1:]
-    p = ScriptParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="the seeds each setting runs")
+    p = ScriptParser(description=first_paragraph(__doc__),
+                     usage="%(prog)s [options] -- MODE ENV_ID [run.py flags]\n"
+                           "       %(prog)s --resume STORAGE")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0],
+                   help="the seeds each setting runs (default: 0)")
     p.add_argument("--grid", nargs="+", default=[], metavar="NAME=V1,V2",
                    help="run.py flags and their values; every combination runs with every seed")
     p.add_argument("--storage", type=Path, help="the sweep's directory (on a cluster, a path "
@@ -237,14 +254,17 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--max_failures", type=int, default=-1,
                    help="times a trial is started again after its run fails (-1: always)")
     p.add_argument("--progress_s", type=float, default=60.0,
-                   help="seconds between the sweep's progress lines")
+                   help="seconds between the sweep's progress lines (default: 60)")
     p.add_argument("--level", type=float, default=None,
                    help="the report's level: when each trial's mean return first reached it")
     p.add_argument("--window", type=int, default=10,
-                   help="episodes averaged in the report's returns")
+                   help="episodes averaged in the report's returns (default: 10)")
     p.add_argument("--dry_run", action="store_true",
                    help="check and list the trials' command lines, start nothing")
-    return p.parse_args(argv), command
+    a = p.parse_args(argv)
+    # The flags given, as written (`--window 10` is given even where 10 is the default).
+    a.given = {t.split("=")[0].removeprefix("--") for t in argv if t.startswith("--")}
+    return a, command
 
 
 # What --resume takes from the stopped sweep's file, never from its own command line.
@@ -256,8 +276,7 @@ def spec_from(a: argparse.Namespace, command: list[str]) -> tuple[SweepSpec, Pat
     """The sweep to run and its storage, from a new command line or a stopped sweep's file."""
     if a.resume is not None:
         storage = a.resume.expanduser().resolve()
-        defaults = parse([])[0]
-        given = [f"--{k}" for k in KEPT_ON_RESUME if getattr(a, k) != getattr(defaults, k)]
+        given = [f"--{k}" for k in KEPT_ON_RESUME if k in a.given]
         if command or given:
             raise SweepError("--resume continues a sweep as it was started: leave out "
                              + ", ".join(given + (["the run.py command"] if command else [])))
@@ -279,6 +298,9 @@ def spec_from(a: argparse.Namespace, command: list[str]) -> tuple[SweepSpec, Pat
 def main(argv: list[str] | None = None) -> int:
     a, command = parse(sys.argv[1:] if argv is None else argv)
     try:
+        for name, least in (("window", 1), ("max_failures", -1), ("progress_s", 1)):
+            if getattr(a, name) < least:
+                raise SweepError(f"--{name} must be at least {least}, got {getattr(a, name):g}")
         spec, storage = spec_from(a, command)
         all_trials = trials(spec.seeds, parse_grid(spec.grid))
         if a.resume is None:
@@ -290,8 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.dry_run:
         print(f"sweep of {len(all_trials)} trials in {storage / RUNS_DIR}:")
         for t in all_trials:
-            print("  python run.py " + " ".join(t.run_argv(spec.command,
-                                                            storage / RUNS_DIR / t.name)))
+            print("  python run.py " + " ".join(
+                t.run_argv(spec.command, storage / RUNS_DIR / t.name)
+                + device_flags(spec.gpus_per_trial)))
         return 0
     storage.mkdir(parents=True, exist_ok=True)
     (storage / SWEEP_FILE).write_text(json.dumps(asdict(spec), indent=1))

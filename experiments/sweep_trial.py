@@ -47,7 +47,8 @@ class Trial:
         whose other half the trial gives (run.py refuses the two together), then its words."""
         own = self.words()
         switched = {f"--no_{w[2:]}" for w in own if w.startswith("--")} | \
-                   {f"--{w[5:]}" for w in own if w.startswith("--no_")}
+                   {f"--{w[5:]}" for w in own if w.startswith("--no_")} | \
+                   {f"--{k}" for k, v in self.flags if v in BOOL_WORDS and not BOOL_WORDS[v]}
         return [*(w for w in command if w not in switched), *own, "--log_dir", str(run_dir)]
 
     def resume_argv(self, run_dir: Path) -> list[str]:
@@ -77,5 +78,16 @@ BOOL_WORDS = {"on": True, "off": False, "true": True, "false": False}
 
 
 def bool_flag(name: str, value: str) -> list[str]:
-    """`--name` for on, its off switch (`--no_name`) for off."""
-    return [f"--{name}"] if BOOL_WORDS[value] else [f"--no_{name}"]
+    """`--name` for on; for off, its off switch (`--no_name`), or nothing for a switch that is
+    off unless given (the command's `--name` is then left out: `Trial.argv`)."""
+    from launch.settings import flag_fields
+
+    if BOOL_WORDS[value]:
+        return [f"--{name}"]
+    negation = next((f.metadata["negation"] for f in flag_fields() if f.name == name), None)
+    return [negation[0]] if negation else []
+
+
+def device_flags(gpus_per_trial: float) -> list[str]:
+    """The run.py words that put a trial's networks on the GPU Ray gives it."""
+    return ["--device", "cuda", "--reward_predictor_device", "cuda"] if gpus_per_trial > 0 else []

@@ -16,7 +16,7 @@ from typing import Any
 from ray import tune
 
 from experiments.runlog import RunLog
-from experiments.sweep_trial import CONSOLE_DIR, RUNS_DIR, TUNE_DIR, Trial
+from experiments.sweep_trial import CONSOLE_DIR, RUNS_DIR, TUNE_DIR, Trial, device_flags
 from launch.rundir import run_dir_holder, wait_released
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,9 +50,7 @@ def run_trial(config: dict[str, Any]) -> None:
     if _reached(log, stop_at):
         tune.report({**log.progress(), "exit_status": 0})
         return
-    argv = trial.run_argv(config["command"], run_dir)
-    if config["gpus"] > 0:
-        argv += ["--device", "cuda", "--reward_predictor_device", "cuda"]
+    argv = trial.run_argv(config["command"], run_dir) + device_flags(config["gpus"])
     console_path = Path(config["storage"]) / CONSOLE_DIR / f"{trial.name}.txt"
     console_path.parent.mkdir(parents=True, exist_ok=True)
     at_level = False

@@ -83,7 +83,8 @@ def pretrain_phase(run: Run, ctx, session: Session, prefs_path: str) -> tuple[in
         return 0, run.reward_ckpt_path
     sup = Supervisor(ctx)
     stats = TrainerStats.create(ctx)
-    print(f"pretraining the reward predictor for {epochs} epochs", file=sys.stderr)
+    print(f"pretraining the reward predictor for {epochs} epoch{'s' if epochs != 1 else ''}",
+          file=sys.stderr)
     if session.page_updates is not None:
         session.page_updates.put({"notice": f"pretraining the reward predictor ({epochs} "
                                             "epochs); labelling goes on after it"})

@@ -20,3 +20,8 @@ class ScriptParser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
+
+def first_paragraph(doc: str) -> str:
+    """A module docstring's first paragraph on one line: a script's --help description."""
+    return " ".join(doc.strip().split("\n\n")[0].split())
+

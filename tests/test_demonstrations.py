@@ -318,3 +318,18 @@ def test_the_store_keeps_which_clips_are_demonstrations_through_export_and_show_
     assert table[0].split()[-1] == "demonstration"
     assert [line.split()[-1] for line in table[1:]] == ["-", "left", "right"]
     assert show_prefs("--list")[-1] == "2 labels (66.7%) compare a demonstration (--demonstrations)"
+
+
+@pytest.mark.parametrize("args, words", [
+    (["{tmp}/d.npz", "--driver", "following:2"], "P is a probability"),
+    (["{tmp}/d.npz", "--driver", "policy:{tmp}/none.pt"], "no policy checkpoint"),
+    (["{tmp}/there.npz"], "exists already"),
+])
+def test_recording_refuses_bad_input_in_one_line_before_it_drives(tmp_path, args, words):
+    (tmp_path / "there.npz").write_bytes(b"kept")
+    r = subprocess.run([sys.executable, "-m", "experiments.record_demonstrations",
+                        *(a.format(tmp=tmp_path) for a in args)],
+                       cwd=os.path.dirname(os.path.dirname(__file__)), capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
+    assert not (tmp_path / "d.npz").exists() and (tmp_path / "there.npz").read_bytes() == b"kept"

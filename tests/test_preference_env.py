@@ -1,5 +1,6 @@
 """PreferenceVecEnv: the preference loop around another library's agent (gymnasium 1.x)."""
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -369,3 +370,14 @@ def test_ppo_learns_moving_dot_from_preferences_through_the_wrapper(tmp_path):
     result = run_until_level(["-m", "examples.ppo", "--synthetic_prefs", "--log_dir", str(d),
                               "--million_timesteps", "0.3"], d, LEARNED_LEVEL)
     assert result["reached"], result
+
+
+def test_the_ppo_example_resuming_a_run_at_its_target_says_so_in_one_line(tmp_path, capsys):
+    from examples.ppo import wrapper_settings
+
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "run_29d3a96", run)  # at its 4,000 steps
+    with pytest.raises(SystemExit) as stop:
+        wrapper_settings(["--resume", str(run)])
+    message = capsys.readouterr().err.strip()
+    assert stop.value.code == 0 and "nothing to do" in message and "\n" not in message, message

@@ -139,11 +139,22 @@ def test_the_progress_line_counts_trials_stopped_by_the_sweeps_stop_apart_from_d
     assert "stopped" not in status_line(trials[:1], {})
 
 
-@pytest.mark.parametrize("item", ["ent_coef", "ent_coef=", "ent_coef=0.1,", "bogus=1",
-                                  "seed=1,2", "log_dir=x"])
-def test_a_bad_grid_is_refused(item):
+@pytest.mark.parametrize("items", [["ent_coef"], ["ent_coef="], ["ent_coef=0.1,"], ["bogus=1"],
+                                   ["seed=1,2"], ["log_dir=x"], ["lr=1e-3", "lr=2e-3"]])
+def test_a_bad_grid_is_refused(items):
     with pytest.raises(SweepError):
-        parse_grid([item])
+        parse_grid(items)
+
+
+def test_a_grid_turns_a_switch_off_with_its_off_switch_or_by_leaving_it_out(tmp_path):
+    from experiments.sweep import trials
+
+    command = [*TINY, "--synthetic_prefs"]
+    off, on = (t.argv(command, tmp_path) for t in trials([0], parse_grid(["synthetic_prefs=off,on"])))
+    assert "--synthetic_prefs" not in off and "--no_synthetic_prefs" not in off
+    assert on.count("--synthetic_prefs") >= 1
+    adaptive = trials([0], parse_grid(["adaptive_l2=off"]))[0].argv(TINY, tmp_path)
+    assert "--no_adaptive_l2" in adaptive  # a switch with its own off half says it
 
 
 @pytest.mark.parametrize("sweep_flags, command", [
@@ -153,6 +164,8 @@ def test_a_bad_grid_is_refused(item):
     ([], []),
     (["--cpus_per_trial", "100000"], TINY),  # more than this machine has: queued for ever
     (["--cpus_per_trial", "0"], TINY),
+    (["--window", "0"], TINY),
+    (["--max_failures", "-5"], TINY),
 ])
 def test_bad_input_is_one_line_and_status_2_with_nothing_written(tmp_path, capsys, sweep_flags,
                                                                  command):
@@ -173,9 +186,12 @@ def test_a_sweep_is_continued_with_resume_not_started_twice(tmp_path, capsys):
     assert "--resume" in capsys.readouterr().err
     assert main(["--resume", str(tmp_path / "none")]) == 2
     assert "no sweep there" in capsys.readouterr().err
-    # a resume runs the sweep as it was started: a new value is refused, not silently dropped
+    # a resume runs the sweep as it was started: a new value is refused, not silently dropped,
+    # also where it is the flag's default
     assert main(["--resume", str(storage), "--cpus_per_trial", "1", "--seeds", "4"]) == 2
     assert "leave out --seeds, --cpus_per_trial" in capsys.readouterr().err
+    assert main(["--resume", str(storage), "--seeds", "0", "--window=10"]) == 2
+    assert "leave out --seeds, --window" in capsys.readouterr().err
     # a shortened flag is not taken for another (`--seed` is run.py's, not `--seeds`)
     with pytest.raises(SystemExit):
         main(["--seed", "1", "--storage", str(tmp_path / "s2"), "--dry_run", "--", *TINY])
@@ -326,3 +342,17 @@ def test_a_scripts_sweep_stops_a_run_at_its_level_and_does_not_start_it_again(tm
     commands = (run_dir / "command.txt").read_text().splitlines()
     assert len(commands) == 1 and "--ensemble_size 2 --seed 0" in commands[0], commands
     assert (tmp_path / "sweep" / "console" / "two_members-seed0.txt").is_file()
+
+
+def test_a_trial_asking_for_more_gpus_than_this_machine_has_is_refused(monkeypatch, tmp_path,
+                                                                      capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert main(["--gpus_per_trial", "1", "--storage", str(tmp_path / "s"), "--dry_run", "--",
+                 *TINY]) == 2
+    assert "this machine has 0 GPUs" in capsys.readouterr().err
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # the trials' lines name the GPU
+    assert main(["--gpus_per_trial", "1", "--storage", str(tmp_path / "s"), "--dry_run", "--",
+                 *TINY]) == 0
+    assert capsys.readouterr().out.count("--device cuda --reward_predictor_device cuda") == 1

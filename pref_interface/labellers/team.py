@@ -35,7 +35,7 @@ def parse_labellers(text: str) -> list[str]:
     text = text.strip()
     if text.isdigit():
         if not 1 <= int(text) <= 64:
-            raise ValueError(f"a count of labellers is 1 to 64, got {text}")
+            raise ValueError(f"a count of labellers is 1 to 64, got {text!r}")
         return [f"p{i}" for i in range(1, int(text) + 1)]
     return check_labellers([n.strip() for n in text.split(",")])
 
