@@ -43,16 +43,40 @@ def scalars(event_dir: Path, tag: str) -> np.ndarray:
 STOPPED_GAP_S = 60.0  # A2C logs every second; a longer silence is a stop before a resume
 
 
-def time_weights(points: np.ndarray) -> np.ndarray:
+def time_weights(points: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
     """Seconds each point of a rate or a time share (rows of `scalars`) stands for: the wall-clock
-    time since the previous point, 0 for the first one and after a stop. A2C logs such scalars
+    time since the previous point, 0 for the first one and after a stop (a silence of over
+    STOPPED_GAP_S, or one across a start of the run: `starts`, Unix times). A2C logs such scalars
     over the time since its last point, so a long wait gives one low point that must count for
     its whole length: the weighted mean of `charts/SPS` is steps over time."""
     if len(points) == 0:
         return np.zeros(0)
     dt = np.diff(points[:, 0], prepend=points[0, 0])
     dt[dt > STOPPED_GAP_S] = 0.0
+    if starts is not None and len(starts):  # each point whose interval holds a start
+        after = np.searchsorted(points[:, 0], starts, side="left")
+        dt[after[after < len(points)]] = 0.0
     return dt
+
+
+def start_times(run_dir: Path) -> np.ndarray:
+    """Unix times at which the run was started and resumed (its machines file, one line a start;
+    empty where it has none)."""
+    from datetime import datetime
+
+    from launch.rundir import MACHINES_FILE
+
+    try:
+        lines = (run_dir / MACHINES_FILE).read_text().splitlines()
+    except OSError:
+        return np.zeros(0)
+    times = []
+    for line in lines:
+        try:
+            times.append(datetime.fromisoformat(line.split("\t", 1)[0]).timestamp())
+        except ValueError:  # a line of another form: that start is not known
+            continue
+    return np.array(times)
 
 
 class RunLog:
@@ -66,6 +90,7 @@ class RunLog:
         self.tb = self.run_dir / "tb"
         self._loaded: dict[Path, object] = {}
         self.sps = self._scalars(self.tb, "charts/SPS")  # logged every second: the time -> step map
+        self.starts = start_times(self.run_dir)
 
     def refresh(self) -> "RunLog":
         """Read the events written since the last read (TensorBoard's reader goes on from where it
@@ -115,7 +140,7 @@ class RunLog:
         """(agent steps, value, seconds each point stands for: `time_weights`) of a rate or a time
         share that A2C logs, such as `charts/SPS` or `charts/waiting_for_predictor`."""
         r = self._scalars(self.tb, tag)
-        return r[:, 1], r[:, 2], time_weights(r)
+        return r[:, 1], r[:, 2], time_weights(r, self.starts)
 
     def labels(self) -> tuple[np.ndarray, np.ndarray]:
         """(agent steps, labels in the store) during policy training."""
@@ -132,10 +157,11 @@ class RunLog:
 
     def _active_s(self, wall_time: np.ndarray) -> np.ndarray:
         """Seconds of policy training up to each `wall_time`, not counting the time a resumed run
-        was stopped (a gap of over STOPPED_GAP_S between A2C points)."""
+        was stopped (a gap across a start, or of over STOPPED_GAP_S, between A2C points)."""
         if len(self.sps) == 0:
             return np.zeros_like(wall_time)
-        return np.interp(wall_time, self.sps[:, 0], np.cumsum(time_weights(self.sps)))
+        return np.interp(wall_time, self.sps[:, 0],
+                         np.cumsum(time_weights(self.sps, self.starts)))
 
     def wall_clock_s(self) -> float:
         """Seconds of policy training from the first to the last A2C point (stops excluded)."""

@@ -15,6 +15,28 @@ def test_wall_clock_leaves_out_the_time_a_resumed_run_was_stopped(tmp_path):
     assert log.wall_clock_s() == 150.0
 
 
+def test_a_short_stop_is_left_out_where_the_machines_file_records_the_resume(tmp_path):
+    from datetime import datetime, timezone
+
+    from launch.rundir import MACHINES_FILE
+
+    t0 = datetime(2026, 12, 4, 12, 0, tzinfo=timezone.utc).timestamp()
+    # 100 s of training, stopped for 40 s (under the 60 s a silence alone counts as a stop), 50 s.
+    t = t0 + np.concatenate([np.arange(0.0, 101.0), 140.0 + np.arange(0.0, 51.0)])
+
+    def start(s: float) -> str:  # a machines-file line of a start `s` seconds after t0
+        return datetime.fromtimestamp(t0 + s, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ\tAMD\tcpu\n")
+    # the first start, the resume, and this start (no point after it yet)
+    (tmp_path / MACHINES_FILE).write_text(start(-5) + start(130) + start(999))
+    log = RunLog(tmp_path)
+    log.sps = np.stack([t, 1000.0 * np.arange(len(t)), np.full(len(t), 1000.0)], 1)
+    assert log.wall_clock_s() == 150.0
+    (tmp_path / MACHINES_FILE).write_text("")  # without it, the 40 s count as training
+    log = RunLog(tmp_path)
+    log.sps = np.stack([t, 1000.0 * np.arange(len(t)), np.full(len(t), 1000.0)], 1)
+    assert log.wall_clock_s() == 190.0
+
+
 def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
     from experiments import summarise_run
 
