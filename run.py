@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     if run.unused_flags:
         print(f"run.py: note: --{', --'.join(run.unused_flags)}: not used by "
               f"{run.settings.mode} on {run.settings.env_id}", file=sys.stderr)
+    for note in run.idle_flags:
+        print(f"run.py: note: {note}", file=sys.stderr)
     code = 1
     try:
         code = MODE_RUNNERS[run.settings.mode](run, ctx, session, report)

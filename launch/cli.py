@@ -17,7 +17,8 @@ from launch.preflight import first_error
 from launch.rundir import (POLICY_DIR, PREDICTOR_FILE, PREFS_FILE, SETTINGS_FILE, Run, busy_message,
                            is_run_dir, newest_policy, playable_policy, run_dir_holder,
                            saved_settings)
-from launch.settings import MODES, TRAINING_MODES, Settings, invalid_setting, unused_settings
+from launch.settings import (MODES, TRAINING_MODES, Settings, idle_settings, invalid_setting,
+                             unused_settings)
 from launch.settings import build_parser as settings_parser
 from pref_interface.labellers.alongside import judges
 from pref_interface.labellers.team import parse_labellers
@@ -86,6 +87,7 @@ def parse_args(argv: list[str]) -> Run:
     settings = Settings(**given)
     run = resolve(with_env_settings(settings, given))
     run.unused_flags = unused_settings(settings.mode, run.env_kind, list(given))
+    run.idle_flags = idle_settings(settings, [n for n in given if n not in run.unused_flags])
     return run
 
 

@@ -96,6 +96,7 @@ class Run:
     resumed: bool = False
     overrides: dict[str, Any] = field(default_factory=dict)  # flags given with --resume
     unused_flags: list[str] = field(default_factory=list)  # given, but not used by this run
+    idle_flags: list[str] = field(default_factory=list)  # given without what they work with
 
     @property
     def labels_by_person(self) -> bool:

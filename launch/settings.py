@@ -379,6 +379,20 @@ def unused_settings(mode: str, env_kind: str, names: list[str]) -> list[str]:
             or (env_kind == "moving_dot" and n in ("batchnorm", "dropout"))]
 
 
+def idle_settings(s: Settings, names: list[str]) -> list[str]:
+    """Of these settings, those that do nothing because what they work with is not set, each
+    said as "--overlap does nothing without --labellers"."""
+    web = s.clip_player == "web" or bool(s.labellers)
+    needs = {"overlap": (bool(s.labellers), "without --labellers"),
+             "labeller_timeout": (bool(s.labellers), "without --labellers"),
+             "web_host": (web, "without the labelling page (--clip_player web or --labellers)"),
+             "web_port": (web, "without the labelling page (--clip_player web or --labellers)"),
+             "demonstration_share": (bool(s.demonstrations), "without --demonstrations"),
+             "clip_player": (not s.synthetic_prefs, "with --synthetic_prefs (nobody watches)")}
+    return [f"--{n} does nothing {needs[n][1]}" for n in names
+            if n in needs and not needs[n][0]]
+
+
 def finite_float(text: str) -> float:
     """A float flag's value: any finite number (nan and inf would pass every range check)."""
     try:
@@ -471,7 +485,8 @@ def flag_tables() -> str:
     modes and environments that do not use a group or a flag (`unused_settings`)."""
     out = [f"The modes: {', '.join(f'`{m}`' for m in MODES)}. A group or a flag that a mode "
            "or an environment does not use says so, and run.py notes such a flag when it is "
-           "given.", ""]
+           "given, as it notes one given without what it works with (`--overlap` without "
+           "`--labellers`).", ""]
     for key, title in GROUPS.items():
         group = [f for f in flag_fields() if f.metadata["group"] == key]
         out += [f"**{title[0].upper() + title[1:]}**", ""]

@@ -60,3 +60,19 @@ def test_a_mode_that_never_updates_the_policy_names_a2cs_update_settings_unused(
     assert unused_settings("train_policy_with_preferences", "atari", given) == []
     assert unused_settings("train_policy_with_original_rewards", "atari", given) == [
         "ensemble_size", "synthetic_prefs"]
+
+
+def test_a_flag_given_without_what_it_works_with_is_named():
+    from launch.settings import Settings, idle_settings
+
+    names = ["overlap", "web_port", "demonstration_share", "clip_player", "lr"]
+    alone = Settings(mode="train_policy_with_preferences", env_id="PongNoFrameskip-v4",
+                     synthetic_prefs=True)
+    assert idle_settings(alone, names) == [
+        "--overlap does nothing without --labellers",
+        "--web_port does nothing without the labelling page (--clip_player web or --labellers)",
+        "--demonstration_share does nothing without --demonstrations",
+        "--clip_player does nothing with --synthetic_prefs (nobody watches)"]
+    team = Settings(mode="train_policy_with_preferences", env_id="PongNoFrameskip-v4",
+                    labellers="ann,bob", demonstrations="d.npz")
+    assert idle_settings(team, names) == []
