@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.logger import Logger
 
     from envs import env_kind
     from envs.gym_vector import GymVectorEnv
@@ -168,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
             model = PPO.load(model_path, env=vec)
         else:
             model = PPO("CnnPolicy", vec, seed=s.seed, verbose=0, **PPO_SETTINGS)
+        # The run's curves are the wrapper's (tb/): SB3's own logger writes nothing, and makes
+        # no folder of its own in the system's temp directory.
+        model.set_logger(Logger(folder=None, output_formats=[]))
         total = int(s.million_timesteps * 1e6)
         model.learn(max(total - model.num_timesteps, 0), callback=Callback(),
                     reset_num_timesteps=False)
