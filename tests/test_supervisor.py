@@ -100,8 +100,10 @@ def test_a_wait_whose_end_is_known_is_a_bar_on_a_terminal_and_a_line_in_a_log(tt
     if tty:  # tqdm's bar: count, total and the status beside it, its last count drawn
         assert "labels:" in err and "/8 [" in err and "val acc 80%" in err, err
         assert "8/8 [" in err, err
-    else:  # a log gets the line every 30 s: here, once at the start
-        assert err.strip() == "labels 0/8 | val acc 80%", err
+    else:  # a log gets the line every 30 s (here once, at the start) and one at the end
+        lines = err.strip().splitlines()
+        assert lines[0] == "labels 0/8 | val acc 80%" and len(lines) == 2, err
+        assert lines[1].startswith("labels 8/8 | ") and lines[1].endswith(" | val acc 80%"), err
 
 
 def test_a_resumed_runs_bar_starts_where_the_run_left_off():
