@@ -21,6 +21,7 @@ import queue
 import sys
 from pathlib import Path
 
+from pref_interface.labellers.human import describe_token
 from pref_interface.labellers.keys import ANSWER_KEYS, ENTER, EOF, KeyReader
 from pref_interface.labellers.player import Playback, clip_frames, make_player, resolve_player
 from pref_interface.store import PreferenceStore, StoreError
@@ -112,26 +113,27 @@ class Browser:
                     continue
                 if key == ENTER:
                     playback.restart()
-                elif key in ("n", "N", "p"):
+                    self.message = "replaying from the start"
+                elif key in ("n", "N", "p", "P"):
                     if self.move(+1 if key in ("n", "N") else -1):
                         break
                 elif key.upper() in ANSWER_KEYS:
                     mu = ANSWER_KEYS[key.upper()]
                     self.store.set_mu(label_id, mu)
                     self.shown_mu = mu
-                    self.message = f"label {label_id} changed to {describe_mu(mu)}"
+                    self.message = f"id {label_id} changed to {describe_mu(mu)}"
                 elif key in ("d", "D"):
                     if not self.confirm_delete:
                         self.confirm_delete = True
-                        self.message = f"press D again to delete label {label_id}"
+                        self.message = f"press D again to delete this label (id {label_id})"
                         continue
                     self.store.delete(label_id)
-                    self.confirm_delete, self.message = False, f"label {label_id} deleted"
+                    self.confirm_delete, self.message = False, f"id {label_id} deleted"
                     self.ids = self.label_ids()
                     self.pos = min(self.pos, len(self.ids) - 1)
                     break
-                else:
-                    self.message = f"{token!r} means nothing here: {KEYS_HELP}"
+                else:  # the keys are on the line above
+                    self.message = f"{describe_token(token)} means nothing here"
 
     def move(self, step: int) -> bool:
         """Go to the next/previous label (labels added meanwhile are included)."""
@@ -145,11 +147,13 @@ class Browser:
         return True
 
     def status(self, label_id: int, pref) -> list[str]:
+        """The label's place and answer, then where it came from (two lines: each fits 80
+        columns), the keys, and the last message."""
         split = "validation" if pref.is_validation else "training"
         demo = f", demonstration: {pref.demonstration}" if pref.demonstration else ""
-        head = (f"label {self.pos + 1}/{len(self.ids)} (id {label_id}, {pref.source}, {split}, "
-                f"{describe_labeller(pref.labeller)}{demo}): {describe_mu(self.shown_mu)}")
-        return [head, KEYS_HELP, "> " + self.message]
+        head = f"label {self.pos + 1}/{len(self.ids)} (id {label_id}): {describe_mu(self.shown_mu)}"
+        origin = f"{pref.source}, {split}, {describe_labeller(pref.labeller)}{demo}"
+        return [head, origin, KEYS_HELP, "> " + self.message]
 
     def close(self) -> None:
         self.player.close(f"{len(self.ids)} labels in {self.store.path}")

@@ -288,8 +288,8 @@ def test_the_store_keeps_which_clips_are_demonstrations_through_export_and_show_
         assert [p.demonstration for p in a.latest(3)] == [None, "left", "right"]
         browser = Browser(a, "terminal", None, None)  # type: ignore[arg-type]
         try:  # paging through the labels names the side too
-            assert "demonstration: left)" in browser.status(2, a.get(2))[0]
-            assert "demonstration" not in browser.status(1, a.get(1))[0]
+            assert browser.status(2, a.get(2))[1].endswith("demonstration: left")
+            assert "demonstration" not in browser.status(1, a.get(1))[1]
         finally:
             browser.player.close("")
         a.export_npz(tmp_path / "x.npz")

@@ -181,6 +181,22 @@ def test_prompt_shows_labels_so_far_the_trainers_backlog_and_val_accuracy():
     assert all(len(line) <= 80 for line in lab.status_lines("'x' is not an answer: press L"))
 
 
+def test_closing_says_what_was_stored_after_the_last_answer_was_drawn():
+    """The prompt's counts were drawn before the last answer was stored: the closing line says
+    where they stand."""
+    stats = SimpleNamespace(labels_total=SimpleNamespace(value=2), labels_in_flight=0,
+                            labels_stored=SimpleNamespace(value=20))
+    lab, _, player = labeller(["L"], stats=stats, target=20)
+    lab.label(clip(255), clip(128))
+    lab.close()
+    assert player.closed == "labelling done: 2 labels stored in this start, 20/20 in the run"
+    lab, _, player = labeller([EOF], stats=stats, has_trainer=True)
+    with pytest.raises(LabellingStopped):
+        lab.label(clip(255), clip(128))
+    lab.close()
+    assert player.closed == "labelling stopped (Ctrl-D): 2 labels stored in this start"
+
+
 def test_make_labeller_gives_a_person_only_with_an_answers_queue():
     config = LabellingConfig(synthetic=False)
     with pytest.raises(ValueError):

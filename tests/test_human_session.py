@@ -188,10 +188,11 @@ def test_show_prefs_changes_and_deletes_labels(tmp_path):
             store.add(Preference(clip(10 * k), clip(60), mu, "human"))
     # Piped keys, one a line: change the first to "right better", move on, delete the second.
     r = subprocess.run([sys.executable, "show_prefs.py", str(tmp_path), "--clip_player",
-                        "terminal"], cwd=ROOT, input="R\nn\nD\nD\nq\n", capture_output=True,
+                        "terminal"], cwd=ROOT, input="x\nR\nn\nD\nD\nq\n", capture_output=True,
                        text=True, timeout=60, env={k: v for k, v in os.environ.items()
                                                    if k != "DISPLAY"})
     assert r.returncode == 0, r.stderr
+    assert "'x' means nothing here" in r.stdout and "id 1 changed to right better" in r.stdout
     with PreferenceStore(path, create=False) as store:
         assert store.all_ids() == [1, 3]
         assert [store.get(i).mu for i in (1, 3)] == [0.0, 0.0]

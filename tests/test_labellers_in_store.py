@@ -199,9 +199,10 @@ def test_show_prefs_lists_filters_and_exports_by_labeller(tmp_path):
         browser = Browser(store, "terminal", None, "ann")  # type: ignore[arg-type]
         try:
             assert browser.ids == [1, 4]
-            head = browser.status(4, store.get(4))[0]
+            head = "\n".join(browser.status(4, store.get(4))[:2])
             assert "by ann" in head and head.startswith("label 1/2")
-            assert "no labeller recorded" in browser.status(3, store.get(3))[0]
+            assert "no labeller recorded" in browser.status(3, store.get(3))[1]
+            assert all(len(line) <= 80 for line in browser.status(3, store.get(3)))
         finally:
             browser.player.close("")
 

@@ -211,14 +211,19 @@ class HumanLabeller(Labeller):
             show(self.labels.recent(HISTORY_LENGTH))
 
     def close(self) -> None:
-        """Leave the player (the terminal block stays on screen, the window closes)."""
+        """Leave the player (the terminal block stays on screen, the window closes) with a line
+        of what was stored: the block's counts were drawn before the last answer was."""
         if self.player is not None:
             message = None
-            if self.stopped_by_person:
-                n = self.stats.labels_total.value if self.stats is not None else None
-                message = ("labelling stopped (Ctrl-D)" +
-                           (f": {n} label{'s' * (n != 1)} stored in this run" if n is not None
-                            else ""))
+            if self.stats is not None:
+                n = self.stats.labels_total.value
+                stored = f"{n} label{'s' * (n != 1)} stored in this start"
+                if self.target and not self.stopped_by_person:
+                    stored += f", {self.stats.labels_stored.value}/{self.target} in the run"
+                message = ("labelling stopped (Ctrl-D): " if self.stopped_by_person
+                           else "labelling done: ") + stored
+            elif self.stopped_by_person:
+                message = "labelling stopped (Ctrl-D)"
             self.player.close(message)
             self.player = None
 
