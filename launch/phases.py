@@ -58,17 +58,22 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
     whose = "the starting policy" if run.settings.start_policy else "the untrained policy"
     print(f"gathering {n_labels} labels from {whose}"
           + (f" ({stored} stored already)" if stored else ""), file=sys.stderr)
-    if ch.answers is not None and run.player_kind == "web" and not sys.stdin.isatty():
-        print("answer on the page; Ctrl-C stops the run", file=sys.stderr)
-    elif ch.answers is not None:
-        print("answer " + ("on the page or " if run.player_kind == "web" else "") +
-              "here: Ctrl-D stops labelling (labels kept), Ctrl-C stops the run", file=sys.stderr)
+    say_how_to_answer(run, ch.answers)
     # One person labelling sees the counters in the prompt: no status line over the player;
     # several people label in their browsers, and the terminal shows the count.
     team = session.page is not None and session.page.labellers
     progress = None if ch.answers is not None and not team else Progress(
         "labels", n_labels, "label", lambda: (labelling_stats.labels_stored.value, a2c_status(a2c_stats)))
     return sup.wait(progress=progress, until=lambda: not sup.procs["labelling"].is_alive())
+
+
+def say_how_to_answer(run: Run, answers) -> None:
+    """Where a person answers and how labelling and the run stop (nothing without a person)."""
+    if answers is not None and run.player_kind == "web" and not sys.stdin.isatty():
+        print("answer on the page; Ctrl-C stops the run", file=sys.stderr)
+    elif answers is not None:
+        print("answer " + ("on the page or " if run.player_kind == "web" else "") +
+              "here: Ctrl-D stops labelling (labels kept), Ctrl-C stops the run", file=sys.stderr)
 
 
 def pretrain_phase(run: Run, ctx, session: Session, prefs_path: str) -> tuple[int, str | None]:
@@ -139,6 +144,9 @@ def train_policy_with_preferences(run: Run, ctx, session: Session, report: RunRe
         return code
     loop = PreferenceLoop(run, ctx, session, prefs_path, predictor_path, agent=a2c_config(run))
     report.agent_stats = loop.agent_stats
+    print(f"training the policy on r̂ to {int(s.million_timesteps * MILLION):,} agent steps, "
+          f"labelling beside it ({stored_labels(prefs_path):,} labels held)", file=sys.stderr)
+    say_how_to_answer(run, loop.ch.answers)
     # While a person labels, the counters are in the prompt: no bar over the player.
     progress = None if loop.ch.answers is not None else training_progress(
         run, loop.agent_stats, lambda: loop.status(steps=False))

@@ -174,7 +174,8 @@ def test_prompt_shows_labels_so_far_the_trainers_backlog_and_val_accuracy():
     lab, _, _ = labeller([], stats=stats, val_accuracy=SimpleNamespace(value=0.714),
                          has_trainer=True)
     head = lab.status_lines()[0]
-    assert "labelled 7" in head and "2 not yet taken by the trainer" in head and "71%" in head
+    assert "labelled 7 (9 held)" in head and "2 queued for the trainer" in head
+    assert "val acc 71%" in head and len(head) <= 80
     lab, _, _ = labeller([], stats=stats, target=10, val_accuracy=SimpleNamespace(value=np.nan))
     # gathering: the store's count (earlier starts' labels too) against the phase's target
     assert "labelled 9/10" in lab.status_lines()[0] and "val acc -" in lab.status_lines()[0]

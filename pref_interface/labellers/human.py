@@ -60,7 +60,7 @@ class HumanLabeller(Labeller):
             later labeller of the run also stops).
         player: "window" or "terminal", or a ready `ClipPlayer` (tests).
         stop_event: set when the run stops: `label` then returns None at once.
-        stats: labelling's counters, for "labelled so far" and "not yet taken by the trainer".
+        stats: labelling's counters, for "labelled so far" and "queued for the trainer".
         val_accuracy: the trainer's validation accuracy (an `mp.Value('d')`, NaN before the
             first validation), or None when no predictor trains (gathering the first labels).
         target: the labels the store is to hold when this phase ends (gather_initial_prefs: its
@@ -236,13 +236,14 @@ class HumanLabeller(Labeller):
         if self.stats is not None:
             if self.target:
                 parts.append(f"labelled {self.stats.labels_stored.value}/{self.target}")
-            else:
-                parts.append(f"labelled {self.stats.labels_total.value}")
+            else:  # this start's answers, and the store's count where earlier ones are in it
+                total, held = self.stats.labels_total.value, self.stats.labels_stored.value
+                parts.append(f"labelled {total}" + (f" ({held} held)" if held > total else ""))
             if self.has_trainer:
-                parts.append(f"{self.stats.labels_in_flight} not yet taken by the trainer")
+                parts.append(f"{self.stats.labels_in_flight} queued for the trainer")
         if self.val_accuracy is not None:
             acc = self.val_accuracy.value
-            parts.append("predictor val acc " + ("-" if math.isnan(acc) else f"{acc:.0%}"))
+            parts.append("val acc " + ("-" if math.isnan(acc) else f"{acc:.0%}"))
         return [" | ".join(parts), KEYS_HELP, "> " + (hint or self.last)]
 
     # ---- helpers --------------------------------------------------------------------------------
