@@ -221,7 +221,7 @@ class HumanLabeller(Labeller):
                 if self.target and not self.stopped_by_person:
                     stored += f", {self.stats.labels_stored.value}/{self.target} in the run"
                 message = ("labelling stopped (Ctrl-D): " if self.stopped_by_person
-                           else "labelling done: ") + stored
+                           else "labelling ended: ") + stored
             elif self.stopped_by_person:
                 message = "labelling stopped (Ctrl-D)"
             self.player.close(message)
