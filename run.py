@@ -16,7 +16,7 @@ from launch.phases import MODE_RUNNERS
 from launch.rundir import POLICY_DIR, PREFS_FILE, Run
 from launch.settings import TRAINING_MODES
 from launch.session import open_labelling_page, start_run
-from launch.stopping import interrupted_status, stop_main_process_on_signals
+from launch.stopping import how_it_ended, interrupted_status, stop_main_process_on_signals
 from launch.summary import RunReport
 from pref_interface.store import PreferenceStore, stored_labels
 
@@ -62,8 +62,9 @@ def end_of_run(run: Run, report: RunReport, code: int) -> str:
     if s.mode == "gather_initial_prefs":
         stored = stored_labels(run.dir / PREFS_FILE)
         undone = stored < s.n_initial_prefs
-        if undone and code == 0:  # labelling stopped (Ctrl-D) before the last label
-            how = f"stopped with {stored:,} of its {s.n_initial_prefs:,} labels"
+        if undone and (code == 0 or code > 128):  # stopped (Ctrl-D, a signal) before the last
+            how = (f"{'stopped' if code == 0 else how_it_ended(code)} with {stored:,} of its "
+                   f"{s.n_initial_prefs:,} labels")
         elif not undone:
             next_cmd = f"python run.py pretrain_reward_predictor {s.env_id} --load_prefs_dir {d}"
     elif s.mode == "pretrain_reward_predictor" and code == 0:

@@ -64,3 +64,17 @@ def test_the_summary_counts_agreement_over_the_whole_store_and_the_page_since_th
     assert "  labellers      ann 2, bob 1" in lines
     assert "  agreement      ann-bob 100% of 1, ann-ensemble 50% of 2, bob-ensemble 0% of 1" in lines
     assert "  this start     ann-bob 50% of 2" in lines
+
+
+def test_a_gather_stopped_before_its_last_label_says_how_many_it_holds(tmp_path: Path):
+    from launch.cli import parse_args
+    from run import end_of_run
+
+    run = parse_args(["gather_initial_prefs", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
+                      "--n_initial_prefs", "3", "--log_dir", str(tmp_path / "run")])
+    report = RunReport(run.dir, "MovingDotNoFrameskip-v0")
+    for code, first in ((130, "run stopped by Ctrl-C with 0 of its 3 labels"),
+                        (0, "run stopped with 0 of its 3 labels"),  # Ctrl-D
+                        (1, "run stopped: a process failed")):
+        summary = end_of_run(run, report, code).splitlines()
+        assert summary[0] == first and summary[-1].startswith("  resume:"), summary
