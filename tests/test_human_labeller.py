@@ -156,6 +156,10 @@ def test_keys_typed_before_a_pair_appears_are_dropped_but_ctrl_d_is_not():
     lab, answers, player = labeller(["L", "R"], keep_typed_ahead=False)
     player.on_load = lambda: answers.put("E")  # the person answers once the pair is shown
     assert lab.label(clip(255), clip(128)) == 0.5
+    assert player.draws[0][1][-1] == "> 2 keys typed before this pair dropped"  # said once
+    player.on_load = lambda: answers.put("L")
+    assert lab.label(clip(255), clip(128)) == 1.0
+    assert "dropped" not in player.draws[-1][1][-1]
     lab2, _, _ = labeller(["L", EOF], keep_typed_ahead=False)
     with pytest.raises(LabellingStopped):
         lab2.label(clip(255), clip(128))

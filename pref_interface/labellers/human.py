@@ -93,6 +93,7 @@ class HumanLabeller(Labeller):
         self.n_pairs = 0
         self.last = ""
         self.stopped_by_person = False
+        self._dropped = 0  # keys typed before a pair was shown, dropped since the last pair
 
     # ---- the Labeller protocol ----------------------------------------------------------------
 
@@ -102,6 +103,10 @@ class HumanLabeller(Labeller):
         self._make_player()
         if not self.keep_typed_ahead:
             self._discard_typed_ahead()
+        if self._dropped:  # said once, under the pair they did not answer
+            self.last = (f"{self.last}; " if self.last else "") + \
+                f"{self._dropped} key{'s' * (self._dropped != 1)} typed before this pair dropped"
+            self._dropped = 0
         self.n_pairs += 1
         upcoming, self._upcoming = self._upcoming, None
         return self._ask(left, right, upcoming=upcoming)
@@ -260,6 +265,8 @@ class HumanLabeller(Labeller):
                 self._stop()
             if isinstance(token, (LabelEdit, ReinsertClip)):  # not tied to a pair: still wanted
                 self.last = self._apply(token)
+            elif isinstance(token, str):
+                self._dropped += 1
 
     def _stop(self) -> None:
         self.answers.put(EOF)  # sticky: a later phase's labeller stops too
