@@ -45,7 +45,7 @@ from a2c.config import A2CRunConfig
 from launch.loop import run_agent
 from envs import make_vec_env
 from envs.atari import game_from_env_id, make_ale_vector_env
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 SWEEP_THREADS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 1), (2, 2))  # (torch, env)
 
@@ -227,7 +227,7 @@ def _load() -> str:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = ScriptParser(description=__doc__.split("\n\n")[0],
+    p = ScriptParser(description=first_paragraph(__doc__),
                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--env_id", default="PongNoFrameskip-v4", help="an ALE NoFrameskip-v4 id")
     p.add_argument("--num_envs", type=int, default=16, help="envs stepped together (App. A.2: 16)")

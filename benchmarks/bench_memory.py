@@ -33,7 +33,7 @@ from typing import Sequence, TextIO
 
 
 from benchmarks.bench_a2c import machine_header
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,7 +84,7 @@ def stored_labels(store: Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = ScriptParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p = ScriptParser(description=first_paragraph(__doc__))
     p.add_argument("env_id", nargs="?", default="PongNoFrameskip-v4", help="the run's env id")
     p.add_argument("--steps", type=int, default=2_000_000, help="agent steps of the run")
     p.add_argument("--every_s", type=float, default=5.0, help="seconds between samples")

@@ -39,7 +39,7 @@ import numpy as np
 
 from benchmarks.bench_a2c import machine_header
 from experiments.runlog import scalars, time_weights
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,7 +68,7 @@ def run_cli(args: list[str]) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = ScriptParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p = ScriptParser(description=first_paragraph(__doc__))
     p.add_argument("--env_id", default="PongNoFrameskip-v4", help="the runs' env id")
     p.add_argument("--steps", type=int, default=40_000, help="agent steps of each run")
     p.add_argument("--pace", type=float, default=0.1,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from benchmarks.bench_a2c import machine_header
 from pref_interface.labellers.web.headless import browser_missing, headless_page, labelling_run
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 KEYS = "LRE"
 RECORD_POSTS = """() => {
@@ -72,7 +72,7 @@ def summary(values: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ScriptParser(description=__doc__.split("\n\n")[0])
+    p = ScriptParser(description=first_paragraph(__doc__))
     p.add_argument("--envs", nargs="+", default=["MovingDotNoFrameskip-v0", "PongNoFrameskip-v4"],
                    help="env ids, one run each")
     p.add_argument("--pairs", type=int, default=30, help="answers per environment")

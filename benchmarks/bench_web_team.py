@@ -23,7 +23,7 @@ from pathlib import Path
 from benchmarks.bench_a2c import machine_header
 from pref_interface.labellers.web.headless import RECORD_ANSWERS, browser_missing, headless_page, team_run
 from pref_interface.store import PreferenceStore
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 KEYS = "LRE"
 READY = ("(last) => window.labelling.canAnswer() && window.labelling.shownPair !== last"
@@ -74,7 +74,7 @@ def measure(env_id: str, people: int, labels: int, think_s: float, overlap: floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ScriptParser(description=__doc__.split("\n\n")[0])
+    p = ScriptParser(description=first_paragraph(__doc__))
     p.add_argument("--env", default="PongNoFrameskip-v4", help="env id")
     p.add_argument("--people", type=int, nargs="+", default=[1, 2, 3], help="team sizes, one run each")
     p.add_argument("--labels", type=int, default=120, help="answers per run")

@@ -25,7 +25,7 @@ from benchmarks.time_to_level import run_until_level
 from envs.scores import MOVING_DOT_RANDOM
 from experiments.runlog import level_reached
 from experiments.sweep import Trial, add_sweep_flags, run_sweep, sweep_options
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,7 +40,7 @@ def moving_dot_learns(seed: int, run_dir: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ScriptParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p = ScriptParser(description=first_paragraph(__doc__))
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(20)), help="seeds to run")
     p.add_argument("--out_dir", default=str(ROOT / "runs" / "reliability"),
                    help="where the runs' directories go")

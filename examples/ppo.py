@@ -63,7 +63,7 @@ def usage_error(message: str) -> NoReturn:
     """A mistake on the command line: one line on stderr, exit status 2 (as run.py's)."""
     from launch.cli import EXIT_USAGE
 
-    print(f"examples.ppo: error: {message}", file=sys.stderr)
+    print(f"python -m examples.ppo: error: {message}", file=sys.stderr)
     raise SystemExit(EXIT_USAGE)
 
 

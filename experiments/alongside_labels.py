@@ -28,7 +28,7 @@ from experiments.sweep import Trial, add_sweep_flags, run_sweep, sweep_options
 from launch.rundir import PREFS_FILE
 from pref_interface.labellers.teachers import ENDURO_TEACHERS, make_teacher, teacher_kind
 from pref_interface.store import PreferenceStore
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV_ID = "EnduroNoFrameskip-v4"
@@ -73,7 +73,7 @@ def probe(run_dir: Path, steps: int, n_envs: int, seed: int) -> dict[str, float]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ScriptParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p = ScriptParser(description=first_paragraph(__doc__))
     p.add_argument("run_dir", type=Path, help="a run taught by one of Enduro's teachers")
     p.add_argument("--labels", type=int, default=500, help="labels added on the drivers' clips")
     p.add_argument("--drivers", nargs="+", default=["random", "following:0.5", "following:0.85",

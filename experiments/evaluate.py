@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from launch.rundir import is_run_dir, playable_policy, saved_settings
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 EXIT_USAGE = 2
 DEFAULT_GRID = ("greedy:30", "sampled:30", "greedy:0")
@@ -250,7 +250,7 @@ def log_to_tensorboard(run_dir: Path, cells: list[Cell], prefix: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = ScriptParser(description=__doc__.split("\n\n")[0],
+    p = ScriptParser(description=first_paragraph(__doc__),
                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("policies", nargs="+", metavar="POLICY",
                    help="a run directory, a folder of checkpoints, a checkpoint or weights file")

@@ -30,7 +30,7 @@ from pathlib import Path
 from experiments.sweep import Trial, add_sweep_flags, run_sweep, sweep_options
 from launch.rundir import PREDICTOR_FILE, PREFS_FILE, epochs_pretrained
 from pref_interface.store import PreferenceStore, stored_labels
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,7 +79,7 @@ def agreement(run_dir: Path, steps: int, n_envs: int, seed: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ScriptParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p = ScriptParser(description=first_paragraph(__doc__))
     p.add_argument("env_id", help="the env id")
     p.add_argument("--queries", nargs="+", default=["pairs", "sort"], choices=["pairs", "sort"],
                    help="query modes compared (run.py's --queries)")

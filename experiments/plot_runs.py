@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 from experiments.runlog import RunLog, smooth
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 
 
@@ -58,7 +58,7 @@ def plot(run_dirs: list[str], names: list[str], out: str, title: str, window: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ScriptParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p = ScriptParser(description=first_paragraph(__doc__))
     p.add_argument("run_dirs", nargs="+", help="run directories (each with a tb/ folder)")
     p.add_argument("--labels", nargs="*", help="legend names, one per run (default: dir names)")
     p.add_argument("--out", default="runs.png", help="output image (.png)")

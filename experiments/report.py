@@ -30,7 +30,7 @@ from experiments.reproduction import (RunRow, draw, head_names, legend_below, ma
                                       name_by_flags, plot, read_run, stretch_table, table_head)
 from experiments.runlog import smooth
 from experiments.runrecord import RunRecord, as_typed
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -347,7 +347,7 @@ def render(doc: str, records: Path = RECORDS, figures: Path | None = None) -> st
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ScriptParser(description=__doc__.split("\n\n")[0])
+    p = ScriptParser(description=first_paragraph(__doc__))
     p.add_argument("--no_figures", action="store_true", help="rewrite the tables only")
     a = p.parse_args(argv)
     DOC.write_text(render(DOC.read_text(), figures=None if a.no_figures else DOCS))

@@ -35,7 +35,7 @@ from experiments.runrecord import PROGRAMS, RunRecord, as_typed
 from launch.rundir import is_run_dir, saved_settings
 from launch.settings import flag_fields
 from runtime.outputs import prepare_figure
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 
 KINDS = {"prefs": ("from preferences", "tab:blue"), "true": ("true reward", "tab:orange")}
@@ -292,7 +292,7 @@ def plot(rows: list[RunRow], game: str, out: str, window: int, level: float | No
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ScriptParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p = ScriptParser(description=first_paragraph(__doc__))
     p.add_argument("game", help="the game, as its env id starts (e.g. Pong): the figure's title")
     p.add_argument("--prefs", nargs="*", type=Path, default=[],
                    help="runs from preferences (run directories or records)")

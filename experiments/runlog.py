@@ -101,6 +101,7 @@ class RunLog:
             else:
                 events.Reload()
         self.sps = self._scalars(self.tb, "charts/SPS")
+        self.starts = start_times(self.run_dir)  # a resume since the last read
         return self
 
     def progress(self, window: int = 10) -> dict[str, float]:
@@ -214,11 +215,10 @@ def level_reached(run_dir: Path, level: float, window: int = 64) -> dict | None:
     agent steps, the labels in the store and the seconds since the run started (its initial
     labelling and pretraining included, stops during training not) at that moment. None for a
     run that neither reached it nor ended at its agent steps (not started, or stopped early)."""
-    from datetime import datetime, timezone
 
     from a2c.config import checkpoint_steps, checkpoints
     from launch.cli import load_settings
-    from launch.rundir import MACHINES_FILE, POLICY_DIR, is_run_dir
+    from launch.rundir import POLICY_DIR, is_run_dir
 
     if not is_run_dir(run_dir):
         return None
@@ -234,10 +234,8 @@ def level_reached(run_dir: Path, level: float, window: int = 64) -> dict | None:
     if hit is not None:
         at_steps, training_s = hit
         setup_s = 0.0  # the initial labels and pretraining: from the run's start to A2C's first
-        if (run_dir / MACHINES_FILE).is_file() and len(log.sps):
-            started = (run_dir / MACHINES_FILE).read_text().split("\t", 1)[0]
-            t0 = datetime.strptime(started, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
-            setup_s = max(0.0, float(log.sps[0, 0]) - t0.timestamp())
+        if len(log.starts) and len(log.sps):
+            setup_s = max(0.0, float(log.sps[0, 0]) - float(log.starts[0]))
         labels = log.labels_at(at_steps)
         result.update(steps=at_steps, wall_s=setup_s + training_s,
                       labels=float("nan") if labels is None else labels)

@@ -18,7 +18,7 @@ import numpy as np
 
 from envs import UnknownEnvError, env_kind
 from envs.atari import DEFAULT_SCORE_ROWS, SCORE_ROWS, game_from_env_id, make_ale_vector_env
-from runtime.script_args import ScriptParser
+from runtime.script_args import ScriptParser, first_paragraph
 
 
 LAG = 3  # agent steps after a reward by which the score display has been redrawn
@@ -57,7 +57,7 @@ def reward_lift(game: str, steps: int, n_envs: int, seed: int
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = ScriptParser(description=__doc__.split("\n\n")[0])
+    p = ScriptParser(description=first_paragraph(__doc__))
     p.add_argument("env_ids", nargs="+", help="Atari ids, e.g. PongNoFrameskip-v4")
     p.add_argument("--steps", type=int, default=3000, help="random steps per env")
     p.add_argument("--n_envs", type=int, default=4, help="envs played side by side")

@@ -90,9 +90,10 @@ def windows(log: RunLog, every: int) -> list[dict[str, str]]:
         return []
     rows = []
     last = int(sps_steps.max())
-    for start in range(0, last + 1, every):
-        end = start + every
-        shown = min(end, last)  # the last window ends where the run stands
+    for start in range(0, max(last, 1), every):
+        # the last window ends where the run stands, its last point included
+        end = start + every if start + every < last else last + 1
+        shown = min(start + every, last)
         row = {"steps": f"{start / 1e6:.2f}-{shown / 1e6:.2f}M" if every >= 10_000
                else f"{start / 1e3:g}-{shown / 1e3:g}k"}  # windows finer than 0.01M in thousands
         for heading, _, _, how, fmt in COLUMNS:

@@ -34,6 +34,7 @@ from pathlib import Path
 from experiments.sweep_trial import RUNS_DIR, TUNE_DIR, Trial, device_flags
 from runtime.script_args import ScriptParser, first_paragraph
 
+PROG = "python -m experiments.sweep"  # as its usage and its errors name it
 SWEEP_FILE = "sweep.json"  # the sweep's own command line, for --resume
 SAVE_WAIT_S = 300  # after a stop, how long the driver waits for the trials' runs to save
 
@@ -122,11 +123,9 @@ def run_sweep(command: list[str], all_trials: list[Trial], storage: Path, *,
         check_command(command, runs_dir, all_trials)
         check_resources(cpus_per_trial, gpus_per_trial, address)
     except SweepError as e:
-        print(f"experiments.sweep: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
-    print(f"sweep of {len(all_trials)} trials in {runs_dir}:")
-    for t in all_trials:
-        print("  python run.py " + " ".join(t.run_argv(command, runs_dir / t.name)), flush=True)
+    list_trials(command, all_trials, runs_dir, gpus_per_trial)
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # no Tune tables: ours is the progress line
     import ray
@@ -156,6 +155,15 @@ def run_sweep(command: list[str], all_trials: list[Trial], storage: Path, *,
     if len(done) == len(results):
         return 0
     return EXIT_INTERRUPTED if len(done) + len(stopped) == len(results) else 1
+
+
+def list_trials(command: list[str], all_trials: list[Trial], runs_dir: Path,
+                gpus_per_trial: float) -> None:
+    """Each trial's run.py command line, as it runs."""
+    print(f"sweep of {len(all_trials)} trials in {runs_dir}:")
+    for t in all_trials:
+        print("  python run.py " + " ".join(t.run_argv(command, runs_dir / t.name)
+                                            + device_flags(gpus_per_trial)), flush=True)
 
 
 def check_resources(cpus_per_trial: float, gpus_per_trial: float, address: str | None) -> None:
@@ -307,14 +315,10 @@ def main(argv: list[str] | None = None) -> int:
             check_command(spec.command, storage / RUNS_DIR, all_trials)
         check_resources(spec.cpus_per_trial, spec.gpus_per_trial, a.address)
     except SweepError as e:
-        print(f"experiments.sweep: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     if a.dry_run:
-        print(f"sweep of {len(all_trials)} trials in {storage / RUNS_DIR}:")
-        for t in all_trials:
-            print("  python run.py " + " ".join(
-                t.run_argv(spec.command, storage / RUNS_DIR / t.name)
-                + device_flags(spec.gpus_per_trial)))
+        list_trials(spec.command, all_trials, storage / RUNS_DIR, spec.gpus_per_trial)
         return 0
     storage.mkdir(parents=True, exist_ok=True)
     (storage / SWEEP_FILE).write_text(json.dumps(asdict(spec), indent=1))

@@ -98,6 +98,7 @@ class Supervisor:
         if progress is not None and bar is None and status_line is None:
             status_line = progress.line
         deadline = None  # once `until()` holds: when the children still running are terminated
+        ended = False  # the wait ended with no failure, no stuck child and no Ctrl-C
         try:
             while any(p.is_alive() for p in self.procs.values()):
                 crashed = [n for n, p in self.procs.items()
@@ -128,6 +129,7 @@ class Supervisor:
                         sys.stderr.write(f"\r\x1b[K{line}" if tty else f"{line}\n")
                         sys.stderr.flush()
                 time.sleep(0.2)
+            ended = True
         except KeyboardInterrupt:
             sys.stderr.write("\nstopping: saving checkpoints and labels...\n")
             self.stop_event.set()
@@ -139,7 +141,7 @@ class Supervisor:
                 bar.close()
             elif tty and status_line is not None:
                 sys.stderr.write("\n")
-            elif status_line is not None and (line := status_line()):
+            elif ended and status_line is not None and (line := status_line()):
                 sys.stderr.write(f"{line}\n")  # a log ends on where the wait ended
         crashed = [n for n, p in self.procs.items() if p.exitcode not in (0, None)]
         return self._fail(crashed) if crashed else 0

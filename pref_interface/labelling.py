@@ -13,7 +13,7 @@ from pref_interface.store import PreferenceStore
 class LabellingStats:
     """Counters shared between processes (each a `multiprocessing.Value('i')`)."""
 
-    labels_total: Any  # labels made and stored by labelling in this run
+    labels_total: Any  # labels made and stored by labelling in this phase
     labels_stored: Any  # labels in the store now, earlier phases' and runs' too (as the summary)
     labels_received: Any  # labels taken off `preferences`, incremented by the trainer
     clips_received: Any  # clips labelling took off `clips`

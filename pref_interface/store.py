@@ -336,7 +336,8 @@ class PreferenceStore:
         Arrays: `mu` (N,), `is_validation` (N,), `source` (N,) str, `created` (N,), `ids` (N,),
         `labeller` (N,) str ('' for a label that names nobody; older exports lack it),
         `ensemble_p` (N,) float (the ensemble's P[left better] when a person answered, NaN where
-        it was not kept; older exports lack it),
+        it was not kept; older exports lack it), `demonstration` (N,) str (`left`, `right` or
+        `both`: which clips are demonstrations, '' where none is; older exports lack it),
         `clip_steps` (N, 2) int, and the clips left0, right0, left1, ... concatenated:
         `frames` uint8 (sum(T + 3), 84, 84), `actions` int64 (sum T), `true_rewards` float32 (sum T),
         `dones` bool (sum T) with `clip_has_dones` (N, 2) bool saying which clips have them

@@ -194,12 +194,12 @@ def test_closing_says_what_was_stored_after_the_last_answer_was_drawn():
     lab, _, player = labeller(["L"], stats=stats, target=20)
     lab.label(clip(255), clip(128))
     lab.close()
-    assert player.closed == "labelling ended: 2 labels stored in this start, 20/20 in the run"
+    assert player.closed == "labelling ended: 2 labels stored while gathering, 20/20 held"
     lab, _, player = labeller([EOF], stats=stats, has_trainer=True)
     with pytest.raises(LabellingStopped):
         lab.label(clip(255), clip(128))
     lab.close()
-    assert player.closed == "labelling stopped (Ctrl-D): 2 labels stored in this start"
+    assert player.closed == "labelling stopped (Ctrl-D): 2 labels stored while training, 20 held"
 
 
 def test_make_labeller_gives_a_person_only_with_an_answers_queue():

@@ -319,7 +319,7 @@ def test_the_ppo_examples_bad_flags_are_one_line_before_any_env_starts(flags, wo
         wrapper_settings([*flags, "--log_dir", str(tmp_path / "x")])
     assert stop.value.code == 2
     message = capsys.readouterr().err.strip()
-    assert message.startswith("examples.ppo: error: ") and words in message and "\n" not in message
+    assert message.startswith("python -m examples.ppo: error: ") and words in message and "\n" not in message
     assert not (tmp_path / "x").exists()
 
 

@@ -67,6 +67,10 @@ def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
     assert (first["alongside"], second["alongside"]) == ("20.0%", "-")
     assert (first["logit_sd"], second["logit_sd"]) == ("0.001", "0.300")
     assert (first["value_sd"], second["value_sd"]) == ("0.001", "0.150")
+    # a run ending on a window's edge: its last point is in the last window, not one of its own
+    assert summarise_run.main([str(tmp_path), "--every", "500"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert [r.split()[0] for r in rows] == ["0-0.5k", "0.5-1k", "1-1.5k"]
 
 
 def test_a_resumed_runs_curve_is_read_without_tensorboards_restart_warning(tmp_path, caplog,

@@ -172,7 +172,7 @@ def test_bad_input_is_one_line_and_status_2_with_nothing_written(tmp_path, capsy
     storage = tmp_path / "sweep"
     code = main([*sweep_flags, "--storage", str(storage), "--", *command])
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and err.startswith("experiments.sweep: error:"), err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("python -m experiments.sweep: error:"), err
     assert not storage.exists()
 
 

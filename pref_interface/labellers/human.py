@@ -220,11 +220,11 @@ class HumanLabeller(Labeller):
         of what was stored: the block's counts were drawn before the last answer was."""
         if self.player is not None:
             message = None
-            if self.stats is not None:
-                n = self.stats.labels_total.value
-                stored = f"{n} label{'s' * (n != 1)} stored in this start"
-                if self.target and not self.stopped_by_person:
-                    stored += f", {self.stats.labels_stored.value}/{self.target} in the run"
+            if self.stats is not None:  # its counters are this phase's
+                n, held = self.stats.labels_total.value, self.stats.labels_stored.value
+                stored = (f"{n} label{'s' * (n != 1)} stored while "
+                          f"{'gathering' if self.target else 'training'}, " +
+                          (f"{held}/{self.target} held" if self.target else f"{held} held"))
                 message = ("labelling stopped (Ctrl-D): " if self.stopped_by_person
                            else "labelling ended: ") + stored
             elif self.stopped_by_person:
@@ -241,7 +241,7 @@ class HumanLabeller(Labeller):
         if self.stats is not None:
             if self.target:
                 parts.append(f"labelled {self.stats.labels_stored.value}/{self.target}")
-            else:  # this start's answers, and the store's count where earlier ones are in it
+            else:  # this phase's answers, and the store's count where earlier ones are in it
                 total, held = self.stats.labels_total.value, self.stats.labels_stored.value
                 parts.append(f"labelled {total}" + (f" ({held} held)" if held > total else ""))
             if self.has_trainer:
