@@ -22,8 +22,10 @@ episodes reaches 90% of the scripted policy's (envs/scores.py), as
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -71,7 +73,7 @@ def wrapper_settings(rest: list[str]) -> tuple[str, int, dict]:
     """The game, the envs' seed and PreferenceVecEnv's keyword settings from run.py's command line
     (the game, then its flags); with --resume the game and seed are the run's. SystemExit, in one
     line on stderr and exit status 2, for a bad flag."""
-    from launch.cli import TargetReached, UsageError, given_flags, parse_args
+    from launch.cli import TargetReached, UsageError, check_steps_left, given_flags, parse_args
     from launch.settings import Settings
 
     try:
@@ -82,6 +84,10 @@ def wrapper_settings(rest: list[str]) -> tuple[str, int, dict]:
         # Every flag checked as run.py checks it, before any env starts.
         run = parse_args(["train_policy_with_preferences",
                           *([] if env_id or resumed else [DEFAULT_ENV]), *rest])
+        if resumed and (run.dir / MODEL_FILE).is_file():  # PPO's own steps, kept in its model
+            with zipfile.ZipFile(run.dir / MODEL_FILE) as z:
+                done = int(json.loads(z.read("data"))["num_timesteps"])
+            check_steps_left(run.dir, done, run.settings.million_timesteps)
     except UsageError as e:
         usage_error(str(e))
     except TargetReached as e:  # a finished run: nothing to do, as run.py says it

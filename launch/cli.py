@@ -38,6 +38,14 @@ class TargetReached(Exception):
     0), said in one line."""
 
 
+def check_steps_left(run_dir: Path, done: int, million_timesteps: float) -> None:
+    """TargetReached where a resumed run's `done` agent steps reach its target."""
+    if done >= million_timesteps * 1e6:
+        raise TargetReached(f"{run_dir} is at {done:,} agent steps, its target "
+                            f"(--million_timesteps {million_timesteps:g}): nothing to do; give a "
+                            "larger --million_timesteps to go on")
+
+
 class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):
         raise UsageError(message + self.flag_hint(message))
@@ -157,11 +165,7 @@ def resume(run_dir: Path, given: dict[str, Any]) -> Run:
     policy = run_dir / POLICY_DIR
     kept = checkpoints(policy)
     if kept and settings.mode in TRAINING_MODES:
-        done = checkpoint_steps(kept[-1])
-        if done >= settings.million_timesteps * 1e6:
-            raise TargetReached(f"{run_dir} is at {done:,} agent steps, its target "
-                                f"(--million_timesteps {settings.million_timesteps:g}): nothing "
-                                "to do; give a larger --million_timesteps to go on")
+        check_steps_left(run_dir, checkpoint_steps(kept[-1]), settings.million_timesteps)
     if settings.mode == "gather_initial_prefs":
         from pref_interface.store import stored_labels
 

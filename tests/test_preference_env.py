@@ -375,9 +375,21 @@ def test_ppo_learns_moving_dot_from_preferences_through_the_wrapper(tmp_path):
 def test_the_ppo_example_resuming_a_run_at_its_target_says_so_in_one_line(tmp_path, capsys):
     from examples.ppo import wrapper_settings
 
+    import json
+    import zipfile
+
     run = tmp_path / "run"
-    shutil.copytree(ROOT / "tests" / "fixtures" / "run_29d3a96", run)  # at its 4,000 steps
+    shutil.copytree(ROOT / "tests" / "fixtures" / "run_29d3a96", run)  # A2C's, at its 4,000 steps
     with pytest.raises(SystemExit) as stop:
         wrapper_settings(["--resume", str(run)])
     message = capsys.readouterr().err.strip()
     assert stop.value.code == 0 and "nothing to do" in message and "\n" not in message, message
+    # PPO's own run: its steps are in its model, its policy folder holds no A2C checkpoint
+    shutil.rmtree(run / "policy")
+    with zipfile.ZipFile(run / "ppo.zip", "w") as z:
+        z.writestr("data", json.dumps({"num_timesteps": 4096}))
+    with pytest.raises(SystemExit) as stop:
+        wrapper_settings(["--resume", str(run)])
+    assert stop.value.code == 0 and "is at 4,096 agent steps" in capsys.readouterr().err
+    assert wrapper_settings(["--resume", str(run), "--million_timesteps", "0.01"])[0] == (
+        "MovingDotNoFrameskip-v0")  # a larger target goes on
