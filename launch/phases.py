@@ -58,20 +58,29 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
     whose = "the starting policy" if run.settings.start_policy else "the untrained policy"
     print(f"gathering {n_labels} labels from {whose}"
           + (f" ({stored} stored already)" if stored else ""), file=sys.stderr)
-    say_how_to_answer(run, ch.answers)
+    say_how_to_answer(run, session)
     # One person labelling sees the counters in the prompt: no status line over the player;
     # several people label in their browsers, and the terminal shows the count.
     team = session.page is not None and session.page.labellers
     progress = None if ch.answers is not None and not team else Progress(
         "labels", n_labels, "label", lambda: (labelling_stats.labels_stored.value, a2c_status(a2c_stats)))
-    return sup.wait(progress=progress, until=lambda: not sup.procs["labelling"].is_alive())
+    code = sup.wait(progress=progress, until=lambda: not sup.procs["labelling"].is_alive())
+    if code == 0 and ch.answers is not None and labelling_stats.labels_stored.value < n_labels:
+        session.labelling_stopped = True  # Ctrl-D, or the piped answers ended: it stays so
+    return code
 
 
-def say_how_to_answer(run: Run, answers) -> None:
-    """Where a person answers and how labelling and the run stop (nothing without a person)."""
-    if answers is not None and run.player_kind == "web" and not sys.stdin.isatty():
+def say_how_to_answer(run: Run, session: Session) -> None:
+    """Where a person answers and how labelling and the run stop (nothing without a person);
+    after Ctrl-D (or the end of piped answers) in an earlier phase, labelling stays off."""
+    if session.answers is None:
+        return
+    if session.labelling_stopped:
+        print("labelling is off: its input ended (Ctrl-D); --resume the run to label again, "
+              "Ctrl-C stops it", file=sys.stderr)
+    elif run.player_kind == "web" and not sys.stdin.isatty():
         print("answer on the page; Ctrl-C stops the run", file=sys.stderr)
-    elif answers is not None:
+    else:
         print("answer " + ("on the page or " if run.player_kind == "web" else "") +
               "here: Ctrl-D stops labelling (labels kept), Ctrl-C stops the run", file=sys.stderr)
 
@@ -144,11 +153,13 @@ def train_policy_with_preferences(run: Run, ctx, session: Session, report: RunRe
         return code
     loop = PreferenceLoop(run, ctx, session, prefs_path, predictor_path, agent=a2c_config(run))
     report.agent_stats = loop.agent_stats
-    print(f"training the policy on r̂ to {int(s.million_timesteps * MILLION):,} agent steps, "
-          f"labelling beside it ({stored_labels(prefs_path):,} labels held)", file=sys.stderr)
-    say_how_to_answer(run, loop.ch.answers)
+    beside = "" if session.labelling_stopped else ", labelling beside it"
+    print(f"training the policy on r̂ to {int(s.million_timesteps * MILLION):,} agent steps"
+          f"{beside} ({stored_labels(prefs_path):,} labels held)", file=sys.stderr)
+    say_how_to_answer(run, session)
     # While a person labels, the counters are in the prompt: no bar over the player.
-    progress = None if loop.ch.answers is not None else training_progress(
+    person = loop.ch.answers is not None and not session.labelling_stopped
+    progress = None if person else training_progress(
         run, loop.agent_stats, lambda: loop.status(steps=False))
     code = loop.sup.wait(loop.status, until=lambda: not loop.sup.procs["a2c"].is_alive(),
                          progress=progress)

@@ -50,6 +50,7 @@ class Session:
 
     def __init__(self, run: Run, ctx, page=None, lock: RunDirLock | None = None):
         self.answers = self.page_updates = self.reader = None
+        self.labelling_stopped = False  # the person stopped labelling (Ctrl-D) in an earlier phase
         self.page = page
         self.lock = lock
         if run.labels_by_person:

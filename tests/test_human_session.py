@@ -219,3 +219,20 @@ def test_a_run_whose_stdin_ends_before_any_label_says_how_to_label(tmp_path):
     assert ("no labels to train the reward predictor on: stopping; the answers were read from "
             "stdin") in r.stderr
     assert "--synthetic_prefs" in r.stderr
+
+
+def test_answers_that_end_while_gathering_leave_labelling_off_in_training(tmp_path):
+    """Piped answers end during gathering: training goes on with the labels held and says that
+    labelling is off, not how to answer."""
+    env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
+    r = subprocess.run([sys.executable, "run.py", "train_policy_with_preferences",
+                        "MovingDotNoFrameskip-v0", "--n_envs", "2", "--n_initial_prefs", "10",
+                        "--n_initial_epochs", "1", "--million_timesteps", "0.002",
+                        "--log_dir", str(tmp_path / "run")],
+                       cwd=ROOT, env=env, input="L\nR\nL\nR\n", capture_output=True, text=True,
+                       timeout=180)
+    assert r.returncode == 0, r.stderr
+    training = r.stderr[r.stderr.index("training the policy on r̂"):]
+    assert "labelling is off: its input ended (Ctrl-D)" in training, r.stderr
+    assert "answer here" not in training and "labelling beside it" not in training, r.stderr
+    assert len(stored(tmp_path / "run")) == 4
