@@ -28,8 +28,8 @@ from a2c.config import checkpoint_steps, checkpoints
 from experiments.milestones import MILESTONES, Milestone
 from experiments.plot_runs import plot
 from experiments.runlog import RunLog
+from experiments.runrecord import run_finished
 from experiments.sweep import Trial, add_sweep_flags, run_sweep, sweep_options
-from launch.cli import load_settings
 from launch.rundir import POLICY_DIR
 from runtime.outputs import prepare_figure
 from runtime.script_args import ScriptParser
@@ -71,7 +71,7 @@ def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR,
         if hit is None:
             kept = checkpoints(d / POLICY_DIR)
             total = checkpoint_steps(kept[-1]) if kept else 0
-            so_far = "" if total >= load_settings(d).million_timesteps * 1e6 else " so far"
+            so_far = "" if run_finished(d) else " so far"
             reached = "not yet" if m.level is not None else "-"
             print(f"| {seed} | {reached} | {total:,.0f}{so_far} | {labels(total)} | "
                   f"{log.wall_clock_s() / 60:.1f} min{so_far} | {last} |")

@@ -79,7 +79,8 @@ class RunRow:
     def cells(self, with_level: bool = True) -> list[str]:
         """The table row's cells, `table_head`'s columns."""
         cells = [self.title, "-" if self.seed is None else str(self.seed),
-                 steps_text(self.steps), "-" if self.labels is None else f"{self.labels:,.0f}",
+                 steps_text(self.steps) + (" so far" if self.record.finished is False else ""),
+                 "-" if self.labels is None else f"{self.labels:,.0f}",
                  f"{self.hours:.1f} h" if self.hours >= 1 else f"{self.hours * 60:.1f} min",
                  "; ".join(self.machines) or "not recorded",
                  "-" if self.starts == 0 else str(self.starts - 1),

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from a2c.config import ALONGSIDE_SHARE_TAG
+from a2c.config import ALONGSIDE_SHARE_TAG, checkpoint_steps, checkpoints
 from experiments.runlog import RunLog
-from launch.rundir import (COMMAND_FILE, MACHINES_FILE, PREFS_FILE, SETTINGS_FILE, is_run_dir,
-                           saved_settings)
+from launch.rundir import (COMMAND_FILE, MACHINES_FILE, POLICY_DIR, PREFS_FILE, SETTINGS_FILE,
+                           is_run_dir, saved_settings)
 from launch.settings import build_parser, flag_fields
 from pref_interface.store import stored_labels
 
@@ -63,6 +63,9 @@ class RunRecord:
     # the agent steps at its end; None where the run did not record it
     alongside_steps: np.ndarray | None = None
     alongside_shares: np.ndarray | None = None
+    # Whether it reached its target (--million_timesteps) by its latest policy checkpoint; None
+    # where that is not known (a record saved without it, or no A2C checkpoint yet).
+    finished: bool | None = None
 
     @classmethod
     def read(cls, path: Path) -> "RunRecord":
@@ -98,7 +101,8 @@ class RunRecord:
                    episode_training_s=log.episode_training_s(),
                    label_steps=label_steps, label_totals=label_totals, settings=settings,
                    alongside_steps=share_steps if len(share_steps) else None,
-                   alongside_shares=shares if len(shares) else None)
+                   alongside_shares=shares if len(shares) else None,
+                   finished=run_finished(path, settings))
 
     @classmethod
     def load(cls, path: Path) -> "RunRecord":
@@ -120,7 +124,8 @@ class RunRecord:
                    label_steps=np.array(lab["steps"], float),
                    label_totals=np.array(lab["totals"], float), settings=d.get("settings"),
                    alongside_steps=np.array(along["steps"], float) if along else None,
-                   alongside_shares=np.array(along["shares"], float) if along else None)
+                   alongside_shares=np.array(along["shares"], float) if along else None,
+                   finished=d.get("finished"))
 
     def save(self, path: Path) -> None:
         """Write the record; the label count is kept only where it changes (a few thousand
@@ -135,6 +140,8 @@ class RunRecord:
              "labels": {"steps": [int(s) for s in self.label_steps[changed]],
                         "totals": [int(n) for n in self.label_totals[changed]]},
              "settings": self.settings}
+        if self.finished is not None:
+            d["finished"] = self.finished
         if self.alongside_shares is not None:
             d["alongside"] = {"steps": [int(s) for s in self.alongside_steps],
                               "shares": [round(float(v), 4) for v in self.alongside_shares]}
@@ -192,6 +199,16 @@ class RunRecord:
         """Labels in the store when A2C was at `steps` agent steps; None before the first count."""
         before = self.label_totals[self.label_steps <= steps]
         return float(before[-1]) if len(before) else None
+
+
+def run_finished(path: Path, settings: dict[str, Any] | None = None) -> bool | None:
+    """Whether a run directory's latest policy checkpoint is at its target (--million_timesteps);
+    None with no A2C checkpoint (none saved yet, or another learner's run)."""
+    target = (saved_settings(path) if settings is None else settings).get("million_timesteps")
+    kept = checkpoints(path / POLICY_DIR)
+    if target is None or not kept:
+        return None
+    return checkpoint_steps(kept[-1]) >= target * 1e6
 
 
 def _lines(path: Path) -> list[str]:

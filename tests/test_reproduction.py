@@ -265,3 +265,25 @@ def test_a_run_stopped_between_two_counts_of_its_labels_gives_the_stores(tmp_pat
             store.add(random_pref(rng, t=2))
     rec = RunRecord.read(tmp_path / "p1")
     assert rec.labels == 6 and rec.label_steps[-1] == rec.agent_steps
+
+
+def test_a_run_stopped_before_its_target_gives_its_steps_so_far(tmp_path, capsys, monkeypatch):
+    """A sweep's report while its trials run (or after they were stopped): a run whose newest
+    checkpoint is short of its --million_timesteps says "so far", in its record too."""
+    d = tmp_path / "p1"
+    fake_run(d, 1, [-21, -20, 19], starts=1, monkeypatch=monkeypatch)
+    (d / "settings.json").write_text(json.dumps({"seed": 1, "million_timesteps": 0.5}))
+    (d / "policy").mkdir()
+    (d / "policy" / "policy-000000300000.pt").touch()
+    args = ["Pong", "--window", "2", "--prefs"]
+
+    def steps_cell(path: Path) -> str:
+        assert reproduction.main(args + [str(path)]) == 0
+        return capsys.readouterr().out.splitlines()[2].split("|")[3].strip()
+
+    assert steps_cell(d) == "0.30M so far"
+    assert reproduction.main(args + [str(d), "--save_records", str(tmp_path / "rec")]) == 0
+    capsys.readouterr()
+    assert steps_cell(tmp_path / "rec" / "p1.json") == "0.30M so far"
+    (d / "policy" / "policy-000000500000.pt").touch()
+    assert steps_cell(d) == "0.30M"  # at its target: the steps of its last episode, as they were
