@@ -34,7 +34,6 @@ from pathlib import Path
 from experiments.sweep_trial import RUNS_DIR, TUNE_DIR, Trial, device_flags
 from runtime.script_args import ScriptParser, first_paragraph
 
-PROG = "python -m experiments.sweep"  # as its usage and its errors name it
 SWEEP_FILE = "sweep.json"  # the sweep's own command line, for --resume
 SAVE_WAIT_S = 300  # after a stop, how long the driver waits for the trials' runs to save
 
@@ -104,7 +103,7 @@ def run_sweep(command: list[str], all_trials: list[Trial], storage: Path, *,
               gpus_per_trial: float = 0.0, address: str | None = None, max_failures: int = -1,
               progress_s: float = 60.0, poll_s: float = 20.0,
               stop_at: tuple[float, int] | None = None, restore: bool = False,
-              resume_cmd: str | None = None) -> int:
+              resume_cmd: str | None = None, prog: str = "sweep") -> int:
     """Run the trials as one sweep, each in `runs_dir/<trial name>` (default STORAGE/runs),
     started with `command` or resumed where its run directory holds a run; Tune's state and what
     each run printed go under `storage`. `stop_at` (level, window): a trial's run is stopped, and
@@ -112,9 +111,10 @@ def run_sweep(command: list[str], all_trials: list[Trial], storage: Path, *,
     already is not started). `restore`: continue the stopped sweep whose Tune state is in
     STORAGE. On a cluster, `storage` and `runs_dir` must be paths every node sees.
     `resume_cmd`: the command that continues the sweep after a stop (default: the same command
-    again). Returns 0 when every trial's run ended well, 1 when one did not, 130 when the sweep
-    was stopped before every trial ended, 2 (said in one line) when a trial's command line or
-    the resources asked are refused, before anything starts."""
+    again); `prog`: the script, as its one-line errors name it. Returns 0 when every trial's run
+    ended well, 1 when one did not, 130 when the sweep was stopped before every trial ended, 2
+    (said in one line) when a trial's command line or the resources asked are refused, before
+    anything starts."""
     from launch.stopping import EXIT_INTERRUPTED
 
     storage = storage.expanduser().resolve()
@@ -123,7 +123,7 @@ def run_sweep(command: list[str], all_trials: list[Trial], storage: Path, *,
         check_command(command, runs_dir, all_trials)
         check_resources(cpus_per_trial, gpus_per_trial, address)
     except SweepError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     list_trials(command, all_trials, runs_dir, gpus_per_trial)
 
@@ -219,12 +219,13 @@ def add_sweep_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", default=None,
                    help="a Ray cluster's address (auto: the one this node has joined); default: "
                         "a Ray of this machine alone")
+    p.set_defaults(prog=p.prog)  # the script, as the sweep's errors name it
 
 
 def sweep_options(a: argparse.Namespace) -> dict:
     """`add_sweep_flags`' values, as `run_sweep`'s keyword arguments."""
     return {"cpus_per_trial": a.cpus_per_trial, "gpus_per_trial": a.gpus_per_trial,
-            "address": a.address}
+            "address": a.address, "prog": a.prog}
 
 
 @dataclass
@@ -315,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             check_command(spec.command, storage / RUNS_DIR, all_trials)
         check_resources(spec.cpus_per_trial, spec.gpus_per_trial, a.address)
     except SweepError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{a.prog}: error: {e}", file=sys.stderr)
         return 2
     if a.dry_run:
         list_trials(spec.command, all_trials, storage / RUNS_DIR, spec.gpus_per_trial)
@@ -323,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     storage.mkdir(parents=True, exist_ok=True)
     (storage / SWEEP_FILE).write_text(json.dumps(asdict(spec), indent=1))
     code = run_sweep(spec.command, all_trials, storage, cpus_per_trial=spec.cpus_per_trial,
-                     gpus_per_trial=spec.gpus_per_trial, address=a.address,
+                     gpus_per_trial=spec.gpus_per_trial, address=a.address, prog=a.prog,
                      max_failures=spec.max_failures, progress_s=a.progress_s,
                      poll_s=spec.poll_s, restore=a.resume is not None,
                      resume_cmd=f"python -m experiments.sweep --resume {storage}")

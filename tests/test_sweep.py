@@ -356,3 +356,17 @@ def test_a_trial_asking_for_more_gpus_than_this_machine_has_is_refused(monkeypat
     assert main(["--gpus_per_trial", "1", "--storage", str(tmp_path / "s"), "--dry_run", "--",
                  *TINY]) == 0
     assert capsys.readouterr().out.count("--device cuda --reward_predictor_device cuda") == 1
+
+
+def test_a_script_running_a_sweep_names_itself_in_the_sweeps_errors(monkeypatch, tmp_path,
+                                                                   capsys):
+    import torch
+
+    from experiments import milestone
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert milestone.main(["moving_dot", "--seeds", "0", "--runs_dir", str(tmp_path),
+                           "--gpus_per_trial", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m experiments.milestone: error: ") and "0 GPUs" in err, err
+    assert err.count("\n") == 1, err
