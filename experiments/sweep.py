@@ -128,6 +128,8 @@ def run_sweep(command: list[str], all_trials: list[Trial], storage: Path, *,
     list_trials(command, all_trials, runs_dir, gpus_per_trial)
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # no Tune tables: ours is the progress line
+    if address is None:  # a Ray of this machine alone: token auth, Ray's default, said without a notice
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
     import ray
 
     from experiments.sweep_tune import tuner
@@ -160,7 +162,7 @@ def run_sweep(command: list[str], all_trials: list[Trial], storage: Path, *,
 def list_trials(command: list[str], all_trials: list[Trial], runs_dir: Path,
                 gpus_per_trial: float) -> None:
     """Each trial's run.py command line, as it runs."""
-    print(f"sweep of {len(all_trials)} trials in {runs_dir}:")
+    print(f"sweep of {len(all_trials)} trial{'s' * (len(all_trials) != 1)} in {runs_dir}:")
     for t in all_trials:
         print("  python run.py " + " ".join(t.run_argv(command, runs_dir / t.name)
                                             + device_flags(gpus_per_trial)), flush=True)
