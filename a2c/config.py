@@ -26,10 +26,14 @@ def checkpoint_steps(path: Path) -> int:
     """The agent steps at which a policy checkpoint was saved (from its name)."""
     return int(path.stem.removeprefix(CHECKPOINT_PREFIX))
 
+OPTIMIZERS = ("rmsprop_torch", "rmsprop_tf")  # torch's RMSprop, or TensorFlow's (the paper's)
+
 
 @dataclass
 class A2CConfig:
-    """A2C hyperparameters; defaults are the paper's Atari settings (App. A.2)."""
+    """A2C hyperparameters; defaults are the paper's Atari settings (App. A.2) but the optimiser
+    (torch's RMSprop, not TensorFlow's) and the rate's schedule (none by default), both said in the
+    README."""
 
     n_envs: int = 16
     n_steps: int = 5  # steps per env per update

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Iterable
 
 import torch
+from a2c.config import OPTIMIZERS
 
 
 class RMSpropTF(torch.optim.Optimizer):
@@ -51,9 +52,6 @@ class RMSpropTF(torch.optim.Optimizer):
                 square_avg.mul_(alpha).addcmul_(p.grad, p.grad, value=1 - alpha)
                 p.addcdiv_(p.grad, square_avg.add(eps).sqrt_(), value=-lr)
         return loss
-
-
-OPTIMIZERS = ("rmsprop_torch", "rmsprop_tf")
 
 
 def make_optimizer(name: str, params: Iterable[torch.Tensor], lr: float, alpha: float,

@@ -67,8 +67,11 @@ def initialise(net: ActorCritic, generator: torch.Generator | None = None) -> No
 
 
 def make_policy(env_kind: str, n_actions: int) -> ActorCritic:
-    """The policy network for an env kind ('atari' or 'moving_dot')."""
-    net = small_cnn(n_actions) if env_kind == "moving_dot" else nature_cnn(n_actions)
+    """The policy network for an env kind ('atari' or 'moving_dot'); ValueError for another."""
+    makers = {"moving_dot": small_cnn, "atari": nature_cnn}
+    if env_kind not in makers:
+        raise ValueError(f"no policy network for env kind {env_kind!r}: {', '.join(makers)}")
+    net = makers[env_kind](n_actions)
     return net.to(memory_format=torch.channels_last)
 
 

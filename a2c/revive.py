@@ -34,9 +34,8 @@ RANDOM_STEPS, RANDOM_ENVS = 400, 8  # random play's steps per env, and envs: 800
 # share of the most any live kept checkpoint's do: a dying network's vary far less than a playing
 # one's (docs/experiments.md, "Why the level was touched, not held"), a live one early in a run
 # may vary little. Its value must vary at least this share of a fresh network's (the median of
-# FRESH_DRAWS): the full rate's first updates leave a blind one 15-80 times below, and a run that
-# went on to learn was about 1.6 times above the bar at its first checkpoint (docs/experiments.md,
-# 2026-12-02).
+# FRESH_DRAWS), far above a network blinded by the rate's first updates and below one that goes
+# on to learn (docs/experiments.md, "The default rate's first steps blind six seeds of six").
 SPREAD_SHARE = 0.1
 FRESH_DRAWS = 3
 

@@ -121,7 +121,14 @@ class A2CAgent:
 
     def checkpoint(self, final: bool = False) -> None:
         """Check the policy (and revive it if dead and asked to; not at the run's end), then
-        save it: the newest checkpoint is the policy the run goes on with."""
+        save it: the newest checkpoint is the policy the run goes on with. Weights that are not
+        finite (an update gone to NaN) are never saved, so no good checkpoint gives way to them."""
+        if not all(bool(torch.isfinite(p).all()) for p in self.policy.parameters()):
+            import sys
+
+            print(f"the policy's weights are not finite at {self.timesteps:,} agent steps: not "
+                  "saved; --resume goes on from the newest checkpoint", file=sys.stderr)
+            return
         self.check_alive(revive=self.config.revive_dead and not final)
         save_policy(self.config.ckpt_dir, self.policy, self.algo.optimizer, self.timesteps,
                     self.updates, keep=self.config.ckpt_keep, episodes=self.side.episodes,

@@ -33,8 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from pref_interface import store as store_module
     from reward_predictor.config import TrainerConfig
-    from reward_predictor.process import build_ensemble
-    from reward_predictor.trainer import RewardPredictorTrainer
+    from reward_predictor.process import build_trainer
     encode = getattr(store_module, "encode_clip", None) or store_module.encode_segment
 
     torch.set_num_threads(a.threads)
@@ -46,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     sizes = [len(encode(pref.left)) for pref in prefs[:200]]
     t_encode = (time.perf_counter() - t0) / len(sizes)
-    trainer = RewardPredictorTrainer(build_ensemble(config), config.max_prefs, config.batch_size)
+    trainer = build_trainer(config)
     t0 = time.perf_counter()
     for pref in prefs:
         trainer.add(pref)

@@ -12,12 +12,13 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable
 
-from a2c.config import A2CConfig, A2CRunConfig
+from a2c.config import OPTIMIZERS, A2CConfig, A2CRunConfig
 from pref_interface.config import LabellingConfig
 from pref_interface.labellers.player import PLAYER_KINDS
 from pref_interface.queries.modes import QUERY_MODES
 from pref_interface.queries.selection import SELECTIONS
-from reward_predictor.config import TrainerConfig
+from reward_predictor.config import LOSSES, PACE_UNITS, TrainerConfig
+from runtime.precision import PRECISIONS
 
 MODES = ("gather_initial_prefs", "pretrain_reward_predictor", "train_policy_with_preferences",
          "train_policy_with_original_rewards")
@@ -124,7 +125,7 @@ class Settings:
         A2CRunConfig.precision, "run", "arithmetic of the policy and reward nets, where auto is "
         "bfloat16 autocast on a device with native bf16 (a CPU with AVX512-BF16, a GPU from "
         "Ampere on) and fp32 elsewhere",
-        choices=("auto", "fp32", "bf16"))
+        choices=PRECISIONS)
     device: str = setting(
         A2CRunConfig.device, "run", "where the policy acts and learns: cpu, cuda, cuda:N, or auto "
         "(cuda when torch sees a GPU)")
@@ -137,7 +138,7 @@ class Settings:
     optimizer: str = setting(
         A2CConfig.optimizer, "a2c", "A2C's RMSProp: torch.optim.RMSprop, or TensorFlow's (mean "
         "square from 1, eps inside the root) as in baselines' A2C, the paper's",
-        choices=("rmsprop_torch", "rmsprop_tf"))
+        choices=OPTIMIZERS)
     lr_zero_million_timesteps: float | None = setting(
         None, "a2c", "million agent steps at which the learning rate, decaying linearly, reaches "
         "zero (App. A.2: 80; unset: a constant rate)", check=positive)
@@ -293,7 +294,7 @@ class Settings:
     predictor_loss: str = setting(
         TrainerConfig.loss, "predictor", "the predictor's loss with --queries sort: preference "
         "(the paper's, on labels), rank (rl-teacher-atari's regression of sorted clips' returns "
-        "on their rank) or both", choices=("preference", "rank", "both"))
+        "on their rank) or both", choices=LOSSES)
     label_noise: float = setting(
         TrainerConfig.label_noise, "predictor", "assumed chance that the labeller answered at "
         "random (App. A: 0.1; 0: the plain Bradley-Terry model)", check=fraction)
@@ -315,7 +316,7 @@ class Settings:
     predictor_pace_unit: str = setting(
         "member", "predictor", "what the two pace flags count: the labels each member trains "
         "on, or those of all members together (App. A.2's \"the predictor\" may mean either)",
-        choices=("member", "ensemble"))
+        choices=PACE_UNITS)
     reward_predictor_keep_freed_memory: bool = setting(
         TrainerConfig.keep_freed_memory, "predictor", "the predictor's trainer keeps the memory "
         "it frees for its next steps, which are then faster but hold more (docs/results.md)")

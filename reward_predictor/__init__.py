@@ -12,7 +12,7 @@ _HOMES = {
     "RewardPredictorEnsemble": "ensemble", "bootstrap_counts": "ensemble",
     "preference_loss": "loss", "RunningNormaliser": "normaliser", "SharedWeights": "shared",
     "TrainerConfig": "config", "TrainerStats": "config",
-    "build_ensemble": "process", "PredictorTraining": "process",
+    "build_ensemble": "process", "build_trainer": "process", "PredictorTraining": "process",
     "CheckpointError": "trainer", "RewardPredictorTrainer": "trainer",
 }
 __all__ = sorted(_HOMES)

@@ -6,9 +6,13 @@ from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from typing import Any
 
-LEARNING_RATE = 2e-4  # the earlier reproduction's --reward_predictor_learning_rate
+LEARNING_RATE = 2e-4  # Adam's rate, the TensorFlow reproduction's (Ibarz et al. 2018: 3e-4)
 MAX_PREFS = 3000  # App. A: "only the last 3,000 labels" are kept
 BATCH_SIZE = 16  # Ibarz et al. 2018: batches of 16 clip pairs
+# The predictor's loss: the paper's on labels, rank regression on sorted clips instead, or both.
+LOSSES = ("preference", "rank", "both")
+# What a pace of labels per agent step counts: each member's labels, or all members' together.
+PACE_UNITS = ("member", "ensemble")
 VAL_MAX_PAIRS = 256  # labels scored per validation pass (a random subset beyond this)
 REWARD_STD = 0.05  # App. A.2: predicted rewards rescaled to mean 0 and std 0.05 (Atari)
 LABEL_NOISE = 0.1  # Sec. 2.2.3: assume a 10% chance that the human answers uniformly at random

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import contextmanager
 from itertools import islice
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -11,7 +12,7 @@ from torch import nn
 
 from clips.clip import STACK, Clip, Preference
 from reward_predictor.config import LABEL_NOISE, LEARNING_RATE, MAX_PREFS, REWARD_STD
-from reward_predictor.loss import preference_log_probs, preference_loss, rank_loss
+from reward_predictor.loss import label_losses, preference_loss, rank_loss
 from reward_predictor.nets import AtariRewardNet
 from reward_predictor.normaliser import RunningNormaliser
 from reward_predictor.stacked import StackedAtariNets, weights_version
@@ -140,6 +141,18 @@ def clip_returns(net: nn.Module, clips: Sequence[Clip], features: ClipFeatures |
 
 
 @torch.no_grad()
+@contextmanager
+def eval_mode(net: nn.Module) -> Iterator[None]:
+    """`net` in eval mode (dropout off, batch norm on its running statistics) for the block; its
+    mode is put back afterwards, also when the block raises."""
+    was_training = net.training
+    net.eval()
+    try:
+        yield
+    finally:
+        net.train(was_training)
+
+
 def take_batchnorm_statistics(net: nn.Module, clips: Sequence[Clip],
                               features: ClipFeatures | None = None) -> torch.Tensor:
     """Set `net`'s batch-norm running statistics to those of a dropout-free pass over `clips`
@@ -149,17 +162,13 @@ def take_batchnorm_statistics(net: nn.Module, clips: Sequence[Clip],
     the clips serves both. A net without batch norm is only evaluated (from `features`, as
     `clip_returns`). `net`'s mode is kept.
     """
-    was_training = net.training
-    net.eval()  # dropout off
-    if _batchnorms(net):
+    with eval_mode(net):  # dropout off
+        if not _batchnorms(net):
+            return clip_returns(net, clips, features)[1]
         groups = clips_to_batch(clips, _device_of(net))
         obs = torch.cat([o.reshape(-1, *o.shape[-3:]) for _, o, _ in groups])
         actions = torch.cat([a.reshape(-1) for _, _, a in groups])
-        raw = net(obs, actions, take_statistics=True)
-    else:
-        raw = clip_returns(net, clips, features)[1]
-    net.train(was_training)
-    return raw
+        return net(obs, actions, take_statistics=True)
 
 
 class RewardPredictorEnsemble(nn.Module):
@@ -219,17 +228,17 @@ class RewardPredictorEnsemble(nn.Module):
         obs = torch.as_tensor(obs, device=self.device)
         actions = torch.as_tensor(actions, device=self.device)
         assert obs.dtype == torch.uint8 and obs.shape[-3:] == (STACK, 84, 84), (obs.dtype, obs.shape)
-        was_training = self.training
-        self.eval()
-        stacked = self._stacked_members()
-        chunks = list(zip(obs.split(MAX_FRAMES_PER_FORWARD), actions.split(MAX_FRAMES_PER_FORWARD)))
-        with self._autocast():
-            if stacked is not None:  # all members in one pass
-                raws = torch.cat([stacked(o) for o, _ in chunks], dim=1).float()
-            else:
-                raws = [torch.cat([net(o, a) for o, a in chunks]).float() for net in self.members]
-        each = torch.stack([norm(raw) for norm, raw in zip(self.normalisers, raws)])
-        self.train(was_training)
+        with eval_mode(self):
+            stacked = self._stacked_members()
+            chunks = list(zip(obs.split(MAX_FRAMES_PER_FORWARD),
+                              actions.split(MAX_FRAMES_PER_FORWARD)))
+            with self._autocast():
+                if stacked is not None:  # all members in one pass
+                    raws = torch.cat([stacked(o) for o, _ in chunks], dim=1).float()
+                else:
+                    raws = [torch.cat([net(o, a) for o, a in chunks]).float()
+                            for net in self.members]
+            each = torch.stack([norm(raw) for norm, raw in zip(self.normalisers, raws)])
         return each.cpu().numpy().astype(np.float32)
 
     def _stacked_members(self) -> StackedAtariNets | None:
@@ -327,24 +336,23 @@ class RewardPredictorEnsemble(nn.Module):
         """Raw summed reward of each clip under each member, eval mode: (ensemble_size, N) on the
         CPU. Computed as the agent's reward is: all members in one pass where they stack, in
         bf16 when the ensemble trains in it."""
-        was_training = self.training
-        self.eval()
-        stacked = self._stacked_members()
         out = torch.empty(self.ensemble_size, len(clips))
         longest = max((len(s) for s in clips), default=1)
         per_chunk = max(1, MAX_FRAMES_PER_FORWARD // max(1, longest))
-        with self._autocast():
-            for start in range(0, len(clips), per_chunk):
-                chunk = clips[start:start + per_chunk]
-                if stacked is None:
-                    for m, net in enumerate(self.members):
-                        raw, _ = clip_returns(net, chunk, self.clip_features)
-                        out[m, start:start + len(chunk)] = raw.float().cpu()
-                    continue
-                for idx, obs, _ in clips_to_batch(chunk, self.device):
-                    raw = stacked(obs).float().view(self.ensemble_size, *obs.shape[:2])  # (M, N, T)
-                    out[:, torch.from_numpy(start + idx)] = raw.sum(-1).cpu()
-        self.train(was_training)
+        with eval_mode(self):
+            stacked = self._stacked_members()
+            with self._autocast():
+                for start in range(0, len(clips), per_chunk):
+                    chunk = clips[start:start + per_chunk]
+                    if stacked is None:
+                        for m, net in enumerate(self.members):
+                            raw, _ = clip_returns(net, chunk, self.clip_features)
+                            out[m, start:start + len(chunk)] = raw.float().cpu()
+                        continue
+                    for idx, obs, _ in clips_to_batch(chunk, self.device):
+                        # (M, N, T): each member's reward of each clip's steps
+                        raw = stacked(obs).float().view(self.ensemble_size, *obs.shape[:2])
+                        out[:, torch.from_numpy(start + idx)] = raw.sum(-1).cpu()
         return out
 
     @torch.no_grad()
@@ -393,8 +401,8 @@ class RewardPredictorEnsemble(nn.Module):
             assert weights.shape == (b, self.ensemble_size), (weights.shape, b, self.ensemble_size)
             weighted = []
             for m in range(self.ensemble_size):
-                log_left, log_right = preference_log_probs(returns[m, :b] - returns[m, b:], self.noise)
-                per_label = -(mu * log_left + (1.0 - mu) * log_right).double().numpy()
+                per_label = label_losses(returns[m, :b] - returns[m, b:], mu,
+                                         self.noise).double().numpy()
                 w = weights[:, m]
                 weighted.append(float((w * per_label).sum() / w.sum()) if w.sum() > 0
                                 else float(per_label.mean()))

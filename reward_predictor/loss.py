@@ -30,6 +30,14 @@ def preference_log_probs(delta: torch.Tensor, noise: float = LABEL_NOISE
             torch.logaddexp(floor, keep + F.logsigmoid(-delta)))
 
 
+def label_losses(delta: torch.Tensor, mu: torch.Tensor, noise: float = LABEL_NOISE) -> torch.Tensor:
+    """Each label's cross-entropy under the noisy Bradley-Terry model, from the return
+    differences `delta` (left minus right) and the labels `mu` (Sec. 2.2.3)."""
+    log_left, log_right = preference_log_probs(delta, noise)
+    mu = mu.to(delta.dtype)
+    return -(mu * log_left + (1.0 - mu) * log_right)
+
+
 def preference_loss(ret_left: torch.Tensor, ret_right: torch.Tensor, mu: torch.Tensor,
                     noise: float = LABEL_NOISE) -> tuple[torch.Tensor, float]:
     """Cross-entropy of the labels under the noisy Bradley-Terry model (Sec. 2.2.3).
@@ -40,9 +48,7 @@ def preference_loss(ret_left: torch.Tensor, ret_right: torch.Tensor, mu: torch.T
     label is a tie).
     """
     delta = ret_left - ret_right
-    mu = mu.to(delta.dtype)
-    log_left, log_right = preference_log_probs(delta, noise)
-    loss = -(mu * log_left + (1.0 - mu) * log_right).mean()
+    loss = label_losses(delta, mu, noise).mean()
     with torch.no_grad():
         decisive = mu != 0.5
         n = int(decisive.sum())

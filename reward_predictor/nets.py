@@ -12,8 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-STACK = 4
-FRAME = 84
+from clips.clip import FRAME_SHAPE, STACK
+
+FRAME = FRAME_SHAPE[0]  # square frames
 N_MOVING_DOT_ACTIONS = 5  # 0 noop, 1 down, 2 right, 3 up, 4 left
 LEAKY_SLOPE = 0.01  # App. A.2: leaky ReLU, alpha 0.01
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from reward_predictor.config import PACE_UNITS
 from reward_predictor.shared import SharedWeights
 
 POLL_S = 0.005  # how often a waiting A2C rechecks the trainer's progress (once a trainer step)
@@ -28,11 +29,9 @@ def labels_per_member(labels_per_step: float, unit: str, ensemble_size: int) -> 
     """The floor on each member's labels per agent step for a pace that counts the labels of each
     `unit`: "member" (the stricter reading of App. A.2, the default) or "ensemble" (all members
     together, so each member trains 1/ensemble_size as much)."""
-    if unit == "member":
-        return labels_per_step
-    if unit == "ensemble":
-        return labels_per_step / ensemble_size
-    raise ValueError(f"pace unit {unit!r} is neither 'member' nor 'ensemble'")
+    if unit not in PACE_UNITS:
+        raise ValueError(f"pace unit {unit!r} is none of {', '.join(PACE_UNITS)}")
+    return labels_per_step if unit == "member" else labels_per_step / ensemble_size
 
 
 def ceiling_of_pace(settings: Any) -> float:

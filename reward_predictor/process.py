@@ -42,6 +42,14 @@ def build_ensemble(config: TrainerConfig, device: str = "cpu") -> RewardPredicto
     return ensemble.to(device)  # before any optimiser state exists, so that follows the weights
 
 
+def build_trainer(config: TrainerConfig, device: str = "cpu") -> RewardPredictorTrainer:
+    """The trainer the config describes (its label budget, batch, seed, adaptive L2, implied
+    pairs and loss), over `build_ensemble`'s ensemble on `device`."""
+    return RewardPredictorTrainer(build_ensemble(config, device), config.max_prefs,
+                                  config.batch_size, config.seed, adaptive_l2=config.adaptive_l2,
+                                  implied_pairs=config.implied_pairs, loss=config.loss)
+
+
 class PredictorTraining:
     """The predictor's trainer as the loop's steps: labels in from the labelling side
     (`take_labels`), one training step of the ensemble on the label buffer (`train_step`; App. A:
@@ -163,9 +171,7 @@ def _set_up(config: TrainerConfig, threads: int, prefs_path: str | None) -> Rewa
         reuse_freed_memory()
     torch.set_num_threads(threads)
     torch.manual_seed(config.seed)
-    trainer = RewardPredictorTrainer(build_ensemble(config, config.device), config.max_prefs,
-                                     config.batch_size, config.seed, adaptive_l2=config.adaptive_l2,
-                                     implied_pairs=config.implied_pairs, loss=config.loss)
+    trainer = build_trainer(config, config.device)
     if config.load_ckpt_path:
         trainer.load(config.load_ckpt_path)
         log.info("reward predictor loaded from %s (step %d)", config.load_ckpt_path, trainer.steps)
@@ -254,5 +260,9 @@ def _validate(trainer: RewardPredictorTrainer, stats: Any, val_max_pairs: int,
         t.record("reward_predictor/val_accuracy", val["val_accuracy"])
     for m, l2 in enumerate(trainer.adapt_regularisation(val)):
         t.record(f"reward_predictor/l2_member{m}", l2)
+        # what adaptive L2 keeps within 1.1-1.5 (App. A): both losses in eval mode
+        ratio = val["member_val_loss"][m] / val["member_inbag_loss"][m]
+        if np.isfinite(ratio):
+            t.record(f"reward_predictor/val_to_train_member{m}", ratio)
     if not np.isnan(val["true_return_correlation"]):
         t.record("reward_predictor/true_return_correlation", val["true_return_correlation"])

@@ -14,15 +14,13 @@ import torch
 
 from clips.clip import Clip, ClipOrder, LabelEdit, Preference
 from reward_predictor.clip_pool import ClipPool
-from reward_predictor.config import BATCH_SIZE, MAX_PREFS, VAL_MAX_PAIRS
+from reward_predictor.config import BATCH_SIZE, LOSSES, MAX_PREFS, VAL_MAX_PAIRS
 from reward_predictor.ensemble import RewardPredictorEnsemble, bootstrap_counts
 from reward_predictor.loss import rank_targets
 from reward_predictor.regularisation import INITIAL_ADAPTIVE_L2, adapt_l2
 from reward_predictor.threads import ThreadChoice
 
 CHECKPOINT_FORMAT = 1
-# The predictor's loss: the paper's on labels, rank regression on sorted clips instead, or both.
-LOSSES = ("preference", "rank", "both")
 
 
 class CheckpointError(Exception):

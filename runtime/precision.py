@@ -15,9 +15,12 @@ def bf16_is_fast(device: str = "cpu") -> bool:
     return bool(torch.cpu._is_avx512_bf16_supported())
 
 
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
 def use_bf16(precision: str, device: str = "cpu") -> bool:
     """Whether to run with bfloat16 autocast under `precision` ("fp32", "bf16" or "auto") on
     `device`."""
-    if precision not in ("fp32", "bf16", "auto"):
-        raise ValueError(f"precision must be fp32, bf16 or auto, got {precision!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     return precision == "bf16" or (precision == "auto" and bf16_is_fast(device))

@@ -367,6 +367,27 @@ def test_a_resumed_run_takes_over_the_curves_from_its_checkpoint(tmp_path):
     assert returns[:, 1].max() > 4_000  # the resumed run's own points are there
 
 
+def test_weights_gone_to_nan_are_never_saved_over_a_good_checkpoint(tmp_path, capsys):
+    from a2c.config import checkpoint_steps, checkpoints
+    from a2c.train import A2CAgent
+
+    config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=800, seed=0,
+                          ckpt_dir=str(tmp_path / "p"), ckpt_keep=1)
+    agent = A2CAgent(config, log_dir=str(tmp_path / "tb"))
+    try:
+        agent.learn(agent.act())
+        agent.checkpoint()
+        saved = checkpoints(tmp_path / "p")
+        assert [checkpoint_steps(c) for c in saved] == [80]
+        agent.learn(agent.act())
+        with torch.no_grad():
+            agent.policy.torso[0].weight.fill_(float("nan"))
+    finally:
+        agent.close()  # the run's last checkpoint: refused
+    assert checkpoints(tmp_path / "p") == saved  # the good one kept, not replaced
+    assert "not finite at 160 agent steps: not saved" in capsys.readouterr().err
+
+
 def test_a_check_of_a_policy_whose_layer_died_says_since_when(tmp_path):
     import multiprocessing as mp
 

@@ -212,3 +212,14 @@ def test_bf16_training_takes_clips_of_different_lengths_in_one_batch():
     prefs = [random_pref(rng, t=5), random_pref(rng, t=7), random_pref(rng, t=5)]
     metrics = ens.train_step([prefs])
     assert np.isfinite(metrics["loss"])
+
+
+def test_eval_mode_puts_the_nets_mode_back_also_after_an_error():
+    from reward_predictor.ensemble import eval_mode
+
+    net = torch.nn.Sequential(torch.nn.Dropout(0.5))
+    with pytest.raises(RuntimeError):
+        with eval_mode(net):
+            assert not net.training
+            raise RuntimeError("a pass that failed")
+    assert net.training

@@ -207,3 +207,31 @@ def test_plain_bradley_terry_without_noise_changes_the_gradients():
     assert grad(0.0) == pytest.approx(10 * (1 - p), rel=1e-4)  # d/dw of -log sigmoid(-10 w)
     assert grad(0.1) == pytest.approx(10 * 0.9 * p * (1 - p) / (0.05 + 0.9 * p), rel=1e-3)
     assert grad(0.1) < 0.01 * grad(0.0)
+
+
+def test_each_validation_records_the_ratio_adaptive_l2_keeps():
+    """TensorBoard's train_loss is a minibatch's in training mode; the ratio that adaptive L2
+    holds within 1.1-1.5 is recorded per member, from eval-mode losses."""
+    from types import SimpleNamespace
+
+    from reward_predictor.process import _validate
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=2),
+                                     seed=0, adaptive_l2=True)
+    for pref in dot_prefs(rng, 12, False) + dot_prefs(rng, 6, True):
+        trainer.add(pref)
+    trainer.train_steps(2)
+    recorded: dict[str, float] = {}
+    telemetry = SimpleNamespace(record=lambda tag, value: recorded.__setitem__(tag, value))
+    stats = SimpleNamespace(labels_received=SimpleNamespace(value=18),
+                            val_accuracy=SimpleNamespace(value=float("nan")))
+    real_validate = trainer.validate
+    seen = []
+    trainer.validate = lambda max_pairs: seen.append(real_validate(None)) or seen[-1]
+    _validate(trainer, stats, 100, telemetry)
+    val = seen[0]
+    for m in range(2):
+        assert recorded[f"reward_predictor/val_to_train_member{m}"] == pytest.approx(
+            val["member_val_loss"][m] / val["member_inbag_loss"][m])

@@ -353,7 +353,7 @@ def test_the_paper_pace_counts_each_member_or_the_whole_ensemble():
     # for the ensemble, each of 3 members trains on a third of it.
     assert labels_per_member(0.1, "member", 3) == 0.1
     assert labels_per_member(0.1, "ensemble", 3) == pytest.approx(0.1 / 3)
-    with pytest.raises(ValueError, match="neither"):
+    with pytest.raises(ValueError, match="none of member, ensemble"):
         labels_per_member(0.1, "members", 3)
 
 
