@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from clips.clip import STACK, Clip, Preference
-from reward_predictor.config import LABEL_NOISE, LEARNING_RATE, MAX_PREFS, REWARD_STD
+from reward_predictor.config import BATCH_SIZE, LABEL_NOISE, LEARNING_RATE, MAX_PREFS, REWARD_STD
 from reward_predictor.loss import label_losses, preference_loss, rank_loss
 from reward_predictor.nets import AtariRewardNet
 from reward_predictor.normaliser import RunningNormaliser
@@ -24,7 +24,7 @@ NORMALISER_CLIPS = 8
 # 25 steps, i.e. ~125 training steps); scaled down for the eval-mode subset to keep the same
 # memory in training steps, so the statistics follow the predictor as fast.
 NORMALISER_MEMORY = 1e5
-EVAL_NORMALISER_MEMORY = NORMALISER_MEMORY * NORMALISER_CLIPS / 32
+EVAL_NORMALISER_MEMORY = NORMALISER_MEMORY * NORMALISER_CLIPS / (2 * BATCH_SIZE)
 # Clips whose features ClipFeatures keeps: all those of the labels the trainer holds, twice over.
 FEATURE_CLIPS = 4 * MAX_PREFS
 
