@@ -72,8 +72,7 @@ class PredictorTraining:
         self.start_step = self.last_publish_step = self.last_ckpt_step = self.trainer.steps
         self.steps_at_dump = self.trainer.steps
         self.last_publish_t = time.monotonic()
-        self.thread_choice = ThreadChoice(
-            config.torch_threads, config.threads_while_agent_idle or config.torch_threads)
+        self.thread_choice = _thread_choice(config)
         self.step_seconds = 0.0  # how long the last step took
 
     @property
@@ -115,11 +114,7 @@ class PredictorTraining:
         # work overlapped (it resumes within a poll of the step before) says nothing of others.
         if wanted == config.torch_threads or self.reward_weights.consumer_waiting:
             self.thread_choice.record(wanted, self.step_seconds)
-        self.telemetry.record("reward_predictor/train_loss", metrics["loss"])
-        if not np.isnan(metrics["accuracy"]):
-            self.telemetry.record("reward_predictor/train_accuracy", metrics["accuracy"])
-        if "rank_loss" in metrics:
-            self.telemetry.record("reward_predictor/rank_loss", metrics["rank_loss"])
+        _record_training(self.telemetry, metrics)
         if config.duty < 1.0:
             _rest(self.step_seconds * (1.0 - config.duty) / config.duty, self.stop,
                   self.reward_weights)
@@ -181,6 +176,21 @@ def _set_up(config: TrainerConfig, threads: int, prefs_path: str | None) -> Rewa
     return trainer
 
 
+def _thread_choice(config: TrainerConfig) -> ThreadChoice:
+    """The trainer's own threads, and those it may borrow while the agent waits (or none runs)."""
+    return ThreadChoice(config.torch_threads,
+                        config.threads_while_agent_idle or config.torch_threads)
+
+
+def _record_training(telemetry: Telemetry, metrics: dict) -> None:
+    """A training step's loss and accuracy (the minibatch's, in training mode)."""
+    telemetry.record("reward_predictor/train_loss", metrics["loss"])
+    if not np.isnan(metrics["accuracy"]):
+        telemetry.record("reward_predictor/train_accuracy", metrics["accuracy"])
+    if "rank_loss" in metrics:
+        telemetry.record("reward_predictor/rank_loss", metrics["rank_loss"])
+
+
 def load_prefs(path: str | None, max_prefs: int) -> Iterator[Preference]:
     """The latest `max_prefs` labels of a preference store, oldest first, one at a time (none if
     `path` is None)."""
@@ -201,17 +211,14 @@ def run_pretraining(config: TrainerConfig, *, stop: Any, stats: TrainerStats,
     # No A2C runs beside pretraining: its threads are free as when it waits for the predictor,
     # and borrowed on the same terms (while they make steps faster).
     trainer = _set_up(config, config.torch_threads, config.initial_prefs_path)
-    threads = ThreadChoice(config.torch_threads,
-                           config.threads_while_agent_idle or config.torch_threads)
+    threads = _thread_choice(config)
     stats.labels_received.value = trainer.n_labels
     telemetry = Telemetry(log_dir)
 
     def progress(epoch: int, metrics: dict) -> None:
         stats.epoch.value = epoch
         if epoch % PRETRAIN_VALIDATE_EVERY_EPOCHS == 0 or epoch == config.pretrain_epochs:
-            telemetry.record("reward_predictor/train_loss", metrics["loss"])
-            if not np.isnan(metrics["accuracy"]):
-                telemetry.record("reward_predictor/train_accuracy", metrics["accuracy"])
+            _record_training(telemetry, metrics)
             _validate(trainer, stats, config.val_max_pairs, telemetry)
             telemetry.dump(trainer.steps)
 
