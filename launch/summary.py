@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+TIES_NOTED = 0.9  # a share of tied labels the summary points out
+
 
 @dataclass
 class RunReport:
@@ -33,9 +35,7 @@ class RunReport:
         if stats is not None:
             rows.append(("agent steps", f"{stats.timesteps.value:,}"))
         if prefs_path is not None and prefs_path.is_file():
-            from pref_interface.store import stored_labels
-
-            rows.append(("labels", f"{stored_labels(str(prefs_path)):,} in {prefs_path.name}"))
+            rows.append(("labels", _labels_text(prefs_path)))
             live = [s.removeprefix("agreement ") for s in
                     (self.page.status() if getattr(self.page, "labellers", None) else ())
                     if s.startswith("agreement ")]
@@ -80,6 +80,22 @@ def _which_start(run_dir: Path) -> str:
     except OSError:
         return ""
     return f" (start {starts} of the run)" if starts > 1 else ""
+
+
+def _labels_text(prefs_path: Path) -> str:
+    """The labels stored and their share of ties, which teach r̂ nothing of which clip is better:
+    where nearly all are ties, it says how few the others are."""
+    from pref_interface.store import PreferenceStore
+
+    with PreferenceStore(str(prefs_path), create=False) as store:
+        counts = store.answer_counts()
+    n, ties = sum(counts.values()), counts.get(0.5, 0)
+    text = f"{n:,} in {prefs_path.name}"
+    if n:
+        text += f" ({ties / n:.0%} ties" + (
+            f"; r̂ learns which clip is better from the other {n - ties:,}"
+            if ties >= TIES_NOTED * n else "") + ")"
+    return text
 
 
 def _duration(seconds: float) -> str:

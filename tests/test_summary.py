@@ -78,3 +78,28 @@ def test_a_gather_stopped_before_its_last_label_says_how_many_it_holds(tmp_path:
                         (1, "run stopped: a process failed")):
         summary = end_of_run(run, report, code).splitlines()
         assert summary[0] == first and summary[-1].startswith("  resume:"), summary
+
+
+def test_the_summary_gives_the_share_of_ties_and_points_out_a_store_of_nearly_all_ties(
+        tmp_path: Path):
+    from clips.clip import Preference
+    from pref_interface.store import PreferenceStore
+    from tests.helpers import reward_clip
+
+    path = tmp_path / "prefs.sqlite"
+    report = RunReport(tmp_path, "EnduroNoFrameskip-v4")
+
+    def labels_line() -> str:
+        return next(line for line in report.summary(0, path, trained=False).splitlines()
+                    if line.startswith("  labels"))
+
+    with PreferenceStore(path) as store:
+        store.add(Preference(reward_clip([1.0]), reward_clip([0.0]), 1.0, "synthetic"))
+        for _ in range(3):
+            store.add(Preference(reward_clip([0.0]), reward_clip([0.0]), 0.5, "synthetic"))
+    assert labels_line() == "  labels         4 in prefs.sqlite (75% ties)"
+    with PreferenceStore(path) as store:
+        for _ in range(6):
+            store.add(Preference(reward_clip([0.0]), reward_clip([0.0]), 0.5, "synthetic"))
+    assert labels_line() == ("  labels         10 in prefs.sqlite (90% ties; r̂ learns which clip "
+                             "is better from the other 1)")
