@@ -146,6 +146,7 @@ class Labelling:
             config.val_fraction, np.random.default_rng(np.random.SeedSequence(config.seed).spawn(4)[3])
         ) if config.demonstrations else None
         self.n_stored = stats.labels_stored.value = len(self.store)
+        self.shown_swapped = False  # the last pair asked was shown right clip first
         if self.demos is not None:  # a resumed run: its counts go on from the stored labels
             for pref in self.store.iter_latest(self.n_stored):
                 self.demos.labelled(pref)
@@ -271,7 +272,8 @@ class Labelling:
         upcoming = self.mode.upcoming()
         if upcoming is not None:
             self.labeller.upcoming(upcoming[1], upcoming[3])
-        if self.mode.show_swapped():
+        self.shown_swapped = self.mode.show_swapped()
+        if self.shown_swapped:
             mu = self.labeller.label(right, left)
             mu = None if mu is None else 1.0 - mu
         else:
@@ -295,7 +297,8 @@ class Labelling:
         increment(self.stats.labels_total)
         if self.demos is not None:
             self.demos.labelled(pref)
-        self.labeller.stored(label_id)
+        self.labeller.stored(label_id, swapped=self.shown_swapped)
+        self.shown_swapped = False
         if self.person:  # a person may have deleted labels meanwhile
             self.n_stored = self.stats.labels_stored.value = len(self.store)
 

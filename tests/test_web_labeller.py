@@ -367,6 +367,41 @@ def test_undo_shows_the_last_pair_again_and_its_new_answer_replaces_the_label():
             assert store.recent_answers(10) == [(ids[1], 0.5)]
 
 
+def test_a_pair_shown_swapped_is_listed_changed_and_asked_again_as_the_person_saw_it():
+    """Sorting shows a person the clip being placed on either side, while the store keeps it on
+    the left: the page's list, its L/E/R buttons and "show again" follow the sides seen."""
+    class HistoryPlayer(PagePlayer):
+        def show_history(self, history):
+            self.history = history
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/prefs.sqlite"
+        ids = stored_labels(path, 2)  # left clip(200) better, as stored
+        answers: queue.Queue = queue.Queue()
+        with PreferenceStore(path) as store:
+            player = HistoryPlayer()
+            lab = HumanLabeller(answers, player, fps=200.0, keep_typed_ahead=True,
+                                labels=LabelEditor(store, None))
+            lab.stored(ids[0])
+            lab.stored(ids[1], swapped=True)  # clip(200) was shown on the right: R was pressed
+            assert player.history == [(ids[1], 0.0), (ids[0], 1.0)]
+            # "L" on the list for ids[1]: the clip seen on the left, the stored right, is better
+            for token in (LabelEdit(ids[1], 1.0), PairAnswer("p1", "E")):
+                answers.put(token)
+            assert lab.label(clip(10), clip(20)) == 0.5
+            assert store.recent_answers(10) == [(ids[1], 0.0), (ids[0], 1.0)]
+            assert player.history == [(ids[1], 1.0), (ids[0], 1.0)]
+            for token in (ReopenLabel(ids[1]), PairAnswer("p3", "R"), PairAnswer("p4", "L")):
+                answers.put(token)
+            assert lab.label(clip(10), clip(20)) == 1.0
+            reopened = player.loaded[2]  # asked again with the sides it was seen with
+            assert np.array_equal(reopened[0], clip_frames(clip(101).frames()))
+            assert np.array_equal(reopened[1], clip_frames(clip(200).frames()))
+            # R on that pair again: the stored left, clip(200), is better once more
+            assert store.recent_answers(10) == [(ids[1], 1.0), (ids[0], 1.0)]
+            assert player.history == [(ids[1], 0.0), (ids[0], 1.0)]
+
+
 def test_the_trainer_applies_an_edit_to_the_label_it_holds():
     trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=1))
     for k in range(3):

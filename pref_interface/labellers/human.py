@@ -94,6 +94,7 @@ class HumanLabeller(Labeller):
         self.last = ""
         self.stopped_by_person = False
         self._dropped = 0  # keys typed before a pair was shown, dropped since the last pair
+        self._swapped: set[int] = set()  # labels whose pair was shown right clip first
 
     # ---- the Labeller protocol ----------------------------------------------------------------
 
@@ -134,9 +135,16 @@ class HumanLabeller(Labeller):
             self.player = make_player(self._player_spec)
         return self.player
 
-    def stored(self, label_id: int) -> None:
-        """Labelling stored the last answer as label `label_id`: refresh the page's list."""
+    def stored(self, label_id: int, swapped: bool = False) -> None:
+        """Labelling stored the last answer as label `label_id`: refresh the page's list. A pair
+        shown swapped is listed, changed and asked again as the person saw it."""
+        if swapped:
+            self._swapped.add(label_id)
         self._show_history()
+
+    def _as_seen(self, label_id: int, mu: float | None) -> float | None:
+        """A stored answer as the person saw the pair, or the reverse (the same flip)."""
+        return 1.0 - mu if mu is not None and label_id in self._swapped else mu
 
     def _ask(self, left: Clip, right: Clip, again: int | None = None,
              upcoming: tuple[Clip, Clip] | None = None) -> float | None:
@@ -193,8 +201,10 @@ class HumanLabeller(Labeller):
         return self.reinsert(token.is_validation, token.clip_id)
 
     def _edit(self, edit: LabelEdit) -> str:
-        """Apply a change to a stored label; what the prompt says about it."""
-        if self.labels is None or not self.labels.edit(edit):
+        """Apply a change to a stored label, its answer as the person sees the pair; what the
+        prompt says about it."""
+        stored = LabelEdit(edit.label_id, self._as_seen(edit.label_id, edit.mu))
+        if self.labels is None or not self.labels.edit(stored):
             return f"label {edit.label_id} is not in the store"
         self._show_history()
         return f"label {edit.label_id}: " + ("deleted" if edit.mu is None else
@@ -205,7 +215,9 @@ class HumanLabeller(Labeller):
         pref = self.labels.get(label_id) if self.labels is not None else None
         if pref is None:
             return f"label {label_id} is not in the store"
-        mu = self._ask(pref.left, pref.right, again=label_id)
+        left, right = ((pref.right, pref.left) if label_id in self._swapped
+                       else (pref.left, pref.right))
+        mu = self._ask(left, right, again=label_id)
         if self.stop_event is not None and self.stop_event.is_set():
             return ""  # the run is stopping: the label stays as it was
         return self._edit(LabelEdit(label_id, mu))
@@ -213,7 +225,7 @@ class HumanLabeller(Labeller):
     def _show_history(self) -> None:
         show = getattr(self.player, "show_history", None)
         if show is not None and self.labels is not None:
-            show(self.labels.recent(HISTORY_LENGTH))
+            show([(i, self._as_seen(i, mu)) for i, mu in self.labels.recent(HISTORY_LENGTH)])
 
     def close(self) -> None:
         """Leave the player (the terminal block stays on screen, the window closes) with a line

@@ -220,8 +220,9 @@ class Team:
             elif token == EOF:
                 raise LabellingStopped
 
-    def stored(self, label_id: int) -> None:
-        """The answer just yielded is in the store: its person's page lists it."""
+    def stored(self, label_id: int, swapped: bool = False) -> None:
+        """The answer just yielded is in the store: its person's page lists it (a team's pairs
+        are never shown swapped)."""
         a = self._answered
         if a is not None:
             self.page_updates.put({"stored": {"pair": a.pair_id, "labeller": a.labeller,
