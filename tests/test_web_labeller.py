@@ -367,6 +367,22 @@ def test_undo_shows_the_last_pair_again_and_its_new_answer_replaces_the_label():
             assert store.recent_answers(10) == [(ids[1], 0.5)]
 
 
+def test_undo_between_pairs_asks_the_last_label_again_at_once():
+    """No pair on screen (labelling waits for clips): U still shows the last labelled pair."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/prefs.sqlite"
+        ids = stored_labels(path, 2)
+        answers: queue.Queue = queue.Queue()
+        with PreferenceStore(path) as store:
+            player = PagePlayer()
+            lab = HumanLabeller(answers, player, fps=200.0, labels=LabelEditor(store, None))
+            answers.put(ReopenLabel(ids[1]))
+            answers.put(PairAnswer("p1", "R"))
+            lab.idle()
+            assert len(player.loaded) == 1 and lab.last == f"label {ids[1]}: now right better"
+            assert store.recent_answers(10) == [(ids[1], 0.0), (ids[0], 1.0)]
+
+
 def test_a_pair_shown_swapped_is_listed_changed_and_asked_again_as_the_person_saw_it():
     """Sorting shows a person the clip being placed on either side, while the store keeps it on
     the left: the page's list, its L/E/R buttons and "show again" follow the sides seen."""

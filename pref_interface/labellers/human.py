@@ -267,7 +267,8 @@ class HumanLabeller(Labeller):
 
     def _discard_typed_ahead(self) -> None:
         """Keys typed before this pair appeared belong to no pair the person saw: drop them,
-        except Ctrl-D and the page's label edits."""
+        except Ctrl-D and the page's requests about stored labels (an edit, a re-insertion, or
+        undo / show again, which asks that label's pair now)."""
         while True:
             try:
                 token = self.answers.get_nowait()
@@ -277,6 +278,9 @@ class HumanLabeller(Labeller):
                 self._stop()
             if isinstance(token, (LabelEdit, ReinsertClip)):  # not tied to a pair: still wanted
                 self.last = self._apply(token)
+            elif isinstance(token, ReopenLabel):
+                self._make_player()
+                self.last = self._reopen(token.label_id)
             elif isinstance(token, str):
                 self._dropped += 1
 
