@@ -168,7 +168,7 @@ class Labelling:
             has_trainer=self.has_trainer, reinsert=self.mode.reinsert)
         self.person = self.labeller.source == "human"
         self.team = self.labeller if config.labellers else None
-        self.answers_budget = 0  # a team's answers that may still be asked for
+        self.copies: list[int] = []  # how many people each pair drawn for a team goes to
         self.mode.show = self.labeller.show_order
         self.telemetry = Telemetry(log_dir, every_s=LOG_EVERY_S)
         self.n_at_dump = self.n_stored
@@ -226,8 +226,11 @@ class Labelling:
         wanted = _labels_wanted(self.config, self.stats, self.schedule, self.n_stored,
                                 self.agent_steps, self.person and self.team is None,
                                 has_trainer=self.has_trainer, team_pairs=team_pairs) - outstanding
-        self.answers_budget = wanted  # a team's: a pair shown to two people takes two
-        pairs = self.mode.draw(wanted)
+        if self.team is not None:  # a pair shown to two people takes two answers of the budget
+            self.copies = self.team.plan(wanted, self.pair_rng, self.config.overlap)
+            pairs = self.mode.draw(len(self.copies))
+        else:
+            pairs = self.mode.draw(wanted)
         if pairs and self.demand is not None:
             self.demand.pairs_waiting = self.buffer.n_unoffered_pairs
         return pairs
@@ -247,8 +250,7 @@ class Labelling:
                 if pref is not None:  # incomparable pairs are not stored (§2.2.2)
                     yield pref
             return
-        self.answers_budget = self.team.hand_out(pairs, self.answers_budget, self.pair_rng,
-                                                 self.config.overlap)
+        self.team.hand_out(pairs, self.copies)
         for answer, pair in self.team.answered():
             if self.demand is not None:
                 self.demand.answered()

@@ -243,3 +243,17 @@ def test_each_label_keeps_the_ensembles_answer_when_the_person_gave_it(tmp_path)
     kept = {int(p.left.frames()[0, 0, 0]) % 2: p.ensemble_p for p in labels}
     assert len(labels) == 20 and kept == {0: 0.8, 1: None}
     assert any(k.endswith("-ensemble") for k in stored_agreement(labels).shares())
+
+
+def test_a_teams_pairs_are_planned_within_the_answers_wanted_before_any_is_drawn():
+    """With --overlap a pair may take two answers: the plan says how many pairs to draw, so
+    every pair drawn is opened (a drawn pair counts as offered)."""
+    from pref_interface.labellers.team import Team
+
+    rng = np.random.default_rng(0)
+    assert Team.plan(5, rng, overlap=1.0) == [2, 2, 1]
+    assert Team.plan(3, rng, overlap=0.0) == [1, 1, 1]
+    assert Team.plan(0, rng, overlap=0.5) == []
+    for budget in range(1, 20):
+        copies = Team.plan(budget, rng, overlap=0.5)
+        assert sum(copies) == budget and set(copies) <= {1, 2}

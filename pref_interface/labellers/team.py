@@ -167,17 +167,22 @@ class Team:
         """Answers still to come for the pairs out."""
         return sum(entry[1] for entry in self.open.values())
 
-    def hand_out(self, queries: list, budget: int, rng: np.random.Generator,
-                 overlap: float) -> int:
-        """Open these queries (left_id, left, right_id, right), each to one person or, with
-        probability `overlap`, to two, within `budget` answers; returns the budget left."""
-        for query in queries:
-            copies = min(2 if rng.random() < overlap else 1, budget)
-            if copies == 0:
-                break  # the label budget is spent by answers still to come
-            budget -= copies
-            self.open[self.open_pair(query[1], query[3], copies)] = [query, copies, copies]
-        return budget
+    @staticmethod
+    def plan(budget: int, rng: np.random.Generator, overlap: float) -> list[int]:
+        """How many people each of the next pairs goes to: two with probability `overlap`, else
+        one, within `budget` answers. Planned before the pairs are drawn, so none is drawn that
+        the budget cannot open."""
+        copies: list[int] = []
+        while budget > 0:
+            copies.append(min(2 if rng.random() < overlap else 1, budget))
+            budget -= copies[-1]
+        return copies
+
+    def hand_out(self, queries: list, copies: list[int]) -> None:
+        """Open these queries (left_id, left, right_id, right), each to as many people as
+        `plan` gave it."""
+        for query, n in zip(queries, copies):
+            self.open[self.open_pair(query[1], query[3], n)] = [query, n, n]
 
     def answered(self) -> Iterator[tuple[TeamAnswer, tuple]]:
         """Each answer to a pair out, with its query, in order; two people's answers to one pair
