@@ -222,7 +222,7 @@ class Labelling:
         teacher; one for a person, the next drawn ahead. Empty: nothing to do yet."""
         # A team's answers still to come count against the label budget.
         outstanding = self.team.outstanding if self.team is not None else 0
-        team_pairs = self.team.pairs_to_open + outstanding if self.team is not None else 0
+        team_pairs = self.team.pairs_to_open + outstanding if self.team is not None else None
         wanted = _labels_wanted(self.config, self.stats, self.schedule, self.n_stored,
                                 self.agent_steps, self.person and self.team is None,
                                 has_trainer=self.has_trainer, team_pairs=team_pairs) - outstanding
@@ -329,18 +329,22 @@ def team_status(n_stored: int, n_open: int, agreement: str) -> list[str]:
 
 def _labels_wanted(config: LabellingConfig, stats: LabellingStats, schedule: LabelSchedule | None,
                    n_stored: int, agent_steps: Any | None, human: bool, has_trainer: bool,
-                   team_pairs: int = 0) -> int:
+                   team_pairs: int | None = None) -> int:
     """How many pairs to have in hand now: for a person, the pair shown and the next one (the
     labelling page loads it ahead); for several people, `team_pairs`; synthetic labels fill the
     free in-flight slots (so the trainer is never starved nor flooded), or without a trainer a
     batch of GATHER_BATCH; all within the schedule's budget."""
-    wanted = (team_pairs if team_pairs else
-              config.max_in_flight - stats.labels_in_flight if has_trainer else GATHER_BATCH)
+    if team_pairs is not None:
+        wanted = team_pairs
+    elif human:  # one person cannot flood the trainer: never kept waiting on it
+        wanted = 2
+    else:
+        wanted = config.max_in_flight - stats.labels_in_flight if has_trainer else GATHER_BATCH
     if config.stop_after_labels is not None:
         wanted = min(wanted, config.stop_after_labels - n_stored)
     if schedule is not None and agent_steps is not None:
         wanted = min(wanted, schedule.labels_due(agent_steps.value * FRAMESKIP) - n_stored)
-    return max(0, min(wanted, 2 if human else wanted))
+    return max(0, wanted)
 
 
 def _drain_clips(clips: Any, buffer: ClipBuffer, stats: LabellingStats

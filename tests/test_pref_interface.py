@@ -717,3 +717,19 @@ def test_every_query_mode_asks_through_the_same_steps(name, person):
     assert split is False and split == buffer.is_validation(left_id)
     mode.answered(split, 1.0)
     assert all(np.isfinite(v) for v in mode.scalars().values())
+
+
+def test_a_person_is_never_kept_waiting_on_the_trainer_a_teacher_is():
+    """Labels not yet taken by the trainer hold back synthetic labelling (it would flood the
+    trainer), never the one person labelling: the pair shown and the next one."""
+    from types import SimpleNamespace
+
+    from pref_interface.process import _labels_wanted
+
+    config = LabellingConfig(max_in_flight=4)
+    busy = SimpleNamespace(labels_in_flight=4)
+    common = dict(schedule=None, n_stored=10, agent_steps=None, has_trainer=True)
+    assert _labels_wanted(config, busy, human=True, **common) == 2
+    assert _labels_wanted(config, busy, human=False, **common) == 0
+    assert _labels_wanted(config, SimpleNamespace(labels_in_flight=1), human=False, **common) == 3
+    assert _labels_wanted(config, busy, human=False, team_pairs=0, **common) == 0
