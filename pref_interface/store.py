@@ -469,7 +469,7 @@ class PreferenceStore:
                     raise ValueError(f"frames have shape {shape}")
                 frame_bytes = FRAME_SHAPE[0] * FRAME_SHAPE[1]
                 held = set(self._db.execute(
-                    "SELECT created, source, mu, left_steps, right_steps FROM labels"))
+                    "SELECT created, source, left_steps, right_steps FROM labels"))
                 pos, added = 0, 0
                 for k in range(n):
                     clips = []
@@ -487,9 +487,10 @@ class PreferenceStore:
                                       labeller=name or None,
                                       ensemble_p=None if math.isnan(p_left) or not name else p_left,
                                       demonstration=(str(demos[k]) or None) if demos is not None else None)
-                    # No labeller in the key: a label's creation time alone tells labels apart, and
-                    # an export of older code (no names) of labels held here named adds nothing.
-                    key = (float(small["created"][k]), pref.source, pref.mu, *map(int, steps[k]))
+                    # No labeller and no answer in the key: a label's creation time alone tells
+                    # labels apart, so an export of older code (no names) of labels held here
+                    # named, or one taken before an answer was changed, adds nothing.
+                    key = (float(small["created"][k]), pref.source, *map(int, steps[k]))
                     if key not in held:
                         self._insert(pref, key[0])
                         added += 1

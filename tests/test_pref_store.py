@@ -164,6 +164,18 @@ def test_exported_labels_import_into_another_store_unchanged(tmp_path):
         assert e.import_npz(tmp_path / "none.npz") == 0
 
 
+def test_an_export_taken_before_an_answer_changed_adds_nothing_back(tmp_path):
+    rng = np.random.default_rng(3)
+    with PreferenceStore(tmp_path / "a.sqlite") as a:
+        ids = [a.add(random_pref(rng, 5)) for _ in range(3)]
+        a.export_npz(tmp_path / "before.npz")
+        mu = a.get(ids[0]).mu
+        a.set_mu(ids[0], 1.0 - mu if mu != 0.5 else 1.0)
+        changed = a.get(ids[0]).mu
+        assert a.import_npz(tmp_path / "before.npz") == 0  # the same labels: none contradicts
+        assert len(a) == 3 and a.get(ids[0]).mu == changed
+
+
 def test_bad_export_file_adds_no_label(tmp_path):
     rng = np.random.default_rng(2)
     with PreferenceStore(tmp_path / "a.sqlite") as a:
