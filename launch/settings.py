@@ -16,6 +16,7 @@ from a2c.config import OPTIMIZERS, A2CConfig, A2CRunConfig
 from pref_interface.config import LabellingConfig
 from pref_interface.labellers.player import PLAYER_KINDS
 from pref_interface.queries.modes import QUERY_MODES
+from pref_interface.queries.schedule import KINDS as SCHEDULE_KINDS
 from pref_interface.queries.selection import SELECTIONS
 from reward_predictor.config import LOSSES, PACE_UNITS, TrainerConfig
 from runtime.precision import PRECISIONS
@@ -239,7 +240,7 @@ class Settings:
         LabellingConfig.label_schedule, "prefs", "how labels are spread over the run: none "
         "labels as fast as the predictor trains, constant and annealed (App. A: rate ~ "
         "5e6/(T+5e6), T frames) spend --max_labels by its end",
-        choices=("none", "constant", "annealed"))
+        choices=("none", *SCHEDULE_KINDS))
     max_labels: int = setting(
         LabellingConfig.max_labels, "prefs",
         "labels a --label_schedule spends over the run, the initial ones included", check=at_least_one)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pref_interface.queries.pairs import OVERSAMPLE
+from pref_interface.queries.schedule import ANNEAL_EVERY_FRAMES
 
 
 @dataclass
@@ -74,7 +75,7 @@ class LabellingConfig:
     """Label budget of the run for a schedule (the paper's Atari runs: up to 5,500; 3,300 typical)."""
     total_frames: int = 0
     """Frames the run will see (agent steps x 4), for a schedule."""
-    anneal_every_frames: int = 5_000_000
+    anneal_every_frames: int = ANNEAL_EVERY_FRAMES
     """Annealed schedule: frames per block of constant rate (App. A: 5e6 for Atari)."""
     initial_labels: int = 0
     """Labels given before policy training (App. A: 500), counted in a schedule's budget."""

@@ -8,6 +8,8 @@ from typing import Any, Callable
 from clips.clip import LabelEdit, Preference
 from pref_interface.store import PreferenceStore
 
+HISTORY_LENGTH = 10  # a person's latest labels their page lists for changing or deleting
+
 
 @dataclass
 class LabellingStats:

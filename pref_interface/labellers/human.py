@@ -28,12 +28,11 @@ from pref_interface.labellers.keys import (
 )
 from pref_interface.labellers.player import FPS, ClipPlayer, Playback, clip_frames, make_player
 from pref_interface.labellers.teachers import Labeller
-from pref_interface.labelling import LabellingStats, LabelEditor, LabellingStopped
+from pref_interface.labelling import HISTORY_LENGTH, LabellingStats, LabelEditor, LabellingStopped
 
 KEYS_HELP = "L left better, R right better, E equal, Enter incomparable, P replay, ^D stop"
 ANSWER_NAMES = {"L": "left better", "R": "right better", "E": "equally good"}
 KEY_OF_MU = {mu: key for key, mu in ANSWER_KEYS.items()}
-HISTORY_LENGTH = 10  # labels the page lists for changing or deleting
 
 
 ARROWS = {f"\x1b{mode}{key}": f"the {name} arrow" for mode in "[O"  # normal, application mode

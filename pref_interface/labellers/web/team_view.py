@@ -22,10 +22,10 @@ from typing import Callable
 
 from pref_interface.labellers.keys import PairAnswer
 from pref_interface.labellers.team import check_labellers
+from pref_interface.labelling import HISTORY_LENGTH
 from pref_interface.labellers.web.core import FIRST_NOTICE, PageCore, RequestError, not_found
 
 WAITING = "waiting for a pair: the open ones are with the others"
-HISTORY_SHOWN = 10  # a person's labels listed for editing, as many as one person's page lists
 
 
 @dataclass
@@ -121,7 +121,7 @@ class TeamView:
                 person = self._people.get(stored["labeller"])
                 if person is not None:
                     entry = {"id": stored["label"], "mu": stored["mu"]}
-                    person.history = [entry, *person.history][:HISTORY_SHOWN]
+                    person.history = [entry, *person.history][:HISTORY_LENGTH]
                     self._changed(person)
             if "pair" in update:  # labelling is over: every open pair is withdrawn
                 self._pairs.clear()
