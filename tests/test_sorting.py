@@ -111,9 +111,6 @@ def test_an_exact_teacher_sorts_by_true_return(seed):
     classes = s.classes()
     assert all(len(c) == 1 for c in classes)
     assert [c[0] for c in classes] == np.argsort(returns).tolist()
-    pairs = s.implied_pairs()
-    assert len(pairs) == 60 * 59 // 2
-    assert (returns[pairs[:, 0]] < returns[pairs[:, 1]]).all()
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -128,9 +125,6 @@ def test_ties_form_classes(seed):
     assert sorted(i for c in classes for i in c) == list(range(40))
     ranks = s.ranks()
     assert all(ranks[i] == sorted(set(returns)).index(returns[i]) for i in range(40))
-    pairs = s.implied_pairs()
-    assert len(pairs) == sum(a < b for a in returns for b in returns)
-    assert (returns[pairs[:, 0]] < returns[pairs[:, 1]]).all()
     for new_id, n, n_classes in insert_all(s, [make_clip(40, 2.0)], first_id=40):
         assert n <= n_classes.bit_length()
 

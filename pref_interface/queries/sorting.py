@@ -4,7 +4,7 @@ clips already sorted by a binary search that asks one comparison at a time.
 The idea is rl-teacher-atari's sorting tree: the sorted clips form classes of equally good clips,
 worst to best, and a new clip is compared with a clip of the middle class of its search interval,
 so an insertion asks at most ceil(log2(n_classes + 1)) questions, and the order then implies a
-label for every two clips in different classes (`implied_pairs`).
+label for every two clips in different classes (the trainer samples them: `--implied_pairs`).
 
 The caller drives it, one query at a time, and stores each answer as an ordinary label with the
 new clip on the left: `offer` clips, then `next_query` / `answer` until `next_query` is None.
@@ -20,7 +20,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterable
 
-import numpy as np
 
 from clips.clip import Clip, Preference
 
@@ -146,16 +145,6 @@ class ClipSorter:
     def ranks(self) -> dict[int, int]:
         """Each sorted clip's class index (0: the worst class)."""
         return {i: rank for rank, c in enumerate(self._classes) for i in c}
-
-    def implied_pairs(self) -> np.ndarray:
-        """int64 (k, 2) of (worse_id, better_id) for every two clips in different classes: the
-        labels the order implies, to train on."""
-        parts, below = [], np.empty(0, np.int64)
-        for c in self._classes:
-            ids = np.asarray(c, np.int64)
-            parts.append(np.stack([np.repeat(below, len(ids)), np.tile(ids, len(below))], axis=1))
-            below = np.concatenate([below, ids])
-        return np.concatenate(parts) if parts else np.empty((0, 2), np.int64)
 
     def sorted_id(self, key: bytes) -> int | None:
         """The id of the sorted clip with this content key; None if none is sorted now."""
