@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pref_interface.labellers.human import describe_token
 from pref_interface.labellers.keys import ANSWER_KEYS, ENTER, EOF, KeyReader
-from pref_interface.labellers.player import Playback, clip_frames, make_player, resolve_player
+from pref_interface.labellers.player import Playback, make_player, resolve_player
 from pref_interface.store import PreferenceStore, StoreError
 from runtime.outputs import prepare_output
 from runtime.script_args import ScriptParser
@@ -101,8 +101,8 @@ class Browser:
             label_id = self.ids[self.pos]
             pref = self.store.get(label_id)
             self.shown_mu = pref.mu
-            playback = Playback(self.player, clip_frames(pref.left.frames()),
-                                clip_frames(pref.right.frames()))
+            playback = Playback(self.player, pref.left.step_frames(),
+                                pref.right.step_frames())
             while True:
                 token = playback.next_token(self.keys, lambda: self.status(label_id, pref))
                 key = token if token in (ENTER, EOF) else token.strip()

@@ -56,6 +56,11 @@ class Clip:
             return self.expanded
         return np.frombuffer(zlib.decompress(self.frames_z), np.uint8).reshape(-1, *FRAME_SHAPE)
 
+    def step_frames(self) -> np.ndarray:
+        """uint8 (T, 84, 84): the newest frame of each step's observation stack, what a person
+        sees played and a teacher reads."""
+        return self.frames()[STACK - 1:]
+
     def expand(self) -> "Clip":
         """The same clip with its frames unpacked once and held."""
         return self if self.expanded is not None else replace(self, expanded=self.frames())

@@ -19,7 +19,6 @@ import pytest
 from clips.clip import LabelEdit, Preference
 from pref_interface.labellers.human import HumanLabeller
 from pref_interface.labellers.keys import ENTER, PairAnswer, ReinsertClip, ReopenLabel
-from pref_interface.labellers.player import clip_frames
 from pref_interface.labellers.web.headless import browser_missing, headless_page, labelling_run
 from pref_interface.labellers.web.player import WebPlayer, clip_name, parse_clip_name
 from pref_interface.labellers.web.server import LabellingPage
@@ -246,7 +245,7 @@ def test_the_player_names_sorted_clips_by_split_and_sends_each_thumbnail_once():
     assert validation == {"split": "validation", "classes": n([["v7"]]), "inserting": None,
                           "upcoming": None, "path": [], "interval": None, "reinserting": []}
     assert set(first["thumbs"]) == set(n(["t0", "t1", "t2", "v7"]))
-    played = [clip_frames(sorters[False].clip(i).frames()) for i in (0, 1)]
+    played = [sorters[False].clip(i).step_frames() for i in (0, 1)]
     assert sprite_png(played[1]) == first["thumbs"][n("t1")]  # the frames a pair plays
     player.load(played[1], played[0])  # a pair of clips the page holds: sent by name
     pair = updates.get_nowait()
@@ -411,8 +410,8 @@ def test_a_pair_shown_swapped_is_listed_changed_and_asked_again_as_the_person_sa
                 answers.put(token)
             assert lab.label(clip(10), clip(20)) == 1.0
             reopened = player.loaded[2]  # asked again with the sides it was seen with
-            assert np.array_equal(reopened[0], clip_frames(clip(101).frames()))
-            assert np.array_equal(reopened[1], clip_frames(clip(200).frames()))
+            assert np.array_equal(reopened[0], clip(101).step_frames())
+            assert np.array_equal(reopened[1], clip(200).step_frames())
             # R on that pair again: the stored left, clip(200), is better once more
             assert store.recent_answers(10) == [(ids[1], 1.0), (ids[0], 1.0)]
             assert player.history == [(ids[1], 0.0), (ids[0], 1.0)]

@@ -251,7 +251,7 @@ def make_level_share_observers(n_envs: int) -> list[LevelShare]:
 
 def clip_alongside(clip: Clip) -> int:
     """How many of a clip's steps end level with a car: each step's newest frame is judged."""
-    return int(alongside_steps(clip.frames()[STACK - 1:]).sum())
+    return int(alongside_steps(clip.step_frames()).sum())
 
 
 def clip_closing(clip: Clip, ends: int = 3) -> float:

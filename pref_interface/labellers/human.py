@@ -26,7 +26,7 @@ from pref_interface.labellers.keys import (
     ReopenLabel,
     answer_of,
 )
-from pref_interface.labellers.player import FPS, ClipPlayer, Playback, clip_frames, make_player
+from pref_interface.labellers.player import FPS, ClipPlayer, Playback, make_player
 from pref_interface.labellers.teachers import Labeller
 from pref_interface.labelling import HISTORY_LENGTH, LabellingStats, LabelEditor, LabellingStopped
 
@@ -149,13 +149,13 @@ class HumanLabeller(Labeller):
              upcoming: tuple[Clip, Clip] | None = None) -> float | None:
         """Play a pair until it is answered; `again`: the stored label being answered anew;
         `upcoming`: the pair asked next (see `upcoming`)."""
-        frames = clip_frames(left.frames()), clip_frames(right.frames())
+        frames = left.step_frames(), right.step_frames()
         preload = getattr(self.player, "preload", None) if upcoming else None
 
         def play() -> Playback:
             playback = Playback(self.player, *frames, self.fps)
             if preload is not None:
-                preload(*(clip_frames(clip.frames()) for clip in upcoming))
+                preload(*(clip.step_frames() for clip in upcoming))
             return playback
 
         playback = play()

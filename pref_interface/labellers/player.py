@@ -88,11 +88,6 @@ def make_player(kind: str, title: str = "Which clip is better?",
     raise ValueError(f"unknown player {kind!r}")
 
 
-def clip_frames(clip_frames: np.ndarray, stack: int = 4) -> np.ndarray:
-    """The frames to play for a clip: the newest frame of each observation stack."""
-    return clip_frames[stack - 1:]
-
-
 # ---------------------------------------------------------------------------- playing a pair
 
 

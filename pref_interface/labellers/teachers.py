@@ -255,7 +255,7 @@ class NearAlongsideTeacher(AlongsideTeacher):
         self.near = float(near)
 
     def returns(self, left: Clip, right: Clip) -> tuple[float, float]:
-        return tuple(float(self._frame_scores(c.frames()[STACK - 1:]).sum()) for c in (left, right))
+        return tuple(float(self._frame_scores(c.step_frames()).sum()) for c in (left, right))
 
     def step_scores(self, obs: np.ndarray) -> np.ndarray:
         return self._frame_scores(obs[:, -1])

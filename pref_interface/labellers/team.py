@@ -22,7 +22,6 @@ import numpy as np
 
 from clips.clip import Clip, LabelEdit, Preference
 from pref_interface.labellers.keys import ANSWER_KEYS, EOF, PairAnswer
-from pref_interface.labellers.player import clip_frames
 from pref_interface.labellers.web.sprites import sprite_png
 
 LABELLER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
@@ -200,7 +199,7 @@ class Team:
     def open_pair(self, left: Clip, right: Clip, copies: int = 1) -> str:
         """Hand a pair out, to be answered by `copies` different people; returns its id."""
         pair_id = next(self._ids)
-        lf, rf = clip_frames(left.frames()), clip_frames(right.frames())
+        lf, rf = left.step_frames(), right.step_frames()
         self.page_updates.put({"open": {"id": pair_id, "frames": [len(lf), len(rf)],
                                         "copies": copies},
                                "sprites": (sprite_png(lf), sprite_png(rf))})

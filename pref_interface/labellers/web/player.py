@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from pref_interface.labellers.player import clip_frames
 from pref_interface.labellers.web.sprites import sprite_png
 
 
@@ -78,7 +77,7 @@ class WebPlayer:
             for i in ids:
                 shown.add(name(i))
                 if name(i) not in self._names_sent:
-                    frames = clip_frames(sorter.clip(i).frames())
+                    frames = sorter.clip(i).step_frames()
                     thumbs[name(i)] = sprite_png(frames)
                     self._thumbs[_content_key(frames)] = name(i)
             orders.append({
