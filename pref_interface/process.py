@@ -171,7 +171,7 @@ class Labelling:
         self.copies: list[int] = []  # how many people each pair drawn for a team goes to
         self.mode.show = self.labeller.show_order
         self.telemetry = Telemetry(log_dir, every_s=LOG_EVERY_S)
-        self.n_at_dump = self.n_stored
+        self.made_at_dump = stats.labels_total.value  # labels made by the last record
         wanted = getattr(channels, "clips_wanted", None)
         self.demand = ClipDemand(wanted) if wanted is not None else None
         self.schedule = None if config.label_schedule == "none" else LabelSchedule(
@@ -201,7 +201,9 @@ class Labelling:
         if not t.due():
             return
         t.record("labels/total", self.n_stored)
-        t.record("labels/per_sec", (self.n_stored - self.n_at_dump) / t.since_dump())
+        # labels made, not the store's count, which a person's deletions lower
+        t.record("labels/per_sec", (self.stats.labels_total.value - self.made_at_dump)
+                 / t.since_dump())
         t.record("clips/received", self.stats.clips_received.value)
         t.record("clips/dropped", self.stats.clips_dropped.value)
         for tag, value in {**self.mode.scalars(),
@@ -215,7 +217,7 @@ class Labelling:
             self.team.show_status(team_status(self.n_stored, self.team.n_open,
                                               self.team.agreement.described()))
         t.dump(self.agent_steps.value if self.agent_steps is not None else self.n_stored)
-        self.n_at_dump = self.n_stored
+        self.made_at_dump = self.stats.labels_total.value
 
     def draw_pairs(self) -> list:
         """The queries to ask now, within the label schedule's budget: all that are drawn for a
