@@ -26,6 +26,7 @@ def checkpoint_steps(path: Path) -> int:
     """The agent steps at which a policy checkpoint was saved (from its name)."""
     return int(path.stem.removeprefix(CHECKPOINT_PREFIX))
 
+
 OPTIMIZERS = ("rmsprop_torch", "rmsprop_tf")  # torch's RMSprop, or TensorFlow's (the paper's)
 
 

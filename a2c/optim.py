@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Iterable
 
 import torch
+
 from a2c.config import OPTIMIZERS
 
 

@@ -22,8 +22,8 @@ from typing import Callable
 
 from pref_interface.labellers.keys import PairAnswer
 from pref_interface.labellers.team import check_labellers
-from pref_interface.labelling import HISTORY_LENGTH
 from pref_interface.labellers.web.core import FIRST_NOTICE, PageCore, RequestError, not_found
+from pref_interface.labelling import HISTORY_LENGTH
 
 WAITING = "waiting for a pair: the open ones are with the others"
 
