@@ -140,7 +140,6 @@ def clip_returns(net: nn.Module, clips: Sequence[Clip], features: ClipFeatures |
     return returns, torch.cat(raws)
 
 
-@torch.no_grad()
 @contextmanager
 def eval_mode(net: nn.Module) -> Iterator[None]:
     """`net` in eval mode (dropout off, batch norm on its running statistics) for the block; its
@@ -153,6 +152,7 @@ def eval_mode(net: nn.Module) -> Iterator[None]:
         net.train(was_training)
 
 
+@torch.no_grad()
 def take_batchnorm_statistics(net: nn.Module, clips: Sequence[Clip],
                               features: ClipFeatures | None = None) -> torch.Tensor:
     """Set `net`'s batch-norm running statistics to those of a dropout-free pass over `clips`

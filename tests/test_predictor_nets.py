@@ -64,7 +64,8 @@ def test_batch_norm_statistics_of_a_saved_net_can_be_retaken():
         for _ in range(30):
             clip_returns(net, clips)  # statistics gathered with dropout on (training mode)
     assert max(_running_to_actual_variance(net, clips)) > 1.25
-    take_batchnorm_statistics(net, clips)
+    raw = take_batchnorm_statistics(net, clips)
+    assert not raw.requires_grad  # a pass outside training: no graph is kept
     assert all(abs(r - 1.0) < 0.01 for r in _running_to_actual_variance(net, clips))
     assert net.training and all(bn.training and bn.momentum == 0.1 for bn in net.norms)
 

@@ -20,7 +20,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterable
 
-
 from clips.clip import Clip, Preference
 
 # (new clip's id, new clip, sorted clip's id, sorted clip): is the new (left) clip better?
