@@ -268,8 +268,8 @@ def _validate(trainer: RewardPredictorTrainer, stats: Any, val_max_pairs: int,
     for m, l2 in enumerate(trainer.adapt_regularisation(val)):
         t.record(f"reward_predictor/l2_member{m}", l2)
         # what adaptive L2 keeps within 1.1-1.5 (App. A): both losses in eval mode
-        ratio = val["member_val_loss"][m] / val["member_inbag_loss"][m]
-        if np.isfinite(ratio):
-            t.record(f"reward_predictor/val_to_train_member{m}", ratio)
+        val_loss, train_loss = val["member_val_loss"][m], val["member_inbag_loss"][m]
+        if train_loss > 0 and np.isfinite(val_loss / train_loss):
+            t.record(f"reward_predictor/val_to_train_member{m}", val_loss / train_loss)
     if not np.isnan(val["true_return_correlation"]):
         t.record("reward_predictor/true_return_correlation", val["true_return_correlation"])

@@ -2,6 +2,8 @@
 in the process that computes, so the supervising process never imports torch."""
 from __future__ import annotations
 
+PRECISIONS = ("auto", "fp32", "bf16")  # --precision's choices
+
 
 def bf16_is_fast(device: str = "cpu") -> bool:
     """True where the device has native bfloat16 arithmetic, so autocast pays off: a CPU with
@@ -13,9 +15,6 @@ def bf16_is_fast(device: str = "cpu") -> bool:
         # torch.cuda.is_bf16_supported() also says yes where bf16 is only emulated, and slow.
         return torch.cuda.get_device_capability(torch.device(device))[0] >= 8
     return bool(torch.cpu._is_avx512_bf16_supported())
-
-
-PRECISIONS = ("auto", "fp32", "bf16")
 
 
 def use_bf16(precision: str, device: str = "cpu") -> bool:
