@@ -3,6 +3,7 @@ tokens, label edits reaching the store and the trainer, and the page in a real b
 from __future__ import annotations
 
 import io
+from contextlib import contextmanager
 import json
 import queue
 import secrets
@@ -344,77 +345,75 @@ def test_an_edit_goes_to_the_store_then_to_the_trainer():
         assert drained(sent) == [LabelEdit(ids[0], 0.0), LabelEdit(ids[1], None)]
 
 
-def test_undo_shows_the_last_pair_again_and_its_new_answer_replaces_the_label():
+class HistoryPlayer(PagePlayer):
+    """A PagePlayer that keeps the label list it was last given."""
+
+    def show_history(self, history):
+        self.history = history
+
+
+@contextmanager
+def page_labeller(keep_typed_ahead: bool = True):
+    """A person's labeller on the page over a store of two labels (left clip(200) better):
+    (labeller, answers, player, store, label ids)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/prefs.sqlite"
         ids = stored_labels(path, 2)
         answers: queue.Queue = queue.Queue()
         with PreferenceStore(path) as store:
-            player = PagePlayer()
-            lab = HumanLabeller(answers, player, fps=200.0, keep_typed_ahead=True,
+            player = HistoryPlayer()
+            lab = HumanLabeller(answers, player, fps=200.0, keep_typed_ahead=keep_typed_ahead,
                                 labels=LabelEditor(store, None))
-            # shown: p1 (the new pair); undo reopens label ids[1] as p2; its answer E replaces
-            # it; p1 comes back as p3 and is answered R
-            for token in (ReopenLabel(ids[1]), PairAnswer("p2", "E"), PairAnswer("p3", "R")):
-                answers.put(token)
-            assert lab.label(clip(10), clip(20)) == 0.0
-            assert store.recent_answers(10) == [(ids[1], 0.5), (ids[0], 1.0)]
-            answers.put(ReopenLabel(ids[0]))
-            answers.put(PairAnswer("p5", ENTER))  # incomparable deletes the reopened label
-            answers.put(PairAnswer("p6", "L"))
-            assert lab.label(clip(10), clip(20)) == 1.0
-            assert store.recent_answers(10) == [(ids[1], 0.5)]
+            yield lab, answers, player, store, ids
+
+
+def test_undo_shows_the_last_pair_again_and_its_new_answer_replaces_the_label():
+    with page_labeller() as (lab, answers, player, store, ids):
+        # shown: p1 (the new pair); undo reopens label ids[1] as p2; its answer E replaces
+        # it; p1 comes back as p3 and is answered R
+        for token in (ReopenLabel(ids[1]), PairAnswer("p2", "E"), PairAnswer("p3", "R")):
+            answers.put(token)
+        assert lab.label(clip(10), clip(20)) == 0.0
+        assert store.recent_answers(10) == [(ids[1], 0.5), (ids[0], 1.0)]
+        answers.put(ReopenLabel(ids[0]))
+        answers.put(PairAnswer("p5", ENTER))  # incomparable deletes the reopened label
+        answers.put(PairAnswer("p6", "L"))
+        assert lab.label(clip(10), clip(20)) == 1.0
+        assert store.recent_answers(10) == [(ids[1], 0.5)]
 
 
 def test_undo_between_pairs_asks_the_last_label_again_at_once():
     """No pair on screen (labelling waits for clips): U still shows the last labelled pair."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = f"{tmp}/prefs.sqlite"
-        ids = stored_labels(path, 2)
-        answers: queue.Queue = queue.Queue()
-        with PreferenceStore(path) as store:
-            player = PagePlayer()
-            lab = HumanLabeller(answers, player, fps=200.0, labels=LabelEditor(store, None))
-            answers.put(ReopenLabel(ids[1]))
-            answers.put(PairAnswer("p1", "R"))
-            lab.idle()
-            assert len(player.loaded) == 1 and lab.last == f"label {ids[1]}: now right better"
-            assert store.recent_answers(10) == [(ids[1], 0.0), (ids[0], 1.0)]
+    with page_labeller(keep_typed_ahead=False) as (lab, answers, player, store, ids):
+        answers.put(ReopenLabel(ids[1]))
+        answers.put(PairAnswer("p1", "R"))
+        lab.idle()
+        assert len(player.loaded) == 1 and lab.last == f"label {ids[1]}: now right better"
+        assert store.recent_answers(10) == [(ids[1], 0.0), (ids[0], 1.0)]
 
 
 def test_a_pair_shown_swapped_is_listed_changed_and_asked_again_as_the_person_saw_it():
     """Sorting shows a person the clip being placed on either side, while the store keeps it on
     the left: the page's list, its L/E/R buttons and "show again" follow the sides seen."""
-    class HistoryPlayer(PagePlayer):
-        def show_history(self, history):
-            self.history = history
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = f"{tmp}/prefs.sqlite"
-        ids = stored_labels(path, 2)  # left clip(200) better, as stored
-        answers: queue.Queue = queue.Queue()
-        with PreferenceStore(path) as store:
-            player = HistoryPlayer()
-            lab = HumanLabeller(answers, player, fps=200.0, keep_typed_ahead=True,
-                                labels=LabelEditor(store, None))
-            lab.stored(ids[0])
-            lab.stored(ids[1], swapped=True)  # clip(200) was shown on the right: R was pressed
-            assert player.history == [(ids[1], 0.0), (ids[0], 1.0)]
-            # "L" on the list for ids[1]: the clip seen on the left, the stored right, is better
-            for token in (LabelEdit(ids[1], 1.0), PairAnswer("p1", "E")):
-                answers.put(token)
-            assert lab.label(clip(10), clip(20)) == 0.5
-            assert store.recent_answers(10) == [(ids[1], 0.0), (ids[0], 1.0)]
-            assert player.history == [(ids[1], 1.0), (ids[0], 1.0)]
-            for token in (ReopenLabel(ids[1]), PairAnswer("p3", "R"), PairAnswer("p4", "L")):
-                answers.put(token)
-            assert lab.label(clip(10), clip(20)) == 1.0
-            reopened = player.loaded[2]  # asked again with the sides it was seen with
-            assert np.array_equal(reopened[0], clip(101).step_frames())
-            assert np.array_equal(reopened[1], clip(200).step_frames())
-            # R on that pair again: the stored left, clip(200), is better once more
-            assert store.recent_answers(10) == [(ids[1], 1.0), (ids[0], 1.0)]
-            assert player.history == [(ids[1], 0.0), (ids[0], 1.0)]
+    with page_labeller() as (lab, answers, player, store, ids):
+        lab.stored(ids[0])
+        lab.stored(ids[1], swapped=True)  # clip(200) was shown on the right: R was pressed
+        assert player.history == [(ids[1], 0.0), (ids[0], 1.0)]
+        # "L" on the list for ids[1]: the clip seen on the left, the stored right, is better
+        for token in (LabelEdit(ids[1], 1.0), PairAnswer("p1", "E")):
+            answers.put(token)
+        assert lab.label(clip(10), clip(20)) == 0.5
+        assert store.recent_answers(10) == [(ids[1], 0.0), (ids[0], 1.0)]
+        assert player.history == [(ids[1], 1.0), (ids[0], 1.0)]
+        for token in (ReopenLabel(ids[1]), PairAnswer("p3", "R"), PairAnswer("p4", "L")):
+            answers.put(token)
+        assert lab.label(clip(10), clip(20)) == 1.0
+        reopened = player.loaded[2]  # asked again with the sides it was seen with
+        assert np.array_equal(reopened[0], clip(101).step_frames())
+        assert np.array_equal(reopened[1], clip(200).step_frames())
+        # R on that pair again: the stored left, clip(200), is better once more
+        assert store.recent_answers(10) == [(ids[1], 1.0), (ids[0], 1.0)]
+        assert player.history == [(ids[1], 0.0), (ids[0], 1.0)]
 
 
 def test_the_trainer_applies_an_edit_to_the_label_it_holds():
