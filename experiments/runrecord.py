@@ -208,7 +208,9 @@ def run_finished(path: Path, settings: dict[str, Any] | None = None) -> bool | N
     kept = checkpoints(path / POLICY_DIR)
     if target is None or not kept:
         return None
-    return checkpoint_steps(kept[-1]) >= target * 1e6
+    from launch.cli import at_target
+
+    return at_target(checkpoint_steps(kept[-1]), target)
 
 
 def _lines(path: Path) -> list[str]:

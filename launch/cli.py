@@ -38,9 +38,14 @@ class TargetReached(Exception):
     0), said in one line."""
 
 
+def at_target(done: int, million_timesteps: float) -> bool:
+    """Whether `done` agent steps reach a run's target (--million_timesteps)."""
+    return done >= million_timesteps * 1e6
+
+
 def check_steps_left(run_dir: Path, done: int, million_timesteps: float) -> None:
     """TargetReached where a resumed run's `done` agent steps reach its target."""
-    if done >= million_timesteps * 1e6:
+    if at_target(done, million_timesteps):
         raise TargetReached(f"{run_dir} is at {done:,} agent steps, its target "
                             f"(--million_timesteps {million_timesteps:g}): nothing to do; give a "
                             "larger --million_timesteps to go on")
