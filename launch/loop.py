@@ -259,11 +259,12 @@ class Channels:
 
 class PreferenceLoop:
     """The loop's roles beside the agent, started: the predictor trainer's and the labelling
-    processes, and the agent's three roles as factories called in the agent's own process:
-    `reward_fn()` (the reward for the agent, r̂), `observers(n_envs)` (the clip source) and
-    `pace()`. With `agent` (an A2C run config) the loop starts run.py's A2C process with them
-    (`start_agent`); without, the caller's process is the agent (launch/preference_env.py: any
-    library's training loop), and starts the episode viewer itself."""
+    processes (no labelling once the person stopped it), and the agent's three roles as
+    factories called in the agent's own process: `reward_fn()` (the reward for the agent, r̂),
+    `observers(n_envs)` (the clip source) and `pace()`. With `agent` (an A2C run config) the
+    loop starts run.py's A2C process with them (`start_agent`); without, the caller's process is
+    the agent (launch/preference_env.py: any library's training loop), and starts the episode
+    viewer itself."""
 
     def __init__(self, run: Run, ctx, session: Session, prefs_path: str,
                  predictor_path: str | None, agent: Any = None) -> None:
@@ -284,15 +285,20 @@ class PreferenceLoop:
         sup.start("reward_predictor", run_predictor_trainer, tconfig, ch,
                   environ=trainer_environ(tconfig), stats=self.trainer_stats,
                   log_dir=str(run.dir / "tb" / "reward_predictor"))
-        sup.start("labelling", run_labelling, labelling_config(run, session.page_updates), ch,
-                  stats=self.labelling_stats, store_path=prefs_path,
-                  log_dir=str(run.dir / "tb" / "labels"),
-                  val_accuracy=self.trainer_stats.val_accuracy,
-                  make_predictor=partial(predictor.preference_predictor, ch.reward_weights,
-                                         tconfig),
-                  agent_steps=self.agent_stats.timesteps)
+        # After the person stopped labelling (Ctrl-D) in gathering, no labelling process and no
+        # clip source: the predictor goes on with the labels held.
+        self.labelling = not session.labelling_stopped
+        if self.labelling:
+            sup.start("labelling", run_labelling, labelling_config(run, session.page_updates),
+                      ch, stats=self.labelling_stats, store_path=prefs_path,
+                      log_dir=str(run.dir / "tb" / "labels"),
+                      val_accuracy=self.trainer_stats.val_accuracy,
+                      make_predictor=partial(predictor.preference_predictor, ch.reward_weights,
+                                             tconfig),
+                      agent_steps=self.agent_stats.timesteps)
         self.reward_fn = partial(predictor.predicted_reward, ch.reward_weights, tconfig)
-        self.observers = ch.a2c_observers(run.settings.env_id, self.labelling_stats)
+        self.observers = ch.a2c_observers(run.settings.env_id,
+                                          self.labelling_stats if self.labelling else None)
         self.pace = partial(PredictorPace, ch.reward_weights,
                             labels_per_member(s.min_predictor_labels_per_step,
                                               s.predictor_pace_unit, s.ensemble_size))
@@ -305,7 +311,8 @@ class PreferenceLoop:
         """The status line; "" while one person labels (the counters are in the prompt); with
         several, who is on their page and how well they agree."""
         team = self.page is not None and self.page.labellers
-        if self.ch.answers is not None and self.sup.procs["labelling"].is_alive() and not team:
+        if (self.ch.answers is not None and self.labelling
+                and self.sup.procs["labelling"].is_alive() and not team):
             return ""
         line = preference_status(self.agent_stats, self.labelling_stats, self.trainer_stats,
                                  steps)

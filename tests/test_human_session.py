@@ -222,8 +222,8 @@ def test_a_run_whose_stdin_ends_before_any_label_says_how_to_label(tmp_path):
 
 
 def test_answers_that_end_while_gathering_leave_labelling_off_in_training(tmp_path):
-    """Piped answers end during gathering: training goes on with the labels held and says that
-    labelling is off, not how to answer."""
+    """Piped answers end during gathering: training goes on with the labels held, says that
+    labelling is off rather than how to answer, and shows no pair."""
     env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
     r = subprocess.run([sys.executable, "run.py", "train_policy_with_preferences",
                         "MovingDotNoFrameskip-v0", "--n_envs", "2", "--n_initial_prefs", "10",
@@ -235,4 +235,7 @@ def test_answers_that_end_while_gathering_leave_labelling_off_in_training(tmp_pa
     training = r.stderr[r.stderr.index("training the policy on r̂"):]
     assert "labelling is off: its input ended (Ctrl-D)" in training, r.stderr
     assert "answer here" not in training and "labelling beside it" not in training, r.stderr
+    # No labelling process in training: no pair is shown, no clip is cut for one.
+    assert "pair 1" not in training and "labelling stopped" not in training, r.stderr
+    assert "clips dropped" not in training, r.stderr
     assert len(stored(tmp_path / "run")) == 4
