@@ -6,6 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
+from launch.rundir import PREFS_FILE
+from pref_interface.store import stored_labels
+
 
 class _ResumeNotice(logging.Filter):
     """Drops TensorBoard's warning that it purged points after a session start: every resumed
@@ -144,14 +147,19 @@ class RunLog:
         return r[:, 1], r[:, 2], time_weights(r, self.starts)
 
     def labels(self) -> tuple[np.ndarray, np.ndarray]:
-        """(agent steps, labels in the store) during policy training."""
-        return self.curve("labels/total", "labels")
+        """(agent steps, labels in the store) during policy training; labels stored after the
+        last logged count are counted at the run's last step."""
+        steps, totals = self.curve("labels/total", "labels")
+        stored = stored_labels(self.run_dir / PREFS_FILE)
+        if len(totals) and stored > totals[-1]:
+            last = max(self.sps[-1, 1] if len(self.sps) else 0.0, steps[-1],
+                       *self.returns()[0][-1:])
+            steps, totals = np.append(steps, last), np.append(totals, stored)
+        return steps, totals
 
     def labels_at(self, steps: float) -> float | None:
         """Labels in the store when A2C was at `steps` agent steps; None before the first point."""
-        ls, n = self.labels()
-        before = n[ls <= steps]
-        return float(before[-1]) if len(before) else None
+        return count_at(*self.labels(), steps)
 
     def predictor_accuracy(self) -> tuple[np.ndarray, np.ndarray]:
         return self.curve("reward_predictor/val_accuracy", "reward_predictor")
@@ -179,6 +187,12 @@ class RunLog:
         r = self._scalars(self.tb, "charts/episodic_return")
         i = first_reached(r[:, 2], level, window)
         return None if i is None else (float(r[i, 1]), float(self._active_s(r[i:i + 1, 0])[0]))
+
+
+def count_at(steps: np.ndarray, counts: np.ndarray, at: float) -> float | None:
+    """The last of `counts` logged at or before agent step `at`; None before the first."""
+    before = counts[steps <= at]
+    return float(before[-1]) if len(before) else None
 
 
 def first_reached(values: np.ndarray, level: float, window: int) -> int | None:

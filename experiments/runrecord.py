@@ -21,11 +21,10 @@ from typing import Any
 import numpy as np
 
 from a2c.config import ALONGSIDE_SHARE_TAG, checkpoint_steps, checkpoints
-from experiments.runlog import RunLog
-from launch.rundir import (COMMAND_FILE, MACHINES_FILE, POLICY_DIR, PREFS_FILE, SETTINGS_FILE,
+from experiments.runlog import RunLog, count_at
+from launch.rundir import (COMMAND_FILE, MACHINES_FILE, POLICY_DIR, SETTINGS_FILE,
                            is_run_dir, saved_settings)
 from launch.settings import build_parser, flag_fields
-from pref_interface.store import stored_labels
 
 FORMAT = 1
 # Flags that say where a run is kept, how often it saves and what it runs on, not what it learns:
@@ -90,10 +89,6 @@ class RunRecord:
         label_steps, label_totals = log.labels()
         share_steps, shares = log.curve(ALONGSIDE_SHARE_TAG)
         last_step = max(steps[-1] if len(steps) else 0.0, log.sps[-1, 1] if len(log.sps) else 0.0)
-        stored = stored_labels(path / PREFS_FILE)
-        if len(label_totals) and stored > label_totals[-1]:  # labelled after the trainer's last
-            label_steps = np.append(label_steps, max(last_step, label_steps[-1]))  # count
-            label_totals = np.append(label_totals, stored)
         return cls(name=path.name, seed=settings.get("seed"), env_id=settings.get("env_id"),
                    commands=_lines(path / COMMAND_FILE), machines=_lines(path / MACHINES_FILE),
                    agent_steps=float(last_step), training_s=log.wall_clock_s(),
@@ -197,8 +192,7 @@ class RunRecord:
 
     def labels_at(self, steps: float) -> float | None:
         """Labels in the store when A2C was at `steps` agent steps; None before the first count."""
-        before = self.label_totals[self.label_steps <= steps]
-        return float(before[-1]) if len(before) else None
+        return count_at(self.label_steps, self.label_totals, steps)
 
 
 def run_finished(path: Path, settings: dict[str, Any] | None = None) -> bool | None:

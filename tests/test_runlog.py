@@ -202,3 +202,32 @@ def test_a_running_runs_progress_is_read_on_as_it_writes(tmp_path):
     a2c.close()
     assert log.refresh().progress(window=2) == {"agent_steps": 400.0, "labels": 55.0,
                                                 "return": -18.0}
+
+
+def test_labels_stored_after_the_last_logged_count_are_counted_at_the_last_step(tmp_path,
+                                                                                monkeypatch):
+    """The labelling process logs its count now and then: a report reads the store's own count at
+    the end, so a finished run is not shown a label short."""
+    import runtime.scalars
+    from launch.rundir import PREFS_FILE
+    from pref_interface.store import PreferenceStore
+    from tests.helpers import random_pref
+
+    clock = [0.0]
+    monkeypatch.setattr(runtime.scalars.time, "time", lambda: clock[0])
+    a2c, labels = ScalarWriter(tmp_path / "tb"), ScalarWriter(tmp_path / "tb" / "labels")
+    for step in (0, 1000, 2000):
+        clock[0] = step / 100
+        a2c.add_scalar("charts/SPS", 100.0, step)
+        if step == 1000:
+            labels.add_scalar("labels/total", 2, step)
+    a2c.close()
+    labels.close()
+    rng = np.random.default_rng(0)
+    with PreferenceStore(tmp_path / PREFS_FILE) as store:
+        for _ in range(3):
+            store.add(random_pref(rng))
+    log = RunLog(tmp_path)
+    steps, totals = log.labels()
+    assert list(steps) == [1000, 2000] and list(totals) == [2, 3]
+    assert log.labels_at(1500) == 2 and log.labels_at(2000) == 3
