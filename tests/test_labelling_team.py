@@ -147,6 +147,29 @@ def test_the_terminals_ctrl_d_stops_a_team(tmp_path):
     assert not worker.is_alive() and len(opened) == 4
 
 
+def test_an_edit_from_a_page_is_confirmed_to_the_pages_once_the_store_holds_it():
+    """The pages show an edit as the store took it; one of a label no longer stored unlists it."""
+    from clips.clip import LabelEdit
+
+    class Editor:
+        def __init__(self) -> None:
+            self.held = {5: 1.0}
+
+        def edit(self, edit: LabelEdit) -> bool:
+            if edit.label_id not in self.held:
+                return False
+            self.held[edit.label_id] = edit.mu
+            return True
+
+    updates, answers, editor = queue.Queue(), queue.Queue(), Editor()
+    team = Team(["ann"], updates, answers, editor=editor)
+    for edit in (LabelEdit(5, 0.5), LabelEdit(6, 1.0)):
+        answers.put(edit)
+    assert list(team.answers()) == [] and editor.held == {5: 0.5}
+    assert drained(updates) == [{"edited": {"label": 5, "mu": 0.5}},
+                                {"edited": {"label": 6, "mu": None}}]
+
+
 def test_a_left_out_labeller_is_not_trained_on_and_keeps_their_labels(tmp_path):
     """--leave_out: the trainer skips a person's labels, from the store and as they arrive."""
     from reward_predictor.config import TrainerConfig

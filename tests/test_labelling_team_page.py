@@ -227,8 +227,12 @@ def test_no_one_answers_sees_or_edits_what_is_anothers(team):
     assert bob.state(since=0)["history"] == []
     assert bob.request("/edit", {"label": 5, "answer": "E"})[0] == 404
     assert ann.request("/edit", {"label": 5, "answer": "E"})[0] == 200
+    # The list shows an edit once the store holds it, not before.
+    assert ann.state(since=0)["history"] == [{"id": 5, "mu": 1.0}]
+    team.apply({"edited": {"label": 5, "mu": 0.5}})
     assert ann.state(since=0)["history"] == [{"id": 5, "mu": 0.5}]
     assert ann.request("/edit", {"label": 5, "answer": "delete"})[0] == 200
+    team.apply({"edited": {"label": 5, "mu": None}})
     assert ann.state(since=0)["history"] == []
     assert ann.request("/reopen", {"label": 5})[0] == 409
     assert ann.request("/reinsert", {"clip": "1:t3"})[0] == 409

@@ -206,8 +206,8 @@ class Team:
         return pair_id
 
     def answers(self) -> Iterator[TeamAnswer]:
-        """The answers given since the last call, in order; edits are applied as they come.
-        Raises LabellingStopped at the terminal's Ctrl-D."""
+        """The answers given since the last call, in order; edits are applied as they come and
+        confirmed to the pages. Raises LabellingStopped at the terminal's Ctrl-D."""
         from pref_interface.labelling import LabellingStopped
 
         while True:
@@ -220,7 +220,10 @@ class Team:
                 self._answered = answer
                 yield answer
             elif isinstance(token, LabelEdit) and self.editor is not None:
-                self.editor.edit(token)
+                # The page shows the edit once the store holds it; a label gone is unlisted.
+                done = self.editor.edit(token)
+                self.page_updates.put({"edited": {"label": token.label_id,
+                                                  "mu": token.mu if done else None}})
             elif token == EOF:
                 raise LabellingStopped
 

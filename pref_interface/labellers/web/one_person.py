@@ -83,8 +83,7 @@ class OnePersonView:
             self._changed()
         self.core.answers.put(PairAnswer(body["pair"], key))
 
-    def listed_label(self, body: dict, label_id: int, labeller: str | None,
-                     mu: float | None) -> None:
+    def listed_label(self, body: dict, label_id: int, labeller: str | None) -> None:
         """Refuse a label the page does not list."""
         with self.core.cond:
             if all(entry["id"] != label_id for entry in self._state["history"]):

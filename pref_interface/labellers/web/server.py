@@ -214,8 +214,7 @@ class LabellingPage:
         if answer not in (*ANSWER_KEYS, "delete"):
             raise RequestError(HTTPStatus.BAD_REQUEST, "an edit needs a label and an answer")
         mu = None if answer == "delete" else ANSWER_KEYS[answer]
-        label_id = self._listed_label(body, labeller, mu)
-        self.core.answers.put(LabelEdit(label_id, mu))
+        self.core.answers.put(LabelEdit(self._listed_label(body, labeller), mu))
 
     def reopen(self, body: dict, labeller: str | None = None) -> None:
         self._one_person_only("showing a label again")
@@ -225,14 +224,13 @@ class LabellingPage:
         self._one_person_only("re-inserting a clip")
         self.view.reinsert(body)
 
-    def _listed_label(self, body: dict, labeller: str | None = None,
-                      mu: float | None = None) -> int:
+    def _listed_label(self, body: dict, labeller: str | None = None) -> int:
         """The label a request names, refused unless the page lists it (in team mode: the
-        person's own list, which then shows the edit's answer `mu`, None deleting it)."""
+        person's own list)."""
         label_id = body.get("label")
         if not isinstance(label_id, int) or isinstance(label_id, bool):
             raise RequestError(HTTPStatus.BAD_REQUEST, "a label id is a number")
-        self.view.listed_label(body, label_id, labeller, mu)
+        self.view.listed_label(body, label_id, labeller)
         return label_id
 
     def _one_person_only(self, what: str) -> None:

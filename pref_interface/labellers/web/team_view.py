@@ -8,7 +8,8 @@ next one. Only the pair shown can be answered, once, by the person it is given t
 carries their name (`PairAnswer.labeller`). A person is present while their page asks for the
 state (a long poll of at most `timeout_s / 2`) or did within `timeout_s`; the pairs of one who
 left go to the others. `{"stored": {"pair", "labeller", "label", "mu"}}` lists a label on its
-person's page, who may edit it. The close message (`"pair": None`) withdraws every open pair.
+person's page, who may edit it; `{"edited": {"label", "mu"}}` shows an edit once the store holds
+it (mu None: the label is gone). The close message (`"pair": None`) withdraws every open pair.
 """
 from __future__ import annotations
 
@@ -123,6 +124,10 @@ class TeamView:
                     entry = {"id": stored["label"], "mu": stored["mu"]}
                     person.history = [entry, *person.history][:HISTORY_LENGTH]
                     self._changed(person)
+            if "edited" in update:
+                edited = update.pop("edited")
+                for person in self._people.values():
+                    self._show_edit(person, edited["label"], edited["mu"])
             if "pair" in update:  # labelling is over: every open pair is withdrawn
                 self._pairs.clear()
                 for person in self._people.values():
@@ -199,18 +204,22 @@ class TeamView:
             self._assign()
         self.core.answers.put(PairAnswer(pair.id, key, labeller=person.name))
 
-    def listed_label(self, body: dict, label_id: int, labeller: str | None,
-                     mu: float | None) -> None:
-        """Refuse a label not on the person's own list; the list then shows the edit's answer
-        `mu` (None deletes it)."""
+    def listed_label(self, body: dict, label_id: int, labeller: str | None) -> None:
+        """Refuse a label not on the person's own list. The list shows the edit once the store
+        holds it (`{"edited": ...}`), not before."""
         person = self._person(labeller)
         with self.core.cond:
             if all(entry["id"] != label_id for entry in person.history):
                 raise not_found(f"label {label_id} is not listed")
             self.core.use_nonce(body)
-            person.history = [e if e["id"] != label_id else {**e, "mu": mu}
-                              for e in person.history if e["id"] != label_id or mu is not None]
-            self._changed(person)
+
+    def _show_edit(self, person: Person, label_id: int, mu: float | None) -> None:
+        """`person`'s list, if it has the label, with its new answer `mu` (None: removed)."""
+        if all(entry["id"] != label_id for entry in person.history):
+            return
+        person.history = [e if e["id"] != label_id else {**e, "mu": mu}
+                          for e in person.history if e["id"] != label_id or mu is not None]
+        self._changed(person)
 
     # ---- handing pairs out -----------------------------------------------------------------
 
