@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launch.supervisor import duration
+
 TIES_NOTED = 0.9  # a share of tied labels the summary points out
 
 
@@ -30,7 +32,7 @@ class RunReport:
         from launch.stopping import how_it_ended
 
         rows = [("run directory", str(self.run_dir)),
-                ("wall-clock", _duration(time.monotonic() - self.started) + _which_start(self.run_dir))]
+                ("wall-clock", duration(time.monotonic() - self.started) + _which_start(self.run_dir))]
         stats = self.agent_stats
         if stats is not None:
             rows.append(("agent steps", f"{stats.timesteps.value:,}"))
@@ -96,12 +98,6 @@ def _labels_text(prefs_path: Path) -> str:
             f"; r̂ learns which clip is better from the other {n - ties:,}"
             if ties >= TIES_NOTED * n else "") + ")"
     return text
-
-
-def _duration(seconds: float) -> str:
-    m, s = divmod(int(seconds), 60)
-    h, m = divmod(m, 60)
-    return f"{h} h {m:02d} min" if h else f"{m} min {s:02d} s"
 
 
 def _labellers_rows(prefs_path: Path, live: str | None = None) -> list[tuple[str, str]]:

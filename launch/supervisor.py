@@ -29,16 +29,22 @@ class Progress:
     read: Callable[[], tuple[int, str]]
     unit_scale: bool = False  # 12.3k rather than 12345
     _last: tuple[float, int] | None = field(default=None, init=False, repr=False)
+    _first: tuple[float, int] | None = field(default=None, init=False, repr=False)
 
     def line(self) -> str:
-        """The log's form: done of total, the rate since the line before, the status."""
+        """The log's form: done of total, the rate since the line before, the time left at this
+        start's mean rate, the status."""
         done, status = self.read()
         now, rate = time.monotonic(), ""
         if self._last is not None and now > self._last[0]:
             per_s = (done - self._last[1]) / (now - self._last[0])
             rate = f" | {per_s:,.0f}" if per_s >= 10 else f" | {per_s:.2g}"  # 0.25 epochs/s
             rate += f" {self.unit}s/s"
+            mean_per_s = (done - self._first[1]) / (now - self._first[0])
+            if mean_per_s > 0 and done < self.total:
+                rate += f" | {duration((self.total - done) / mean_per_s)} left"
         self._last = (now, done)
+        self._first = self._first or self._last
         return f"{self.desc} {done:,}/{self.total:,}{rate}" + (f" | {status}" if status else "")
 
 
@@ -90,12 +96,13 @@ class Supervisor:
              progress: Progress | None = None) -> int:
         """Block until every process ends (or `until()` is true, then stop them); return an exit
         status: 0, 1 for a crashed child, 128 + the signal's number for a stop signal
-        (launch/stopping.py; 130 for Ctrl-C). Meanwhile `status_line()`, or the
-        `progress` bar, shows how the run goes."""
+        (launch/stopping.py; 130 for Ctrl-C). Meanwhile `progress` (a bar on a terminal; in a log a
+        line every 30 s: done of total, rate, time left), or else `status_line()`, shows how the
+        run goes."""
         tty = sys.stderr.isatty()
         last_print = 0.0
         bar = _progress_bar(progress) if tty and progress is not None else None
-        if progress is not None and bar is None and status_line is None:
+        if progress is not None and bar is None:  # a log: done of total and the time left
             status_line = progress.line
         deadline = None  # once `until()` holds: when the children still running are terminated
         ended = False  # the wait ended with no failure, no stuck child and no Ctrl-C
@@ -194,6 +201,13 @@ def _progress_bar(progress: Progress):
                 initial=min(progress.read()[0], progress.total), unit_scale=progress.unit_scale,
                 dynamic_ncols=sized, ncols=None if sized else 80, nrows=None if sized else 24,
                 smoothing=0.1)
+
+
+def duration(seconds: float) -> str:
+    """`4 h 05 min`, or `3 min 20 s` under an hour."""
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h} h {m:02d} min" if h else f"{m} min {s:02d} s"
 
 
 def percent(value: float) -> str:

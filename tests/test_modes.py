@@ -194,8 +194,8 @@ def test_a_run_directory_written_by_earlier_code_resumes(tmp_path):
     newest = sorted((d / "policy").glob("policy-*.pt"))[-1]
     assert torch.load(newest, weights_only=True)["timesteps"] == 6000
     assert next(line for line in (r.stdout + r.stderr).splitlines()
-                if line.startswith("steps ")).startswith(f"steps 4.0k | -/s | ep - | return - | "
-                                                         f"labels {n_labels} |"), r.stderr
+                if line.startswith("agent steps ")).startswith(
+        f"agent steps 4,000/6,000 | ep - | return - | labels {n_labels} |"), r.stderr
     assert labels(d) > n_labels
     assert torch.load(predictor, weights_only=True)["steps"] > predictor_steps
 

@@ -117,7 +117,8 @@ def test_a_resumed_runs_bar_starts_where_the_run_left_off():
         bar.close()
 
 
-def test_a_logged_progress_line_gives_the_rate_since_the_line_before(monkeypatch):
+def test_a_logged_progress_line_gives_the_rate_since_the_line_before_and_the_time_left(
+        monkeypatch):
     from launch import supervisor
 
     done, clock = [0], [100.0]
@@ -125,7 +126,12 @@ def test_a_logged_progress_line_gives_the_rate_since_the_line_before(monkeypatch
     progress = supervisor.Progress("agent steps", 6000, "step", lambda: (done[0], "ep 3"))
     assert progress.line() == "agent steps 0/6,000 | ep 3"
     done[0], clock[0] = 3000, 130.0
-    assert progress.line() == "agent steps 3,000/6,000 | 100 steps/s | ep 3"
+    assert progress.line() == "agent steps 3,000/6,000 | 100 steps/s | 0 min 30 s left | ep 3"
+    # The time left is at this start's mean rate: 4,500 steps in 60 s, 1,500 to go.
+    done[0], clock[0] = 4500, 160.0
+    assert progress.line() == "agent steps 4,500/6,000 | 50 steps/s | 0 min 20 s left | ep 3"
+    done[0], clock[0] = 6000, 170.0
+    assert progress.line() == "agent steps 6,000/6,000 | 150 steps/s | ep 3"
 
 
 def test_the_trainer_starts_with_malloc_tunables_that_glibc_honours(tmp_path, monkeypatch):
