@@ -6,7 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from launch.rundir import PREFS_FILE
+from launch.configs import MILLION
+from launch.rundir import PREFS_FILE, saved_settings
 from pref_interface.store import stored_labels
 
 
@@ -82,6 +83,9 @@ def start_times(run_dir: Path) -> np.ndarray:
     return np.array(times)
 
 
+RATE_POINTS = 60  # A2C logs its steps per second every second: the last minute's mean
+
+
 class RunLog:
     """One run's curves. Scalars logged by other processes (labels, predictor) are mapped to agent
     steps through wall-clock time, using the A2C process's own (time, step) points. Each event
@@ -109,14 +113,23 @@ class RunLog:
 
     def progress(self, window: int = 10) -> dict[str, float]:
         """Where the run stands: its newest agent steps, the labels in its store (while gathering,
-        too) and the mean true return of its last `window` episodes (NaN before the first)."""
+        too), the mean true return of its last `window` episodes, its target
+        (--million_timesteps) and A2C's steps per second over its last RATE_POINTS points (NaN
+        where not known yet)."""
         labels = self._scalars(self.tb / "labels", "labels/total")
         if not len(labels):
             labels = self._scalars(self.tb / "gather", "labels/total")
         returns = self._scalars(self.tb, "charts/episodic_return")[-window:, 2]
+        try:
+            target = float(saved_settings(self.run_dir)["million_timesteps"]) * MILLION
+        except (ValueError, KeyError, TypeError):
+            target = float("nan")
         return {"agent_steps": float(self.sps[-1, 1]) if len(self.sps) else 0.0,
                 "labels": float(labels[-1, 2]) if len(labels) else 0.0,
-                "return": float(returns.mean()) if len(returns) else float("nan")}
+                "return": float(returns.mean()) if len(returns) else float("nan"),
+                "target_steps": target,
+                "steps_per_s": float(self.sps[-RATE_POINTS:, 2].mean()) if len(self.sps)
+                else float("nan")}
 
     def _scalars(self, event_dir: Path, tag: str) -> np.ndarray:
         if event_dir not in self._loaded:

@@ -18,6 +18,7 @@ from ray import tune
 from experiments.runlog import RunLog
 from experiments.sweep_trial import CONSOLE_DIR, RUNS_DIR, TUNE_DIR, Trial, device_flags
 from launch.rundir import run_dir_holder, wait_released
+from launch.supervisor import duration
 
 ROOT = Path(__file__).resolve().parent.parent
 USAGE_STATUS = 2  # run.py refused its command line
@@ -126,7 +127,8 @@ class ProgressLine(tune.Callback):
 
 
 def status_line(trials: list, latest: dict[str, dict]) -> str:
-    """`sweep: 1 running, 2 queued, 3 done, 0 failed | seed0: 1.20M steps, 900 labels, -3.4`;
+    """`sweep: 1 running, 2 queued, 3 done, 0 failed | seed0: 1.20M/6M steps, 900 labels, return
+    -3.4, 2 h 10 min left` (the time left at the trial's rate over its last minute);
     after Ctrl-C, the trials stopped before their end are counted apart (`, 1 stopped`)."""
     count: dict[str, int] = {}
     for t in trials:
@@ -144,8 +146,13 @@ def status_line(trials: list, latest: dict[str, dict]) -> str:
         r = latest.get(t.trial_id)
         if t.status == "RUNNING" and r and "agent_steps" in r:
             ret = "-" if math.isnan(r["return"]) else f"{r['return']:+.1f}"
-            parts.append(f"{trial_of(t.config).name}: {r['agent_steps'] / 1e6:.2f}M steps, "
-                         f"{r['labels']:,.0f} labels, return {ret}")
+            steps, target = r["agent_steps"], r.get("target_steps", math.nan)
+            rate = r.get("steps_per_s", math.nan)
+            of = "" if math.isnan(target) else f"/{target / 1e6:g}M"
+            left = (f", {duration((target - steps) / rate)} left"
+                    if rate > 0 and steps < target else "")  # False for NaN
+            parts.append(f"{trial_of(t.config).name}: {steps / 1e6:.2f}M{of} steps, "
+                         f"{r['labels']:,.0f} labels, return {ret}{left}")
     return " | ".join(parts)
 
 

@@ -180,8 +180,9 @@ def test_summarise_run_says_how_well_rhat_ordered_the_policys_own_episodes(tmp_p
 
 
 def test_a_running_runs_progress_is_read_on_as_it_writes(tmp_path):
-    """The sweep's view of a trial: steps, labels (gathering's, then training's) and the mean
-    return of the last episodes, read again as the run goes on, its tb/ made after the first look."""
+    """The sweep's view of a trial: steps of its target, labels (gathering's, then training's),
+    the mean return of the last episodes and the rate, read again as the run goes on, its tb/
+    made after the first look."""
     log = RunLog(tmp_path)
     assert log.progress()["agent_steps"] == 0.0 and np.isnan(log.progress()["return"])
     gather = ScalarWriter(str(tmp_path / "tb" / "gather"))
@@ -192,7 +193,11 @@ def test_a_running_runs_progress_is_read_on_as_it_writes(tmp_path):
         a2c.add_scalar("charts/SPS", 50.0, step)
     a2c.add_scalar("charts/episodic_return", -21.0, 200)
     a2c.flush()
-    assert log.refresh().progress() == {"agent_steps": 200.0, "labels": 40.0, "return": -21.0}
+    now = log.refresh().progress()
+    assert {k: now[k] for k in ("agent_steps", "labels", "return", "steps_per_s")} == {
+        "agent_steps": 200.0, "labels": 40.0, "return": -21.0, "steps_per_s": 50.0}
+    assert np.isnan(now["target_steps"])  # no settings saved: not a run directory yet
+    (tmp_path / "settings.json").write_text('{"million_timesteps": 0.5}')
     labels = ScalarWriter(str(tmp_path / "tb" / "labels"))
     labels.add_scalar("labels/total", 55, 0)
     labels.close()
@@ -201,7 +206,8 @@ def test_a_running_runs_progress_is_read_on_as_it_writes(tmp_path):
         a2c.add_scalar("charts/episodic_return", ret, step)
     a2c.close()
     assert log.refresh().progress(window=2) == {"agent_steps": 400.0, "labels": 55.0,
-                                                "return": -18.0}
+                                                "return": -18.0, "target_steps": 500_000.0,
+                                                "steps_per_s": 50.0}
 
 
 def test_labels_stored_after_the_last_logged_count_are_counted_at_the_last_step(tmp_path,

@@ -133,9 +133,13 @@ def test_the_progress_line_counts_trials_stopped_by_the_sweeps_stop_apart_from_d
               trial(2, "RUNNING"), trial(3, "PENDING"), trial(4, "ERROR"),
               trial(5, "TERMINATED", {"exit_status": 2})]  # refused: not retried
     latest = {"1": {"agent_steps": 2e5, "labels": 900, "return": -3.4},
-              "2": {"agent_steps": 1.2e6, "labels": 900, "return": float("nan")}}
+              "2": {"agent_steps": 1.2e6, "labels": 900, "return": float("nan"),
+                    "target_steps": 6e6, "steps_per_s": 400.0}}
     assert status_line(trials, latest) == ("sweep: 1 running, 1 queued, 1 done, 2 failed, "
-                                           "1 stopped | seed2: 1.20M steps, 900 labels, return -")
+                                           "1 stopped | seed2: 1.20M/6M steps, 900 labels, "
+                                           "return -, 3 h 20 min left")
+    latest["2"].update(target_steps=float("nan"), steps_per_s=float("nan"))  # not known yet
+    assert status_line(trials, latest).endswith("| seed2: 1.20M steps, 900 labels, return -")
     assert "stopped" not in status_line(trials[:1], {})
 
 
