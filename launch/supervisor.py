@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from launch.stopping import StopFlag, interrupted_status, signals_held, stop_child_on_signals
+from reward_predictor.config import val_accuracy_text
 from runtime.process_setup import child_environ, die_with_parent, name_process, spawn_context
 
 KILL_JOIN_S = 5.0  # how long a killed child may take to be reaped
@@ -210,10 +211,6 @@ def duration(seconds: float) -> str:
     return f"{h} h {m:02d} min" if h else f"{m} min {s:02d} s"
 
 
-def percent(value: float) -> str:
-    return "-" if value != value else f"{value:.0%}"  # NaN until the first validation
-
-
 def number(value: float) -> str:
     return "-" if value != value else f"{value:.1f}"  # NaN until the first episode ends
 
@@ -243,5 +240,5 @@ def preference_status(a2c_stats, labelling_stats=None, trainer_stats=None,
         if labelling_stats.clips_dropped.value:
             line += f" ({labelling_stats.clips_dropped.value} clips dropped)"
     if trainer_stats is not None:
-        line += f" | val acc {percent(trainer_stats.val_accuracy.value)}"
+        line += f" | {val_accuracy_text(trainer_stats.val_accuracy.value)}"
     return line

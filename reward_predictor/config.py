@@ -63,14 +63,25 @@ class TrainerConfig:
     device: str = "cpu"  # where the trainer trains ("cuda": a GPU); consumers always use the CPU
 
 
+VAL_TIES_ONLY = -1.0  # TrainerStats.val_accuracy while every validation label is a tie
+
+
 @dataclass
 class TrainerStats:
     """Counters the trainer process shares with the rest of the run."""
 
     labels_received: Any  # mp.Value('i')
-    val_accuracy: Any  # mp.Value('d'), NaN until the first validation
+    val_accuracy: Any  # mp.Value('d'), NaN until the first validation; VAL_TIES_ONLY
     epoch: Any  # mp.Value('i'): pretraining epochs done
 
     @staticmethod
     def create(ctx: BaseContext) -> "TrainerStats":
         return TrainerStats(ctx.Value("i", 0), ctx.Value("d", float("nan")), ctx.Value("i", 0))
+
+
+def val_accuracy_text(value: float) -> str:
+    """`val acc 80%`, `val acc -` before the first validation, and `val acc - (ties only)` while
+    every validation label is a tie (the accuracy counts the labels that prefer a clip)."""
+    if value == VAL_TIES_ONLY:
+        return "val acc - (ties only)"
+    return "val acc " + ("-" if value != value else f"{value:.0%}")

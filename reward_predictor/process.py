@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from clips.clip import ClipOrder, LabelEdit, Preference
-from reward_predictor.config import TrainerConfig, TrainerStats
+from reward_predictor.config import VAL_TIES_ONLY, TrainerConfig, TrainerStats
 from reward_predictor.ensemble import RewardPredictorEnsemble
 from reward_predictor.nets import make_reward_net
 from reward_predictor.pace import ahead_of_agent
@@ -262,7 +262,9 @@ def _validate(trainer: RewardPredictorTrainer, stats: Any, val_max_pairs: int,
         return
     val = trainer.validate(val_max_pairs)
     t.record("reward_predictor/val_loss", val["val_loss"])
-    if not np.isnan(val["val_accuracy"]):
+    if np.isnan(val["val_accuracy"]):  # validation labels, but every one a tie
+        stats.val_accuracy.value = VAL_TIES_ONLY
+    else:
         stats.val_accuracy.value = val["val_accuracy"]
         t.record("reward_predictor/val_accuracy", val["val_accuracy"])
     for m, l2 in enumerate(trainer.adapt_regularisation(val)):

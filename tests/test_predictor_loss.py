@@ -235,3 +235,29 @@ def test_each_validation_records_the_ratio_adaptive_l2_keeps():
     for m in range(2):
         assert recorded[f"reward_predictor/val_to_train_member{m}"] == pytest.approx(
             val["member_val_loss"][m] / val["member_inbag_loss"][m])
+
+
+def test_validation_labels_that_are_all_ties_are_said_so_not_left_blank():
+    """An accuracy counts the labels that prefer a clip: while every validation label is a tie,
+    the status says so rather than showing the blank of a run not validated yet."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from reward_predictor.config import VAL_TIES_ONLY, val_accuracy_text
+    from reward_predictor.process import _validate
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=2),
+                                     seed=0)
+    for pref in dot_prefs(rng, 8, False) + [replace(p, mu=0.5) for p in dot_prefs(rng, 4, True)]:
+        trainer.add(pref)
+    recorded: dict[str, float] = {}
+    telemetry = SimpleNamespace(record=lambda tag, value: recorded.__setitem__(tag, value))
+    stats = SimpleNamespace(labels_received=SimpleNamespace(value=12),
+                            val_accuracy=SimpleNamespace(value=float("nan")))
+    _validate(trainer, stats, 100, telemetry)
+    assert stats.val_accuracy.value == VAL_TIES_ONLY
+    assert "reward_predictor/val_accuracy" not in recorded and "reward_predictor/val_loss" in recorded
+    assert val_accuracy_text(stats.val_accuracy.value) == "val acc - (ties only)"
+    assert val_accuracy_text(float("nan")) == "val acc -" and val_accuracy_text(0.714) == "val acc 71%"

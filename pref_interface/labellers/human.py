@@ -11,7 +11,6 @@ Lower case is accepted; any other key shows a one-line hint and leaves the pair 
 """
 from __future__ import annotations
 
-import math
 import queue
 from typing import Any, Callable
 
@@ -29,6 +28,7 @@ from pref_interface.labellers.keys import (
 from pref_interface.labellers.player import FPS, ClipPlayer, Playback, make_player
 from pref_interface.labellers.teachers import Labeller
 from pref_interface.labelling import HISTORY_LENGTH, LabellingStats, LabelEditor, LabellingStopped
+from reward_predictor.config import val_accuracy_text
 
 KEYS_HELP = "L left better, R right better, E equal, Enter incomparable, P replay, ^D stop"
 ANSWER_NAMES = {"L": "left better", "R": "right better", "E": "equally good"}
@@ -60,8 +60,9 @@ class HumanLabeller(Labeller):
         player: "window" or "terminal", or a ready `ClipPlayer` (tests).
         stop_event: set when the run stops: `label` then returns None at once.
         stats: labelling's counters, for "labelled so far" and "queued for the trainer".
-        val_accuracy: the trainer's validation accuracy (an `mp.Value('d')`, NaN before the
-            first validation), or None when no predictor trains (gathering the first labels).
+        val_accuracy: the trainer's validation accuracy (an `mp.Value('d')`, as
+            `reward_predictor.config.val_accuracy_text` reads it), or None when no predictor
+            trains (gathering the first labels).
         target: the labels the store is to hold when this phase ends (gather_initial_prefs: its
             count is then the store's, earlier starts' labels too), or None.
         has_trainer: a predictor trainer takes the labels (show how many it has not taken yet).
@@ -258,8 +259,7 @@ class HumanLabeller(Labeller):
             if self.has_trainer:
                 parts.append(f"{self.stats.labels_in_flight} queued for the trainer")
         if self.val_accuracy is not None:
-            acc = self.val_accuracy.value
-            parts.append("val acc " + ("-" if math.isnan(acc) else f"{acc:.0%}"))
+            parts.append(val_accuracy_text(self.val_accuracy.value))
         return [" | ".join(parts), KEYS_HELP, "> " + (hint or self.last)]
 
     # ---- helpers --------------------------------------------------------------------------------
