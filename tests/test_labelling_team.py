@@ -166,7 +166,7 @@ def test_an_edit_from_a_page_is_confirmed_to_the_pages_once_the_store_holds_it()
     for edit in (LabelEdit(5, 0.5), LabelEdit(6, 1.0)):
         answers.put(edit)
     assert list(team.answers()) == [] and editor.held == {5: 0.5}
-    assert drained(updates) == [{"edited": {"label": 5, "mu": 0.5}},
+    assert drained(updates) == [{"labelling": True}, {"edited": {"label": 5, "mu": 0.5}},
                                 {"edited": {"label": 6, "mu": None}}]
 
 

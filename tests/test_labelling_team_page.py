@@ -39,6 +39,7 @@ def team():
     page = LabellingPage(labellers=["ann", "bob", "cy"], timeout_s=TIMEOUT_S,
                          on_presence=seen.append)
     page.start(queue.Queue(), queue.Queue())
+    page.apply({"labelling": True})  # as the labelling process's Team says when it starts
     page.presence_seen = seen
     yield page
     page.stop()

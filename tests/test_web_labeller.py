@@ -43,6 +43,7 @@ def test_a_sprite_is_a_png_of_every_frame_top_to_bottom():
 def test_a_preloaded_pair_is_shown_under_its_id_without_sending_its_clips_again():
     updates: queue.Queue = queue.Queue()
     player = WebPlayer(updates)
+    assert updates.get_nowait() == {"labelling": True}
     a, b, c = (clip(v).frames()[3:] for v in (255, 128, 60))
     player.load(a, b)
     first = updates.get_nowait()
@@ -66,6 +67,7 @@ def test_a_preloaded_pair_is_shown_under_its_id_without_sending_its_clips_again(
 @pytest.fixture
 def page():
     server = LabellingPage().start(queue.Queue(), queue.Queue())
+    server.apply({"labelling": True})  # as a labelling process's player says when it starts
     server.apply({"pair": {"id": "p1", "frames": [25, 25]}, "next": None,
                   "sprites": (b"left-png", b"right-png"), "history": [{"id": 7, "mu": 1.0}]})
     yield server
@@ -202,6 +204,12 @@ def test_only_listed_labels_can_be_edited_or_shown_again_and_only_once_per_reque
                                    "nonce": secrets.token_hex(8)})[0] == 200
     assert request(page, "/reopen", {"label": 7, "nonce": secrets.token_hex(8)})[0] == 200
     assert drained(page.answers) == [LabelEdit(7, 0.5), LabelEdit(7, None), ReopenLabel(7)]
+    # Between phases or after Ctrl-D no labelling process would take a change: it is refused.
+    page.apply({"pair": None, "next": None, "labelling": False, "notice": "no pair to label now"})
+    for path, body in (("/edit", {"label": 7, "answer": "E"}), ("/reopen", {"label": 7})):
+        status, reply = request(page, path, {**body, "nonce": secrets.token_hex(8)})
+        assert status == 409 and b"labelling is not running now" in reply
+    assert drained(page.answers) == []
 
 
 def sorted_page(page: LabellingPage, classes: list[list[str]], thumbs: dict) -> None:
@@ -232,6 +240,7 @@ def test_the_player_names_sorted_clips_by_split_and_sends_each_thumbnail_once():
     updates: queue.Queue = queue.Queue()
     player = WebPlayer(updates)
     assert clip_name(False, 0, WebPlayer(updates).prefix) == clip_name(False, 0, player.prefix)
+    drained(updates)  # each player's {"labelling": True}
     player.prefix = "p"  # each phase's player has its own (clip ids start again at 0)
 
     def n(names):  # "t0" -> "p:t0", in lists and lists of lists

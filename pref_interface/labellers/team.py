@@ -147,6 +147,7 @@ class Team:
         self.agreement = Agreement()
         self._answered: TeamAnswer | None = None  # the answer being stored now
         self._status: list[str] | None = None
+        self.page_updates.put({"labelling": True})  # the pages take changes from now on
 
     @property
     def pairs_wanted(self) -> int:
@@ -243,7 +244,7 @@ class Team:
 
     def close(self, message: str | None = None) -> None:
         """Labelling is over: every open pair is withdrawn from the pages."""
-        self.page_updates.put({"pair": None, "next": None,
+        self.page_updates.put({"pair": None, "next": None, "labelling": False,
                                "notice": message or "labelling has stopped"})
 
     # the Labeller protocol's hooks (pref_interface.labellers.teachers.Labeller)

@@ -32,6 +32,7 @@ class WebPlayer:
         self._thumbs: dict[bytes, str] = {}  # the page's thumbnails: content key -> clip name
         self._names_sent: set[str] = set()  # the clips whose thumbnails the page holds
         self._orders: list[dict] | None = None  # the sorted clips the page shows
+        self.page_updates.put({"labelling": True})  # the page takes changes from now on
 
     def preload(self, left: np.ndarray, right: np.ndarray) -> None:
         """Send the pair that follows the one shown now, so that the page has it before the
@@ -97,7 +98,7 @@ class WebPlayer:
 
     def close(self, message: str | None = None) -> None:
         self.pair_id, self._next = None, None
-        self.page_updates.put({"pair": None, "next": None,
+        self.page_updates.put({"pair": None, "next": None, "labelling": False,
                                "notice": message or "no pair to label now"})
 
 

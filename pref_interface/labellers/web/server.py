@@ -81,6 +81,7 @@ class LabellingPage:
         self._polls = 0  # state requests being answered (under core.cond)
         self._last_poll_end = 0.0  # when the last one was (time.monotonic)
         self._ended = False
+        self._labelling = False  # a labelling process takes changes now (`{"labelling": bool}`)
 
     @property
     def token(self) -> str:
@@ -151,9 +152,14 @@ class LabellingPage:
     # ---- what the page shows ----------------------------------------------------------------
 
     def apply(self, update: dict) -> None:
-        """Merge a change (from the `WebPlayer`, or `notice` from the run) into the state."""
-        if not self._ended:
-            self.view.apply(dict(update))
+        """Merge a change (from the `WebPlayer` or the `Team`, or `notice` from the run) into the
+        state; `{"labelling": bool}` says whether a labelling process takes changes now."""
+        update = dict(update)
+        if "labelling" in update:
+            with self.core.cond:
+                self._labelling = bool(update.pop("labelling"))
+        if update and not self._ended:
+            self.view.apply(update)
 
     def notice(self, text: str) -> None:
         """A line the page shows while there is no pair (e.g. "pretraining the predictor")."""
@@ -214,15 +220,26 @@ class LabellingPage:
         if answer not in (*ANSWER_KEYS, "delete"):
             raise RequestError(HTTPStatus.BAD_REQUEST, "an edit needs a label and an answer")
         mu = None if answer == "delete" else ANSWER_KEYS[answer]
+        self._labelling_runs()
         self.core.answers.put(LabelEdit(self._listed_label(body, labeller), mu))
 
     def reopen(self, body: dict, labeller: str | None = None) -> None:
         self._one_person_only("showing a label again")
+        self._labelling_runs()
         self.core.answers.put(ReopenLabel(self._listed_label(body)))
 
     def reinsert(self, body: dict, labeller: str | None = None) -> None:
         self._one_person_only("re-inserting a clip")
+        self._labelling_runs()
         self.view.reinsert(body)
+
+    def _labelling_runs(self) -> None:
+        """Refuse a change that no labelling process would take (between phases, after Ctrl-D):
+        it would wait unseen, or never be made."""
+        with self.core.cond:
+            if not self._labelling:
+                raise RequestError(HTTPStatus.CONFLICT, "labelling is not running now: labels "
+                                                        "can be changed while it runs")
 
     def _listed_label(self, body: dict, labeller: str | None = None) -> int:
         """The label a request names, refused unless the page lists it (in team mode: the
