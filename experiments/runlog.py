@@ -8,7 +8,7 @@ import numpy as np
 
 from launch.configs import MILLION
 from launch.rundir import PREFS_FILE, saved_settings
-from pref_interface.store import stored_labels
+from pref_interface.store import StoreError, stored_labels
 
 
 class _ResumeNotice(logging.Filter):
@@ -83,7 +83,7 @@ def start_times(run_dir: Path) -> np.ndarray:
     return np.array(times)
 
 
-RATE_POINTS = 60  # A2C logs its steps per second every second: the last minute's mean
+RATE_POINTS = 60  # A2C's last rates averaged: a minute of run.py's (one a second)
 
 
 class RunLog:
@@ -98,6 +98,7 @@ class RunLog:
         self._loaded: dict[Path, object] = {}
         self.sps = self._scalars(self.tb, "charts/SPS")  # logged every second: the time -> step map
         self.starts = start_times(self.run_dir)
+        self._stored: int | None = None  # the store's label count, read once per refresh
 
     def refresh(self) -> "RunLog":
         """Read the events written since the last read (TensorBoard's reader goes on from where it
@@ -109,19 +110,22 @@ class RunLog:
                 events.Reload()
         self.sps = self._scalars(self.tb, "charts/SPS")
         self.starts = start_times(self.run_dir)  # a resume since the last read
+        self._stored = None
         return self
 
     def progress(self, window: int = 10) -> dict[str, float]:
         """Where the run stands: its newest agent steps, the labels in its store (while gathering,
-        too), the mean true return of its last `window` episodes, its target
-        (--million_timesteps) and A2C's steps per second over its last RATE_POINTS points (NaN
-        where not known yet)."""
+        too), the mean true return of its last `window` episodes, the target of a policy's
+        training (--million_timesteps) and A2C's steps per second over its last RATE_POINTS
+        points (NaN where not known yet, or not a policy's training)."""
         labels = self._scalars(self.tb / "labels", "labels/total")
         if not len(labels):
             labels = self._scalars(self.tb / "gather", "labels/total")
         returns = self._scalars(self.tb, "charts/episodic_return")[-window:, 2]
         try:
-            target = float(saved_settings(self.run_dir)["million_timesteps"]) * MILLION
+            saved = saved_settings(self.run_dir)
+            trains = saved.get("mode", "").startswith("train_policy")  # not a gathering's
+            target = float(saved["million_timesteps"]) * MILLION if trains else float("nan")
         except (ValueError, KeyError, TypeError):
             target = float("nan")
         return {"agent_steps": float(self.sps[-1, 1]) if len(self.sps) else 0.0,
@@ -163,7 +167,12 @@ class RunLog:
         """(agent steps, labels in the store) during policy training; labels stored after the
         last logged count are counted at the run's last step."""
         steps, totals = self.curve("labels/total", "labels")
-        stored = stored_labels(self.run_dir / PREFS_FILE)
+        if self._stored is None:
+            try:
+                self._stored = stored_labels(self.run_dir / PREFS_FILE)
+            except (StoreError, OSError):  # unreadable: the logged counts alone
+                self._stored = 0
+        stored = self._stored
         if len(totals) and stored > totals[-1]:
             last = max(self.sps[-1, 1] if len(self.sps) else 0.0, steps[-1],
                        *self.returns()[0][-1:])

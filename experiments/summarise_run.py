@@ -78,6 +78,7 @@ def windows(log: RunLog, every: int) -> list[dict[str, str]]:
     """One dict of formatted cells per window of `every` agent steps that holds any A2C point."""
     curves = {heading: log.timed(tag) if how == "timed" else (*log.curve(tag, process), None)
               for heading, tag, process, how, _ in COLUMNS}
+    curves["labels"] = (*log.labels(), None)  # with the store's own count at the end
     true_steps, true_returns = log.returns()
     _, predicted = log.curve(PREDICTED_TAG)  # logged beside each true return, episode by episode
     _, lengths = log.curve(LENGTH_TAG)

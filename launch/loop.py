@@ -5,7 +5,8 @@
         └──────── r̂ and its pace ◀──────────── reward_weights ───────────────┘
 
 Three processes run at once, each one of the loops below, and are joined by named channels
-(`Channels`). The roles, and where each one lives:
+(`Channels`); once a person has stopped labelling (Ctrl-D) while gathering, training runs the
+other two. The roles, and where each one lives:
 
 - clip source: `clips.observer.ClipObserver`, in the agent's process; it cuts 25-step
   clips from every rollout and sends them on `clips` (dropped rather than waited for).

@@ -137,9 +137,10 @@ def pretrain_reward_predictor(run: Run, ctx, session: Session, report: RunReport
 
 
 def train_policy_with_preferences(run: Run, ctx, session: Session, report: RunReport) -> int:
-    """Gather (unless loaded), pretrain (unless loaded), then A2C, labelling and predictor
-    training all at once; or, with --frozen_reward_predictor, A2C alone on a fixed predictor,
-    and with --teacher_reward, on the synthetic teacher's own per-step score."""
+    """Gather (unless loaded), pretrain (unless loaded), then A2C, labelling (unless the person
+    stopped it while gathering) and predictor training all at once; or, with
+    --frozen_reward_predictor, A2C alone on a fixed predictor, and with --teacher_reward, on the
+    synthetic teacher's own per-step score."""
     s = run.settings
     if s.frozen_reward_predictor:
         return a2c_alone(run, ctx, session, report, partial(

@@ -63,7 +63,7 @@ class TrainerConfig:
     device: str = "cpu"  # where the trainer trains ("cuda": a GPU); consumers always use the CPU
 
 
-VAL_TIES_ONLY = -1.0  # TrainerStats.val_accuracy while every validation label is a tie
+VAL_TIES_ONLY = -1.0  # TrainerStats.val_accuracy while every validation label scored is a tie
 
 
 @dataclass
@@ -81,7 +81,7 @@ class TrainerStats:
 
 def val_accuracy_text(value: float) -> str:
     """`val acc 80%`, `val acc -` before the first validation, and `val acc - (ties only)` while
-    every validation label is a tie (the accuracy counts the labels that prefer a clip)."""
+    every validation label scored is a tie (an accuracy counts the labels that prefer a clip)."""
     if value == VAL_TIES_ONLY:
         return "val acc - (ties only)"
     return "val acc " + ("-" if value != value else f"{value:.0%}")

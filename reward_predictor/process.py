@@ -252,7 +252,8 @@ def _drain(preferences: Any) -> list[Preference | LabelEdit]:
 def _validate(trainer: RewardPredictorTrainer, stats: Any, val_max_pairs: int,
               telemetry: Telemetry) -> None:
     """A validation pass (none while there are no validation labels), then each member's L2
-    adapted to its validation loss (App. A; a no-op without adaptive L2); the figures recorded."""
+    adapted to its validation loss (App. A; a no-op without adaptive L2); the figures recorded.
+    The accuracy shared is VAL_TIES_ONLY until a validation label that prefers a clip is scored."""
     t = telemetry
     t.record("labels/received", stats.labels_received.value)
     t.record("reward_predictor/clips_held_mb", trainer.clips.nbytes / 2**20)
@@ -262,8 +263,9 @@ def _validate(trainer: RewardPredictorTrainer, stats: Any, val_max_pairs: int,
         return
     val = trainer.validate(val_max_pairs)
     t.record("reward_predictor/val_loss", val["val_loss"])
-    if np.isnan(val["val_accuracy"]):  # validation labels, but every one a tie
-        stats.val_accuracy.value = VAL_TIES_ONLY
+    if np.isnan(val["val_accuracy"]):  # every validation label scored is a tie
+        if np.isnan(stats.val_accuracy.value):  # a subset's: an accuracy shown earlier stays
+            stats.val_accuracy.value = VAL_TIES_ONLY
     else:
         stats.val_accuracy.value = val["val_accuracy"]
         t.record("reward_predictor/val_accuracy", val["val_accuracy"])

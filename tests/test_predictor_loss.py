@@ -260,4 +260,7 @@ def test_validation_labels_that_are_all_ties_are_said_so_not_left_blank():
     assert stats.val_accuracy.value == VAL_TIES_ONLY
     assert "reward_predictor/val_accuracy" not in recorded and "reward_predictor/val_loss" in recorded
     assert val_accuracy_text(stats.val_accuracy.value) == "val acc - (ties only)"
+    stats.val_accuracy.value = 0.8  # an accuracy shown once stays through a subset of ties
+    _validate(trainer, stats, 100, telemetry)
+    assert stats.val_accuracy.value == 0.8
     assert val_accuracy_text(float("nan")) == "val acc -" and val_accuracy_text(0.714) == "val acc 71%"

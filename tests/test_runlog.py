@@ -197,7 +197,11 @@ def test_a_running_runs_progress_is_read_on_as_it_writes(tmp_path):
     assert {k: now[k] for k in ("agent_steps", "labels", "return", "steps_per_s")} == {
         "agent_steps": 200.0, "labels": 40.0, "return": -21.0, "steps_per_s": 50.0}
     assert np.isnan(now["target_steps"])  # no settings saved: not a run directory yet
-    (tmp_path / "settings.json").write_text('{"million_timesteps": 0.5}')
+    (tmp_path / "settings.json").write_text('{"mode": "gather_initial_prefs", '
+                                            '"million_timesteps": 0.5}')
+    assert np.isnan(log.refresh().progress()["target_steps"])  # a gathering: no step target
+    (tmp_path / "settings.json").write_text('{"mode": "train_policy_with_preferences", '
+                                            '"million_timesteps": 0.5}')
     labels = ScalarWriter(str(tmp_path / "tb" / "labels"))
     labels.add_scalar("labels/total", 55, 0)
     labels.close()
