@@ -293,7 +293,7 @@ class PreferenceLoop:
             sup.start("labelling", run_labelling, labelling_config(run, session.page_updates),
                       ch, stats=self.labelling_stats, store_path=prefs_path,
                       log_dir=str(run.dir / "tb" / "labels"),
-                      val_accuracy=self.trainer_stats.val_accuracy,
+                      trainer_status=self.trainer_stats.val_accuracy_text,
                       make_predictor=partial(predictor.preference_predictor, ch.reward_weights,
                                              tconfig),
                       agent_steps=self.agent_stats.timesteps)

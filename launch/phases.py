@@ -18,7 +18,6 @@ from launch.summary import RunReport
 from launch.supervisor import Progress, Supervisor, a2c_status
 from pref_interface.store import PreferenceStore, stored_labels
 from reward_predictor import entry_points as predictor
-from reward_predictor.config import val_accuracy_text
 
 
 def gather_seed(seed: int, n_envs: int, store_path: str) -> int:
@@ -110,7 +109,7 @@ def pretrain_phase(run: Run, ctx, session: Session, prefs_path: str) -> tuple[in
               log_dir=str(run.dir / "tb" / "pretrain"))
     code = sup.wait(progress=Progress(
         "pretraining", n_epochs, "epoch",
-        lambda: (done + stats.epoch.value, val_accuracy_text(stats.val_accuracy.value))))
+        lambda: (done + stats.epoch.value, stats.val_accuracy_text())))
     own = run.dir / "reward_predictor" / PREDICTOR_FILE
     if own.is_file():
         record_epochs_pretrained(run.dir, done + stats.epoch.value)

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from launch.stopping import StopFlag, interrupted_status, signals_held, stop_child_on_signals
-from reward_predictor.config import val_accuracy_text
 from runtime.process_setup import child_environ, die_with_parent, name_process, spawn_context
 
 KILL_JOIN_S = 5.0  # how long a killed child may take to be reaped
@@ -240,5 +239,5 @@ def preference_status(a2c_stats, labelling_stats=None, trainer_stats=None,
         if labelling_stats.clips_dropped.value:
             line += f" ({labelling_stats.clips_dropped.value} clips dropped)"
     if trainer_stats is not None:
-        line += f" | {val_accuracy_text(trainer_stats.val_accuracy.value)}"
+        line += f" | {trainer_stats.val_accuracy_text()}"
     return line

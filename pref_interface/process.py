@@ -76,11 +76,11 @@ class ClipDemand:
 
 
 def make_labeller(config: LabellingConfig, answers: Any | None = None, stop: Any | None = None,
-                  stats: LabellingStats | None = None, val_accuracy: Any | None = None,
+                  stats: LabellingStats | None = None, trainer_status: Any | None = None,
                   labels: LabelEditor | None = None, has_trainer: bool = True,
                   reinsert: Any | None = None) -> Labeller:
     """The labeller the config asks for. A person (`synthetic=False`) needs `answers`, the queue
-    of key tokens from the process that owns the terminal; `stop`, `stats`, `val_accuracy`
+    of key tokens from the process that owns the terminal; `stop`, `stats`, `trainer_status`
     (the trainer's, or None) and `has_trainer` (a trainer takes the labels) feed the prompt;
     `labels` lets the person change stored labels and `reinsert` place a sorted clip again (the
     labelling page)."""
@@ -101,7 +101,7 @@ def make_labeller(config: LabellingConfig, answers: Any | None = None, stop: Any
         from pref_interface.labellers.web.player import WebPlayer
 
         player = WebPlayer(config.page_updates)
-    return HumanLabeller(answers, player, stop, stats, val_accuracy, config.stop_after_labels,
+    return HumanLabeller(answers, player, stop, stats, trainer_status, config.stop_after_labels,
                          has_trainer=has_trainer,
                          keep_typed_ahead=config.keep_typed_ahead, labels=labels,
                          reinsert=reinsert)
@@ -121,7 +121,7 @@ class Labelling:
         store_path: the label store (SQLite); every label is committed there before it is sent.
         labeller: overrides the one the config chooses (scripted teachers, tests).
         log_dir: where to write TensorBoard scalars (labels so far, labels/s, clips dropped).
-        val_accuracy: the trainer's, for a human labeller's prompt (see `make_labeller`).
+        trainer_status: the trainer's part of a human labeller's prompt (see `make_labeller`).
         make_predictor: builds, in this process, the ensemble's P[left > right] per member
             (for disagreement selection), e.g. a partial of reward_predictor's
             `PreferencePredictor`.
@@ -130,7 +130,7 @@ class Labelling:
 
     def __init__(self, config: LabellingConfig, channels: Any, *, stats: LabellingStats,
                  store_path: str, labeller: Labeller | None = None, log_dir: str | None = None,
-                 val_accuracy: Any | None = None, make_predictor: Any | None = None,
+                 trainer_status: Any | None = None, make_predictor: Any | None = None,
                  agent_steps: Any | None = None) -> None:
         self.config, self.stats, self.agent_steps = config, stats, agent_steps
         self.clips, self.preferences = channels.clips, channels.preferences
@@ -164,7 +164,7 @@ class Labelling:
         # placed again, so that the order agrees with the labels and with their replay).
         self.editor = LabelEditor(self.store, self.preferences, after_edit=self.mode.after_edit)
         self.labeller = labeller if labeller is not None else make_labeller(
-            config, channels.answers, channels.stop, stats, val_accuracy, self.editor,
+            config, channels.answers, channels.stop, stats, trainer_status, self.editor,
             has_trainer=self.has_trainer, reinsert=self.mode.reinsert)
         self.person = self.labeller.source == "human"
         self.team = self.labeller if config.labellers else None

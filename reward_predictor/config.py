@@ -78,10 +78,11 @@ class TrainerStats:
     def create(ctx: BaseContext) -> "TrainerStats":
         return TrainerStats(ctx.Value("i", 0), ctx.Value("d", float("nan")), ctx.Value("i", 0))
 
-
-def val_accuracy_text(value: float) -> str:
-    """`val acc 80%`, `val acc -` before the first validation, and `val acc - (ties only)` while
-    every validation label scored is a tie (an accuracy counts the labels that prefer a clip)."""
-    if value == VAL_TIES_ONLY:
-        return "val acc - (ties only)"
-    return "val acc " + ("-" if value != value else f"{value:.0%}")
+    def val_accuracy_text(self) -> str:
+        """`val acc 80%`, `val acc -` before the first validation, and `val acc - (ties only)`
+        while every validation label scored is a tie (an accuracy counts the labels that prefer
+        a clip)."""
+        value = self.val_accuracy.value
+        if value == VAL_TIES_ONLY:
+            return "val acc - (ties only)"
+        return "val acc " + ("-" if value != value else f"{value:.0%}")

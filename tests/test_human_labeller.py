@@ -173,16 +173,24 @@ def test_a_stopping_run_ends_the_question_without_a_label():
 
 
 def test_prompt_shows_labels_so_far_the_trainers_backlog_and_val_accuracy():
+    from reward_predictor.config import VAL_TIES_ONLY, TrainerStats
+
+    def trainer(accuracy: float) -> TrainerStats:
+        return TrainerStats(*(SimpleNamespace(value=v) for v in (0, accuracy, 0)))
+
     stats = SimpleNamespace(labels_total=SimpleNamespace(value=7), labels_in_flight=2,
                             labels_stored=SimpleNamespace(value=9))
-    lab, _, _ = labeller([], stats=stats, val_accuracy=SimpleNamespace(value=0.714),
+    lab, _, _ = labeller([], stats=stats, trainer_status=trainer(0.714).val_accuracy_text,
                          has_trainer=True)
     head = lab.status_lines()[0]
     assert "labelled 7 (9 held)" in head and "2 queued for the trainer" in head
     assert "val acc 71%" in head and len(head) <= 80
-    lab, _, _ = labeller([], stats=stats, target=10, val_accuracy=SimpleNamespace(value=np.nan))
+    lab, _, _ = labeller([], stats=stats, target=10,
+                         trainer_status=trainer(np.nan).val_accuracy_text)
     # gathering: the store's count (earlier starts' labels too) against the phase's target
     assert "labelled 9/10" in lab.status_lines()[0] and "val acc -" in lab.status_lines()[0]
+    lab, _, _ = labeller([], stats=stats, trainer_status=trainer(VAL_TIES_ONLY).val_accuracy_text)
+    assert lab.status_lines()[0].endswith("val acc - (ties only)")
     assert all(len(line) <= 80 for line in lab.status_lines("'x' is not an answer: press L"))
 
 

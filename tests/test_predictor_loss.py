@@ -243,7 +243,7 @@ def test_validation_labels_that_are_all_ties_are_said_so_not_left_blank():
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from reward_predictor.config import VAL_TIES_ONLY, val_accuracy_text
+    from reward_predictor.config import VAL_TIES_ONLY, TrainerStats
     from reward_predictor.process import _validate
 
     torch.manual_seed(0)
@@ -254,13 +254,13 @@ def test_validation_labels_that_are_all_ties_are_said_so_not_left_blank():
         trainer.add(pref)
     recorded: dict[str, float] = {}
     telemetry = SimpleNamespace(record=lambda tag, value: recorded.__setitem__(tag, value))
-    stats = SimpleNamespace(labels_received=SimpleNamespace(value=12),
-                            val_accuracy=SimpleNamespace(value=float("nan")))
+    stats = TrainerStats(*(SimpleNamespace(value=v) for v in (12, float("nan"), 0)))
     _validate(trainer, stats, 100, telemetry)
     assert stats.val_accuracy.value == VAL_TIES_ONLY
     assert "reward_predictor/val_accuracy" not in recorded and "reward_predictor/val_loss" in recorded
-    assert val_accuracy_text(stats.val_accuracy.value) == "val acc - (ties only)"
+    assert stats.val_accuracy_text() == "val acc - (ties only)"
     stats.val_accuracy.value = 0.8  # an accuracy shown once stays through a subset of ties
     _validate(trainer, stats, 100, telemetry)
-    assert stats.val_accuracy.value == 0.8
-    assert val_accuracy_text(float("nan")) == "val acc -" and val_accuracy_text(0.714) == "val acc 71%"
+    assert stats.val_accuracy.value == 0.8 and stats.val_accuracy_text() == "val acc 80%"
+    stats.val_accuracy.value = float("nan")
+    assert stats.val_accuracy_text() == "val acc -"

@@ -28,7 +28,6 @@ from pref_interface.labellers.keys import (
 from pref_interface.labellers.player import FPS, ClipPlayer, Playback, make_player
 from pref_interface.labellers.teachers import Labeller
 from pref_interface.labelling import HISTORY_LENGTH, LabellingStats, LabelEditor, LabellingStopped
-from reward_predictor.config import val_accuracy_text
 
 KEYS_HELP = "L left better, R right better, E equal, Enter incomparable, P replay, ^D stop"
 ANSWER_NAMES = {"L": "left better", "R": "right better", "E": "equally good"}
@@ -60,9 +59,9 @@ class HumanLabeller(Labeller):
         player: "window" or "terminal", or a ready `ClipPlayer` (tests).
         stop_event: set when the run stops: `label` then returns None at once.
         stats: labelling's counters, for "labelled so far" and "queued for the trainer".
-        val_accuracy: the trainer's validation accuracy (an `mp.Value('d')`, as
-            `reward_predictor.config.val_accuracy_text` reads it), or None when no predictor
-            trains (gathering the first labels).
+        trainer_status: the trainer's part of the prompt, e.g. "val acc 71%"
+            (`TrainerStats.val_accuracy_text`), or None when no predictor trains (gathering the
+            first labels).
         target: the labels the store is to hold when this phase ends (gather_initial_prefs: its
             count is then the store's, earlier starts' labels too), or None.
         has_trainer: a predictor trainer takes the labels (show how many it has not taken yet).
@@ -77,14 +76,14 @@ class HumanLabeller(Labeller):
 
     def __init__(self, answers: Any, player: str | ClipPlayer = "terminal",
                  stop_event: Any | None = None, stats: LabellingStats | None = None,
-                 val_accuracy: Any | None = None, target: int | None = None,
+                 trainer_status: Callable[[], str] | None = None, target: int | None = None,
                  has_trainer: bool = False, keep_typed_ahead: bool = False,
                  fps: float = FPS, labels: LabelEditor | None = None,
                  reinsert: Callable[[bool, int], str] | None = None) -> None:
         self.answers = answers
         self._player_spec = player
         self.player: ClipPlayer | None = None if isinstance(player, str) else player
-        self.stop_event, self.stats, self.val_accuracy = stop_event, stats, val_accuracy
+        self.stop_event, self.stats, self.trainer_status = stop_event, stats, trainer_status
         self.target, self.has_trainer, self.fps = target, has_trainer, fps
         self.keep_typed_ahead = keep_typed_ahead
         self.labels = labels
@@ -258,8 +257,8 @@ class HumanLabeller(Labeller):
                 parts.append(f"labelled {total}" + (f" ({held} held)" if held > total else ""))
             if self.has_trainer:
                 parts.append(f"{self.stats.labels_in_flight} queued for the trainer")
-        if self.val_accuracy is not None:
-            parts.append(val_accuracy_text(self.val_accuracy.value))
+        if self.trainer_status is not None:
+            parts.append(self.trainer_status())
         return [" | ".join(parts), KEYS_HELP, "> " + (hint or self.last)]
 
     # ---- helpers --------------------------------------------------------------------------------
