@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 
-from benchmarks.time_to_level import run_until_level
+from experiments.time_to_level import run_until_level
 from envs.scores import MOVING_DOT_LEVEL
 from runtime.script_args import ScriptParser
 

@@ -275,7 +275,7 @@ def ablation_table(results: list[dict], settings: dict[str, list[str]], level: f
 
 def ablation_block(source: str, png: str, names: list[str], figures: Path | None,
                    alt: str, final: bool = False) -> str:
-    from benchmarks import ablations
+    from experiments import ablations
 
     results = json.loads((DOCS / source).read_text())
     if figures:
@@ -288,7 +288,7 @@ def ablation_block(source: str, png: str, names: list[str], figures: Path | None
 
 
 def ablations_fig6(records: Path, figures: Path | None) -> str:
-    from benchmarks.ablations import SETTINGS
+    from experiments.ablations import SETTINGS
     names = [n for n in SETTINGS if not n.startswith("sorting")]
     return ablation_block("ablations.json", "ablations.png", names, figures,
                           "MovingDot: labels and minutes to 19.6 per setting, a dot per seed")

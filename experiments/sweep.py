@@ -18,8 +18,8 @@ On a cluster (`ray start --head`, then `ray start --address HEAD:6379` on each n
 Slurm allocation) pass `--address auto`; STORAGE must then be a path every node sees (a shared
 filesystem), and the project must be at the same path on every node.
 
-The scripts that run many runs (`experiments.milestone`, `benchmarks.ablations`,
-`experiments.label_efficiency`, `benchmarks.learning_reliability`) call `run_sweep` with their
+The scripts that run many runs (`experiments.milestone`, `experiments.ablations`,
+`experiments.label_efficiency`, `experiments.learning_reliability`) call `run_sweep` with their
 own trials, each of which may carry a named setting of several flags.
 """
 from __future__ import annotations

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from benchmarks import ablations
-from benchmarks.time_to_level import run_until_level
+from experiments import ablations
+from experiments.time_to_level import run_until_level
 from experiments.sweep import check_command
 from launch.cli import build_parser
 from tests.test_sweep import fake_run

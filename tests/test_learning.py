@@ -1,7 +1,7 @@
 """Learning from preferences: MovingDot's true return rises far above random play's.
 
 The README's first command, stopped as soon as the mean true return of its last 64 episodes is 10
-above random play's (benchmarks/learning_reliability.py, which also runs the same check for many
+above random play's (experiments/learning_reliability.py, which also runs the same check for many
 seeds: docs/results.md has how often it passes). Seed 1 is one of the seeds that get there
 soonest (docs/experiments.md, "The dot's position kept per clip"). Where a run ends varies more
 (a run that learns can drift later); `python -m experiments.milestone moving_dot` reports that
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from benchmarks.learning_reliability import LEARNED_LEVEL, moving_dot_learns
+from experiments.learning_reliability import LEARNED_LEVEL, moving_dot_learns
 from launch.rundir import epochs_pretrained
 
 

@@ -1,6 +1,6 @@
-"""benchmarks.learning_reliability: its seeds as one sweep stopped at the learned level, counted
+"""experiments.learning_reliability: its seeds as one sweep stopped at the learned level, counted
 from their run directories."""
-from benchmarks import learning_reliability
+from experiments import learning_reliability
 from tests.test_sweep import fake_run
 
 

@@ -363,8 +363,8 @@ def test_ppos_atari_network_becomes_our_policy_weights_file_with_the_same_logits
 def test_ppo_learns_moving_dot_from_preferences_through_the_wrapper(tmp_path):
     """The mean true return of PPO's last 64 episodes gets 10 above random play's, as in
     tests/test_learning.py for our A2C."""
-    from benchmarks.learning_reliability import LEARNED_LEVEL
-    from benchmarks.time_to_level import run_until_level
+    from experiments.learning_reliability import LEARNED_LEVEL
+    from experiments.time_to_level import run_until_level
 
     d = tmp_path / "ppo"
     result = run_until_level(["-m", "examples.ppo", "--synthetic_prefs", "--log_dir", str(d),

@@ -1,5 +1,5 @@
 """Run a training command until its true return reaches a level: the agent steps, labels and
-wall-clock it took (what benchmarks/ablations.py and bench_ppo_wrapper.py report)."""
+wall-clock it took (what experiments/ablations.py and bench_ppo_wrapper.py report)."""
 from __future__ import annotations
 
 import os

@@ -12,7 +12,7 @@ The seeds' runs go as one sweep (`experiments.sweep`), each stopped once it pass
 ordinary run directory OUT_DIR/seed<k>; a run there already is resumed, or counted as it is if it
 has ended.
 
-    python -m benchmarks.learning_reliability --seeds 0 1 2 ... --out_dir ~/runs/reliability
+    python -m experiments.learning_reliability --seeds 0 1 2 ... --out_dir ~/runs/reliability
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 
-from benchmarks.time_to_level import run_until_level
+from experiments.time_to_level import run_until_level
 from envs.scores import MOVING_DOT_RANDOM
 from experiments.runlog import level_reached
 from experiments.sweep import Trial, add_sweep_flags, run_sweep, sweep_options

@@ -13,10 +13,10 @@ runs/ablations/<setting>-seed<k>, side by side where `--cpus_per_trial` and the 
 Ray cluster of `--address`) allow. Each run's result is kept in runs/ablations/results.json once
 it has ended; an interrupted ablation continues where it stopped, its unfinished runs resumed.
 
-    python -m benchmarks.ablations                  # all settings, seeds 0 1 2
-    python -m benchmarks.ablations --settings baseline sorting "sorting + implied pairs" \
+    python -m experiments.ablations                  # all settings, seeds 0 1 2
+    python -m experiments.ablations --settings baseline sorting "sorting + implied pairs" \
         "sorting + rank loss"                       # pairs against sorting
-    python -m benchmarks.ablations --report_only    # table and plot from what is done
+    python -m experiments.ablations --report_only    # table and plot from what is done
 """
 from __future__ import annotations
 
