@@ -32,10 +32,10 @@ from runtime.script_args import ScriptParser, first_paragraph
 ROOT = Path(__file__).resolve().parent.parent
 STOP_LIMIT_S = 15.0  # every process of the run gone within this many seconds
 PHASES = ("gather", "pretrain", "train")
-# The phase that a line of stderr starting so announces (in a log, not a terminal; "steps" starts
-# the training's status line, printed as A2C starts, and the wrapper script's own mark).
+# The phase that a line of stderr starting so announces (in a log, not a terminal: "agent steps"
+# starts the training's progress line, printed as A2C starts; "steps from" is the wrapper script's).
 PHASE_MARKS = {"gathering": "gather", "pretraining the reward predictor": "pretrain",
-               "steps ": "train"}
+               "agent steps ": "train", "steps from here on": "train"}
 SMALL_FLAGS = ["--synthetic_prefs", "--n_initial_prefs", "40", "--million_timesteps", "1",
                "--n_envs", "4", "--max_clips", "100"]
 # Pretraining epochs: enough for a moment to stop it in, or few on the way to training.
