@@ -55,6 +55,7 @@ COLUMNS = [
     ("steps/s", "charts/SPS", "", "timed", "{:.0f}"),  # steps over time, waits included
     ("waiting", "charts/waiting_for_predictor", "", "timed", "{:.0%}"),
     ("labels", "labels/total", "labels", "last", "{:.0f}"),
+    ("ties", "labels/tie_share", "labels", "last", "{:.0%}"),  # of the stored labels
     ("val_acc", "reward_predictor/val_accuracy", "reward_predictor", "last", "{:.0%}"),
     ("demo_pref", "demonstrations/preferred", "labels", "last", "{:.0%}"),  # --demonstrations
 ]

@@ -195,8 +195,9 @@ class Labelling:
         self.done = self.done or (target is not None and self.n_stored >= target)
 
     def record(self) -> None:
-        """Labels so far and per second, clips received and dropped, written every few seconds
-        at the agent's steps when it shares its counter, else at the label count."""
+        """Labels so far, per second and their share of ties, clips received and dropped,
+        written every few seconds at the agent's steps when it shares its counter, else at the
+        label count."""
         t = self.telemetry
         if not t.due():
             return
@@ -204,6 +205,9 @@ class Labelling:
         # labels made, not the store's count, which a person's deletions lower
         t.record("labels/per_sec", (self.stats.labels_total.value - self.made_at_dump)
                  / t.since_dump())
+        ties = self.store.tie_share()
+        if ties is not None:  # near 1, r̂ has almost nothing to learn an order from
+            t.record("labels/tie_share", ties)
         t.record("clips/received", self.stats.clips_received.value)
         t.record("clips/dropped", self.stats.clips_dropped.value)
         for tag, value in {**self.mode.scalars(),

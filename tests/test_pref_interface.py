@@ -733,3 +733,30 @@ def test_a_person_is_never_kept_waiting_on_the_trainer_a_teacher_is():
     assert _labels_wanted(config, busy, human=False, **common) == 0
     assert _labels_wanted(config, SimpleNamespace(labels_in_flight=1), human=False, **common) == 3
     assert _labels_wanted(config, busy, human=False, team_pairs=0, **common) == 0
+
+
+def test_labelling_records_the_stored_labels_share_of_ties(tmp_path):
+    """`labels/tie_share` in TensorBoard: near 1, r̂ has almost nothing to learn an order from
+    (Enduro's random play ties nearly every pair); counted over the store, earlier labels too."""
+    from dataclasses import replace
+
+    from experiments.runlog import scalars
+    from pref_interface.process import Labelling
+    from tests.helpers import random_pref
+
+    path = tmp_path / "prefs.sqlite"
+    rng = np.random.default_rng(0)
+    with PreferenceStore(path) as store:
+        for mu in (0.5, 0.5, 0.5, 1.0):
+            store.add(replace(random_pref(rng), mu=mu))
+        assert store.tie_share() == 0.75
+    labelling = Labelling(LabellingConfig(synthetic=True, seed=0, max_pairs_per_clip=None),
+                          Channels(None, queue.Queue()),
+                          stats=LabellingStats.create(mp.get_context("spawn")),
+                          store_path=str(path), log_dir=str(tmp_path / "tb"))
+    labelling.telemetry.last_dump = -1e9  # due now
+    labelling.record()
+    labelling.close()
+    assert scalars(tmp_path / "tb", "labels/tie_share")[:, 2].tolist() == [0.75]
+    with PreferenceStore(tmp_path / "empty.sqlite") as empty:
+        assert empty.tie_share() is None
