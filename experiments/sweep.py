@@ -128,8 +128,10 @@ def run_sweep(command: list[str], all_trials: list[Trial], storage: Path, *,
     list_trials(command, all_trials, runs_dir, gpus_per_trial)
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # no Tune tables: ours is the progress line
-    if address is None:  # a Ray of this machine alone: Ray's default token auth, set so that
-        os.environ.setdefault("RAY_AUTH_MODE", "token")  # Ray prints no notice of it
+    # A Ray of this machine alone: Ray's default token auth, set so that Ray prints no notice of
+    # it; not once Ray is imported, which has read its mode (its servers would then differ).
+    if address is None and "ray" not in sys.modules:
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
     import ray
 
     from experiments.sweep_tune import tuner
