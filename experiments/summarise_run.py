@@ -15,7 +15,8 @@ longer learn), the spread of the reward A2C trains on (`--reward_std` is its tar
 policy's logits and value vary across its screens at that check (`logit_sd`, `value_sd`; both near
 0: it ignores what it sees, even with no layer dead; the logits start near 0 anyway, the value does
 not), A2C's speed and the share of time it waited for the predictor (over the window's time, long
-waits included), labels in the store and the predictor's validation accuracy at the window's end
+waits included), labels in the store, their share of ties (`ties`: near 100%, r̂ has next to
+nothing to learn an order from) and the predictor's validation accuracy at the window's end
 (with `--demonstrations`, also how often the latest labels that set one beside the agent's clip
 preferred it: `demo_pref`), how well the reward A2C was given ordered the policy's own episodes
 (`rhat_corr`: the correlation of each episode's summed r̂ with its true return; `rhat_step_corr`:
