@@ -228,6 +228,7 @@ def test_no_one_answers_sees_or_edits_what_is_anothers(team):
     assert bob.state(since=0)["history"] == []
     assert bob.request("/edit", {"label": 5, "answer": "E"})[0] == 404
     assert ann.request("/edit", {"label": 5, "answer": "E"})[0] == 200
+    assert ann.state(since=0)["labelling"] is True  # a labelling process takes changes
     # The list shows an edit once the store holds it, not before.
     assert ann.state(since=0)["history"] == [{"id": 5, "mu": 1.0}]
     team.apply({"edited": {"label": 5, "mu": 0.5}})

@@ -204,8 +204,11 @@ def test_only_listed_labels_can_be_edited_or_shown_again_and_only_once_per_reque
                                    "nonce": secrets.token_hex(8)})[0] == 200
     assert request(page, "/reopen", {"label": 7, "nonce": secrets.token_hex(8)})[0] == 200
     assert drained(page.answers) == [LabelEdit(7, 0.5), LabelEdit(7, None), ReopenLabel(7)]
-    # Between phases or after Ctrl-D no labelling process would take a change: it is refused.
+    # Between phases or after Ctrl-D no labelling process would take a change: the page is told
+    # (its list's buttons are off) and a change is refused.
+    assert page.state()["labelling"] is True
     page.apply({"pair": None, "next": None, "labelling": False, "notice": "no pair to label now"})
+    assert page.state()["labelling"] is False
     for path, body in (("/edit", {"label": 7, "answer": "E"}), ("/reopen", {"label": 7})):
         status, reply = request(page, path, {**body, "nonce": secrets.token_hex(8)})
         assert status == 409 and b"labelling is not running now" in reply

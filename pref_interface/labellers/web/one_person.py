@@ -22,7 +22,7 @@ class OnePersonView:
         self.token = token or secrets.token_urlsafe(18)
         self._state: dict = {"version": 1, "pair": None, "next": None, "answered": False,
                              "status": [], "history": [], "order": None,
-                             "notice": FIRST_NOTICE, "ended": False}
+                             "notice": FIRST_NOTICE, "ended": False, "labelling": False}
         self._sprites: dict[str, tuple[bytes, bytes]] = {}
         self._thumbs: dict[str, bytes] = {}  # the sorted clips' sprites, by clip name
 

@@ -154,12 +154,11 @@ class LabellingPage:
     def apply(self, update: dict) -> None:
         """Merge a change (from the `WebPlayer` or the `Team`, or `notice` from the run) into the
         state; `{"labelling": bool}` says whether a labelling process takes changes now."""
-        update = dict(update)
-        if "labelling" in update:
+        if "labelling" in update:  # the pages show it too: their changes are off while it is not
             with self.core.cond:
-                self._labelling = bool(update.pop("labelling"))
-        if update and not self._ended:
-            self.view.apply(update)
+                self._labelling = bool(update["labelling"])
+        if not self._ended:
+            self.view.apply(dict(update))
 
     def notice(self, text: str) -> None:
         """A line the page shows while there is no pair (e.g. "pretraining the predictor")."""

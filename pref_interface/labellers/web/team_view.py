@@ -78,7 +78,7 @@ class TeamView:
         self.on_presence = on_presence
         self._people = {n: Person(n, secrets.token_urlsafe(18)) for n in check_labellers(names)}
         self._shared: dict = {"status": [], "order": None, "notice": FIRST_NOTICE,  # every page's
-                              "ended": False}
+                              "ended": False, "labelling": False}
         self._pairs: dict[str, OpenPair] = {}  # oldest first
         self._reported: tuple = ()  # the names last given to on_presence
         self._report_lock = threading.Lock()  # calls on_presence one at a time, in order
@@ -133,7 +133,7 @@ class TeamView:
                 for person in self._people.values():
                     person.pair = person.next = None
                 everyone = True
-            for key in ("status", "notice", "order", "ended"):
+            for key in ("status", "notice", "order", "ended", "labelling"):
                 if key in update:
                     self._shared[key] = update[key]
                     everyone = True
@@ -161,7 +161,7 @@ class TeamView:
                         "status": self._shared["status"], "history": list(person.history),
                         "order": self._shared["order"],
                         "notice": self._shared["notice"] or WAITING, "labeller": person.name,
-                        "ended": self._shared["ended"]}
+                        "ended": self._shared["ended"], "labelling": self._shared["labelling"]}
             finally:
                 person.polls -= 1
                 person.seen = time.monotonic()
