@@ -22,8 +22,8 @@ preferred it: `demo_pref`), how well the reward A2C was given ordered the policy
 (`rhat_corr`: the correlation of each episode's summed r̂ with its true return; `rhat_step_corr`:
 the same for r̂ per step, which episode length does not sway: once a Pong policy wins, its best
 episodes are its shortest), and the mean of the members' L2 weights (adaptive L2, App. A). A column
-whose curve the run did not log shows "-" (older runs log none of `grad_max`, `alive %`, `logit_sd`
-and `value_sd`).
+whose curve the run did not log shows "-" (older runs log none of `grad_max`, `alive %`, `logit_sd`,
+`value_sd` and `ties`).
 """
 from __future__ import annotations
 

@@ -120,7 +120,8 @@ class Labelling:
             `answers`, a person's keys (see `make_labeller`).
         store_path: the label store (SQLite); every label is committed there before it is sent.
         labeller: overrides the one the config chooses (scripted teachers, tests).
-        log_dir: where to write TensorBoard scalars (labels so far, labels/s, clips dropped).
+        log_dir: where to write TensorBoard scalars (labels so far, labels/s, their share of
+            ties, clips dropped).
         trainer_status: the trainer's part of a human labeller's prompt (see `make_labeller`).
         make_predictor: builds, in this process, the ensemble's P[left > right] per member
             (for disagreement selection), e.g. a partial of reward_predictor's

@@ -53,6 +53,9 @@ def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
         a2c.add_scalar("alive_units/logit_spread", spread, step)
         a2c.add_scalar("alive_units/value_spread", spread / 2, step)
     a2c.close()
+    labels = ScalarWriter(str(tmp_path / "tb" / "labels"))
+    labels.add_scalar("labels/tie_share", 0.96, 500)
+    labels.close()
     assert summarise_run.main([str(tmp_path), "--every", "1000"]) == 0
     lines = capsys.readouterr().out.splitlines()
     head = lines[0].split()
@@ -64,6 +67,8 @@ def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
     assert (second["episodes"], second["return"], second["steps/s"]) == ("1", "+5.0", "150")
     assert (first["grad_max"], second["grad_max"]) == ("7.50", "0.20")  # the window's spike
     assert first["labels"] == first["val_acc"] == first["demo_pref"] == "-"  # not a preference run
+    # labelling's points go onto A2C's steps by wall-clock: written last, in the last window
+    assert (first["ties"], second["ties"]) == ("-", "96%")
     assert (first["alongside"], second["alongside"]) == ("20.0%", "-")
     assert (first["logit_sd"], second["logit_sd"]) == ("0.001", "0.300")
     assert (first["value_sd"], second["value_sd"]) == ("0.001", "0.150")

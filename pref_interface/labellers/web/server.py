@@ -18,6 +18,10 @@ a team's, each person with a token and pairs of their own (`team_view.py`).
     POST /reopen?token=T  {"label", "nonce"}     show a listed label's pair again (one person)
     POST /reinsert?token=T {"clip", "nonce"}     take a sorted clip out and insert it again (one
                                                  person)
+
+Edits, re-openings and re-insertions are refused (409) while no labelling process takes them: its
+player or team says `{"labelling": true}` when it starts and `false` when it closes, and the
+state carries it (the page's list is off meanwhile).
 """
 from __future__ import annotations
 
