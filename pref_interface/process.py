@@ -317,11 +317,13 @@ class Labelling:
         self.labeller.idle()
 
     def close(self) -> None:
-        if self.demand is not None:
-            self.demand.close()
-        self.store.close()
-        self.telemetry.close()
-        self.labeller.close()
+        try:
+            if self.demand is not None:
+                self.demand.close()
+            self.store.close()
+            self.telemetry.close()
+        finally:  # the page learns that labelling is over, whatever failed before
+            self.labeller.close()
         if not self.done and self.has_trainer and hasattr(self.preferences, "cancel_join_thread"):
             # Shutting down: the trainer may have stopped reading, and a label still buffered in
             # the queue would hold up this process's exit. Every label is in the store anyway.
