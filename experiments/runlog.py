@@ -174,10 +174,15 @@ class RunLog:
                 self._stored = 0
         stored = self._stored
         if len(totals) and stored > totals[-1]:
-            last = max(self.sps[-1, 1] if len(self.sps) else 0.0, steps[-1],
-                       *self.returns()[0][-1:])
+            last = max(self.last_step(), steps[-1])
             steps, totals = np.append(steps, last), np.append(totals, stored)
         return steps, totals
+
+    def last_step(self) -> float:
+        """The run's newest agent step: its last episode's end or A2C's last rate point."""
+        ends = self.returns()[0]
+        return max(float(ends[-1]) if len(ends) else 0.0,
+                   float(self.sps[-1, 1]) if len(self.sps) else 0.0)
 
     def labels_at(self, steps: float) -> float | None:
         """Labels in the store when A2C was at `steps` agent steps; None before the first point."""

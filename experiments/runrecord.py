@@ -88,7 +88,7 @@ class RunRecord:
         steps, returns = log.returns()
         label_steps, label_totals = log.labels()
         share_steps, shares = log.curve(ALONGSIDE_SHARE_TAG)
-        last_step = max(steps[-1] if len(steps) else 0.0, log.sps[-1, 1] if len(log.sps) else 0.0)
+        last_step = log.last_step()
         return cls(name=path.name, seed=settings.get("seed"), env_id=settings.get("env_id"),
                    commands=_lines(path / COMMAND_FILE), machines=_lines(path / MACHINES_FILE),
                    agent_steps=float(last_step), training_s=log.wall_clock_s(),
