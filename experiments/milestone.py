@@ -52,12 +52,13 @@ def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR,
                                           else "no level") + f" ({m.note})")
     print(f"| seed | reached | agent steps | labels | wall-clock | last {m.window} episodes |")
     print("|---|---|---|---|---|---|")
-    dirs = []
+    dirs, found = [], []
     for seed in seeds:
         d = run_dir(name, seed, runs_dir)
         if not (d / "tb").is_dir():
             continue
         dirs.append(str(d))
+        found.append(seed)
         log = RunLog(d)
         _, values = log.returns()
         # Where the run stands now: a level reached once need not be held.
@@ -81,7 +82,7 @@ def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR,
               f"| {last} |")
     if dirs:
         out = out or runs_dir / f"{name}.png"
-        plot(dirs, [f"seed {s}" for s in seeds[:len(dirs)]], str(out),
+        plot(dirs, [f"seed {s}" for s in found], str(out),
              f"{name} ({m.env_id})", max(8, m.window // 2), m.level)
     if m.budget is not None:  # whether each seed holds the level (experiments.held)
         from experiments.held import main as held

@@ -404,6 +404,27 @@ def test_a_milestone_run_that_reached_its_steps_is_not_reported_as_going_on(tmp_
     assert row().startswith("| 0 | - | 1,000 | 55 | ")
 
 
+def test_a_milestone_figure_names_each_curve_by_its_own_seed(tmp_path, monkeypatch):
+    """A seed with no run yet (seed 1 of 0 1 2) leaves no gap in the figure's legend: seed 2's
+    curve is called seed 2."""
+    import json
+
+    from experiments import milestone
+    from runtime.scalars import ScalarWriter
+
+    plotted = []
+    monkeypatch.setattr(milestone, "plot", lambda dirs, labels, *rest: plotted.append(labels))
+    for seed in (0, 2):
+        d = milestone.run_dir("enduro_true", seed, tmp_path)
+        (d / "tb").mkdir(parents=True)
+        (d / "settings.json").write_text(json.dumps({"million_timesteps": 0.001}))
+        w = ScalarWriter(str(d / "tb"))
+        w.add_scalar("charts/episodic_return", 0.0, 300)
+        w.close()
+    milestone.report(milestone.MILESTONES["enduro_true"], "enduro_true", [0, 1, 2], tmp_path)
+    assert plotted == [["seed 0", "seed 2"]]
+
+
 def test_a_milestone_figure_goes_where_out_says(tmp_path, monkeypatch):
     """The figure goes beside the runs, or where `--out` says; never over the docs' figures."""
     from experiments import milestone
