@@ -90,8 +90,7 @@ def _labels_text(prefs_path: Path) -> str:
     from pref_interface.store import PreferenceStore
 
     with PreferenceStore(str(prefs_path), create=False) as store:
-        counts = store.answer_counts()
-    n, ties = sum(counts.values()), counts.get(0.5, 0)
+        ties, n = store.ties()
     text = f"{n:,} in {prefs_path.name}"
     if n:
         text += f" ({ties / n:.0%} ties" + (

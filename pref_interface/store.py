@@ -258,12 +258,16 @@ class PreferenceStore:
         return {float(mu): int(n) for mu, n in self._db.execute(
             "SELECT mu, COUNT(*) AS n FROM labels GROUP BY mu ORDER BY n DESC, mu DESC")}
 
-    def tie_share(self) -> float | None:
-        """The share of the labels that are ties ("equally good", mu 0.5), which teach r̂ no
-        order; None with no label."""
+    def ties(self) -> tuple[int, int]:
+        """How many labels are ties ("equally good", mu 0.5), which teach r̂ no order, and how
+        many labels there are."""
         counts = self.answer_counts()
-        n = sum(counts.values())
-        return counts.get(0.5, 0) / n if n else None
+        return counts.get(0.5, 0), sum(counts.values())
+
+    def tie_share(self) -> float | None:
+        """The share of the labels that are ties; None with no label."""
+        ties, n = self.ties()
+        return ties / n if n else None
 
     @_db_errors_as_store_errors
     def sources(self) -> set[str]:
