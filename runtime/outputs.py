@@ -2,12 +2,13 @@
 is a one-line error before the work, not a traceback after it."""
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 
 def prepare_output(path: str | Path, flag: str, overwrite: bool = False) -> Path:
     """Make the folder that `path` goes into; ValueError naming `flag` when `path` is a folder,
-    exists already (unless `overwrite`) or its folder cannot be made."""
+    exists already (unless `overwrite`), or its folder cannot be made or written into."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag}: {path} is a folder; give a file name")
@@ -21,6 +22,12 @@ def prepare_output(path: str | Path, flag: str, overwrite: bool = False) -> Path
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ValueError(f"{flag}: cannot make the folder {path.parent} "
+                         f"({e.strerror or type(e).__name__})") from None
+    try:  # a file made and removed again: the work is not done for a file that cannot be kept
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}."):
+            pass
+    except OSError as e:
+        raise ValueError(f"{flag}: cannot write into {path.parent} "
                          f"({e.strerror or type(e).__name__})") from None
     return path
 

@@ -654,3 +654,29 @@ def test_every_scripts_parser_takes_no_shortened_flag_and_errs_in_one_line(capsy
         err = capsys.readouterr().err
         assert e.value.code == 2 and err.count("\n") == 1, err
         assert err.startswith("some_script.py: error: ")
+
+
+def test_a_list_flag_given_twice_takes_both_lists():
+    """`--seeds 0 1 --seeds 2` runs three seeds (argparse alone keeps the last list); once given,
+    a flag's list replaces its default rather than adding to it."""
+    from runtime.script_args import ScriptParser
+
+    p = ScriptParser(prog="some_script.py")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--grid", nargs="*", default=[])
+    assert p.parse_args([]).seeds == [0]
+    assert p.parse_args(["--seeds", "3"]).seeds == [3]
+    a = p.parse_args(["--seeds", "0", "1", "--seeds", "2", "--grid", "lr=1,2", "--grid", "x=3"])
+    assert a.seeds == [0, 1, 2] and a.grid == ["lr=1,2", "x=3"]
+    assert p.parse_args([]).seeds == [0]  # the default itself is never extended
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_work(tmp_path):
+    """A figure, video or table that could not be kept is a one-line error up front, not a
+    traceback after the episodes are played; a folder that takes it is left as it was."""
+    from runtime.outputs import prepare_output
+
+    with pytest.raises(ValueError, match=r"^--video: cannot write into /proc \("):
+        prepare_output("/proc/x.gif", "--video")
+    assert prepare_output(tmp_path / "new" / "x.gif", "--video") == tmp_path / "new" / "x.gif"
+    assert list((tmp_path / "new").iterdir()) == []

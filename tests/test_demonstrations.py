@@ -236,6 +236,7 @@ def test_demonstrate_refuses_bad_input_in_one_line(tmp_path):
     (tmp_path / "taken.npz").write_bytes(b"")
     for args, words in [(["NoSuchGame-v4", str(tmp_path / "a.npz")], "NoSuchGame"),
                         ([ENV, str(tmp_path / "taken.npz")], "exists already"),
+                        ([ENV, "/proc/d.npz"], "cannot write into /proc"),  # before the play
                         ([ENV, str(tmp_path / "b.npz"), "--steps", "3"], "at least 25")]:
         r = subprocess.run([sys.executable, "demonstrate.py", *args], capture_output=True,
                            text=True, timeout=120, env=no_display)
