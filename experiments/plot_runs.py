@@ -12,6 +12,7 @@ from pathlib import Path
 
 
 from experiments.runlog import RunLog, smooth
+from runtime.outputs import prepare_figure
 from runtime.script_args import ScriptParser, first_paragraph
 
 
@@ -68,12 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     missing = [d for d in a.run_dirs if not (Path(d) / "tb").is_dir()]
     if missing:
-        print(f"{p.prog}: error: no tb/ folder in {missing[0]}", file=sys.stderr)
-        return 2
+        p.error(f"no tb/ folder in {missing[0]}")
     names = a.labels or [Path(d).name for d in a.run_dirs]
     if len(names) != len(a.run_dirs):
-        print(f"{p.prog}: error: give one --labels name per run directory", file=sys.stderr)
-        return 2
+        p.error("give one --labels name per run directory")
+    if a.window < 1:
+        p.error(f"--window must be at least 1, got {a.window}")
+    try:
+        prepare_figure(a.out, "--out")
+    except ValueError as e:
+        p.error(str(e))
     plot(a.run_dirs, names, a.out, a.title, a.window, a.reference)
     return 0
 

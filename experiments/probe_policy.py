@@ -112,12 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from a2c.checkpoint import CheckpointError, check_fits, load_policy_weights
-    from envs import UnknownEnvError, action_names, env_kind
+    from envs import UnknownEnvError, action_names, check_seed, env_kind
 
     torch.set_num_threads(1)
     try:
         if a.steps <= 2 * KEEP_EVERY or a.n_envs <= 0:  # two full-stack screens of each env
             raise ValueError(f"--steps must be more than {2 * KEEP_EVERY} and --n_envs positive")
+        check_seed(a.seed, a.n_envs)
         if a.start != a.start or a.stop != a.stop or a.start > a.stop:  # NaN, or none between
             raise ValueError("--from and --to must be numbers with --from at most --to")
         files, env_ids = [], set()

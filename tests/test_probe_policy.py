@@ -64,5 +64,6 @@ def test_bad_input_is_one_line(capsys):
     assert probe_policy.main([str(RUN), "--env", "PongNoFrameskip-v4"]) == 2  # another env's
     assert probe_policy.main([str(RUN), "--steps", "8"]) == 2  # one full-stack screen per env
     assert probe_policy.main([str(RUN), "--from", "nan"]) == 2
+    assert probe_policy.main([str(RUN), "--seed", "-1"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 5 and err.count("python -m experiments.probe_policy: error:") == 5, err
+    assert err.count("\n") == 6 and err.count("python -m experiments.probe_policy: error:") == 6, err
