@@ -293,11 +293,16 @@ def spec_from(a: argparse.Namespace, command: list[str]) -> tuple[SweepSpec, Pat
         if command or given:
             raise SweepError("--resume continues a sweep as it was started: leave out "
                              + ", ".join(given + (["the run.py command"] if command else [])))
+        if storage.exists() and not storage.is_dir():
+            raise SweepError(f"--resume {a.resume}: a file, not a sweep's folder")
         try:
             return SweepSpec(**json.loads((storage / SWEEP_FILE).read_text())), storage
         except FileNotFoundError:
             raise SweepError(f"--resume {a.resume}: no sweep there ({SWEEP_FILE} missing)") \
                 from None
+        except (OSError, ValueError, TypeError) as e:  # unreadable, not JSON, or not a spec
+            raise SweepError(f"--resume {a.resume}: {SWEEP_FILE} is damaged "
+                             f"({type(e).__name__}: {str(e).splitlines()[0]})") from None
     if a.storage is None:
         raise SweepError("give --storage DIR (or --resume DIR)")
     storage = a.storage.expanduser().resolve()

@@ -190,6 +190,16 @@ def test_a_sweep_is_continued_with_resume_not_started_twice(tmp_path, capsys):
     assert "--resume" in capsys.readouterr().err
     assert main(["--resume", str(tmp_path / "none")]) == 2
     assert "no sweep there" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert main(["--resume", str(tmp_path / "file")]) == 2
+    assert "a file, not a sweep's folder" in capsys.readouterr().err
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for text in ("not json", "[]", '{"x": 1}'):  # a file cut short, or not a sweep's
+        (damaged / "sweep.json").write_text(text)
+        assert main(["--resume", str(damaged)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "sweep.json is damaged" in err, err
     # a resume runs the sweep as it was started: a new value is refused, not silently dropped,
     # also where it is the flag's default
     assert main(["--resume", str(storage), "--cpus_per_trial", "1", "--seeds", "4"]) == 2
