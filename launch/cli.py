@@ -11,6 +11,7 @@ from typing import Any
 
 from a2c.config import checkpoint_steps, checkpoints
 from a2c.entry_points import check_policy, check_start_policy
+from envs import same_game
 from launch.env_settings import describe as env_settings_help
 from launch.env_settings import env_settings
 from launch.preflight import first_error
@@ -128,8 +129,8 @@ def load_settings(run_dir: Path) -> Settings:
         return Settings.from_json(saved_settings(run_dir))
     except ValueError as e:
         raise UsageError(str(e)) from None
-    except TypeError:
-        raise UsageError(f"{run_dir}: {SETTINGS_FILE} is damaged") from None
+    except TypeError as e:
+        raise UsageError(f"{run_dir}: {SETTINGS_FILE} is damaged ({e})") from None
 
 
 def saved_run(run_dir: Path) -> Run:
@@ -153,7 +154,9 @@ def resume(run_dir: Path, given: dict[str, Any]) -> Run:
     from envs import same_game
 
     if given.get("mode") not in (None, saved.mode):
-        raise UsageError(f"--resume: this run's mode is {saved.mode}")
+        raise UsageError(f"--resume: this run's mode is {saved.mode}" if given["mode"] in MODES
+                         else f"--resume: {given['mode']} is not a mode; the run goes on with "
+                         f"its own, {saved.mode} {saved.env_id}, and needs neither")
     if given.get("env_id") is not None and not same_game(given["env_id"], saved.env_id):
         raise UsageError(f"--resume: this run's env_id is {saved.env_id}")
     # The run keeps its own mode and env id (MovingDot's other name does not rename it).
@@ -167,14 +170,17 @@ def resume(run_dir: Path, given: dict[str, Any]) -> Run:
     problem = invalid_setting(settings)  # a bad value is a mistake, not "nothing to do"
     if problem:
         raise UsageError(problem)
+    from pref_interface.store import StoreError, stored_labels
+
+    try:  # the labels go on from the run's store: a damaged one is said now, not at the end
+        held = stored_labels(run_dir / PREFS_FILE)
+    except StoreError as e:
+        raise UsageError(f"--resume: {e}") from None
     policy = run_dir / POLICY_DIR
     kept = checkpoints(policy)
     if kept and settings.mode in TRAINING_MODES:
         check_steps_left(run_dir, checkpoint_steps(kept[-1]), settings.million_timesteps)
     if settings.mode == "gather_initial_prefs":
-        from pref_interface.store import stored_labels
-
-        held = stored_labels(run_dir / PREFS_FILE)
         if held >= settings.n_initial_prefs:
             raise TargetReached(f"{run_dir} holds {held:,} labels, its target (--n_initial_prefs "
                                 f"{settings.n_initial_prefs}): nothing to do; give a larger "
@@ -349,6 +355,12 @@ def label_store(s: Settings) -> str | None:
         raise UsageError(str(e)) from None
     if n == 0:
         raise UsageError(f"the preference store {path} holds no labels")
+    try:  # a run's store: its clips are of the run's game
+        source = saved_settings(path.parent).get("env_id")
+    except ValueError:  # a store on its own names no game
+        source = None
+    if isinstance(source, str) and not same_game(source, s.env_id):
+        raise UsageError(f"the labels in {path} are of {source}'s clips, not {s.env_id}'s")
     return str(path)
 
 

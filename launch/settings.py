@@ -336,13 +336,29 @@ class Settings:
     def from_json(cls, saved: dict[str, Any]) -> "Settings":
         """A saved run's settings; a setting newer than the run takes its default, and one the
         project no longer has is dropped."""
-        names = {f.name for f in fields(cls)}
+        types = {f.name: str(f.type) for f in fields(cls)}
         renamed = {f.metadata["old_name"]: f.name for f in flag_fields() if f.metadata["old_name"]}
         saved = {renamed.get(k, k): v for k, v in saved.items()}
-        return cls(**{k: v for k, v in saved.items() if k in names})
+        kept = {k: v for k, v in saved.items() if k in types}
+        for name, value in kept.items():  # a file edited by hand: "16" where 16 belongs
+            if not _of_type(value, types[name]):
+                raise TypeError(f"{name} is {value!r}, not {types[name]}")
+        return cls(**kept)
 
 
 DEFAULTS = Settings()
+
+
+def _of_type(value: Any, annotation: str) -> bool:
+    """Whether a saved JSON value fits a setting's annotation (`int`, `float | None`, ...)."""
+    kinds = annotation.split(" | ")
+    if value is None:
+        return "None" in kinds
+    if isinstance(value, bool):
+        return "bool" in kinds
+    return (isinstance(value, int) and ("int" in kinds or "float" in kinds)
+            or isinstance(value, float) and "float" in kinds
+            or isinstance(value, str) and "str" in kinds)
 
 
 def invalid_setting(s: Settings) -> str | None:

@@ -209,6 +209,7 @@ def test_a_run_directory_is_taken_as_where_a_new_run_s_policy_starts(tmp_path):
 
 
 def test_a_run_resumes_under_either_of_moving_dots_names_and_not_under_another_game(tmp_path):
+    import json
     import shutil
 
     from launch.cli import UsageError, parse_args
@@ -221,6 +222,20 @@ def test_a_run_resumes_under_either_of_moving_dots_names_and_not_under_another_g
     assert run.settings.env_id == "MovingDotNoFrameskip-v0"  # the run keeps its own name
     with pytest.raises(UsageError, match="this run's env_id is MovingDotNoFrameskip-v0"):
         parse_args(["train_policy_with_preferences", "PongNoFrameskip-v4", "--resume", str(d)])
+    with pytest.raises(UsageError, match="PongNoFrameskip-v4 is not a mode; the run goes on with "
+                                         "its own, train_policy_with_preferences "
+                                         "MovingDotNoFrameskip-v0"):
+        parse_args(["--resume", str(d), "PongNoFrameskip-v4"])  # an env id alone, read as a mode
+    # A settings file edited by hand with a value of the wrong kind is named, not a traceback.
+    settings = json.loads((d / "settings.json").read_text())
+    (d / "settings.json").write_text(json.dumps({**settings, "n_envs": "16"}))
+    with pytest.raises(UsageError, match=r"settings.json is damaged \(n_envs is '16', not int\)"):
+        parse_args(["--resume", str(d)])
+    (d / "settings.json").write_text(json.dumps(settings))
+    # Its label store is read now: a damaged one is a mistake said before anything starts.
+    (d / "prefs.sqlite").write_bytes(b"not a database" * 100)
+    with pytest.raises(UsageError, match="--resume: .* is not a readable preference store"):
+        parse_args(["--resume", str(d), "--million_timesteps", "0.006"])
 
 
 def test_a_weights_file_written_by_run_checkpoint_names_the_game_it_was_checked_on(tmp_path):

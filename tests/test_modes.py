@@ -50,6 +50,13 @@ def test_every_mode_runs_and_hands_its_results_to_the_next(tmp_path):
                  for i in store.all_ids()}
     assert len(pairs) == labels(more) == 60
 
+    # A run's labels are of its game's clips: another game's run refuses them.
+    r = run("pretrain_reward_predictor", "PongNoFrameskip-v4", "--load_prefs_dir", str(gather),
+            "--log_dir", str(tmp_path / "pong"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "are of MovingDotNoFrameskip-v0's clips, not PongNoFrameskip-v4's" in r.stderr
+    assert not (tmp_path / "pong").exists()
+
     pretrain = tmp_path / "pretrain"
     r = run("pretrain_reward_predictor", "MovingDotNoFrameskip-v0", "--load_prefs_dir",
             str(gather), "--n_initial_epochs", "3", "--log_dir", str(pretrain), *TINY)
