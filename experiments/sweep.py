@@ -31,7 +31,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from experiments.sweep_trial import RUNS_DIR, TUNE_DIR, Trial, device_flags
+from experiments.sweep_trial import BOOL_WORDS, RUNS_DIR, TUNE_DIR, Trial, device_flags
 from runtime.script_args import ScriptParser, first_paragraph
 
 SWEEP_FILE = "sweep.json"  # the sweep's own command line, for --resume
@@ -46,7 +46,7 @@ def parse_grid(items: list[str]) -> list[tuple[str, list[str]]]:
     """`name=v1,v2` items as (flag name, values), checked against run.py's settings."""
     from launch.settings import flag_fields
 
-    known = {f.name for f in flag_fields()}
+    known = {f.name: f for f in flag_fields()}
     grid = []
     for item in items:
         name, sep, values = item.partition("=")
@@ -57,6 +57,9 @@ def parse_grid(items: list[str]) -> list[tuple[str, list[str]]]:
             raise SweepError(f"--grid {item!r}: run.py has no flag --{name}")
         if name in ("seed", "log_dir", "run_name", "resume"):
             raise SweepError(f"--grid {item!r}: the sweep sets --{name} itself")
+        if isinstance(known[name].default, bool) and not set(values.split(",")) <= set(BOOL_WORDS):
+            raise SweepError(f"--grid {item!r}: --{name} is a switch: its values are on,off "
+                             "(or true,false)")
         if name in (n for n, _ in grid):
             raise SweepError(f"--grid {item!r}: --{name} is in the grid already; give all its "
                              f"values in one item ({name}=V1,V2,...)")

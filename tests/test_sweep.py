@@ -144,7 +144,8 @@ def test_the_progress_line_counts_trials_stopped_by_the_sweeps_stop_apart_from_d
 
 
 @pytest.mark.parametrize("items", [["ent_coef"], ["ent_coef="], ["ent_coef=0.1,"], ["bogus=1"],
-                                   ["seed=1,2"], ["log_dir=x"], ["lr=1e-3", "lr=2e-3"]])
+                                   ["seed=1,2"], ["log_dir=x"], ["lr=1e-3", "lr=2e-3"],
+                                   ["synthetic_prefs=1,0"]])
 def test_a_bad_grid_is_refused(items):
     with pytest.raises(SweepError):
         parse_grid(items)
