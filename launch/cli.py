@@ -151,8 +151,6 @@ def resume(run_dir: Path, given: dict[str, Any]) -> Run:
     holder = run_dir_holder(run_dir)  # checked again as the run takes it (`make_run_dir`)
     if holder:
         raise UsageError(busy_message(run_dir, holder))
-    from envs import same_game
-
     if given.get("mode") not in (None, saved.mode):
         raise UsageError(f"--resume: this run's mode is {saved.mode}" if given["mode"] in MODES
                          else f"--resume: {given['mode']} is not a mode; the run goes on with "
