@@ -11,7 +11,7 @@ from typing import Any
 
 from a2c.config import checkpoint_steps, checkpoints
 from a2c.entry_points import check_policy, check_start_policy
-from envs import same_game
+from envs import UnknownEnvError, check_seed, env_kind, same_game
 from launch.env_settings import describe as env_settings_help
 from launch.env_settings import env_settings
 from launch.preflight import first_error
@@ -136,8 +136,6 @@ def load_settings(run_dir: Path) -> Settings:
 def saved_run(run_dir: Path) -> Run:
     """A saved run as a Run on the CPU, to build its parts as it built them (`trainer_config`
     gives its predictor as A2C used it); UsageError when its settings cannot be read."""
-    from envs import env_kind
-
     settings = load_settings(run_dir)
     return Run(settings, run_dir, env_kind(settings.env_id), "cpu", "cpu")
 
@@ -198,8 +196,6 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
     """Check every setting (each mistake a UsageError, before anything is written) and compute
     what follows from them. `run_dir`, `start`: a resumed run's directory (else it must not
     exist) and the checkpoints and store it starts from."""
-    from envs import UnknownEnvError, check_seed, env_kind
-
     if s.mode is None or s.env_id is None:
         missing = "mode, env_id" if s.mode is None else "env_id"
         raise UsageError(f"the following arguments are required: {missing} (or --resume)")
