@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         if code == 2:
             return code
     if not report(m, a.name, seeds, runs_dir, a.out and a.out.expanduser()):
-        print(f"milestone: no run of {a.name} for seeds {' '.join(map(str, seeds))} in {runs_dir}",
+        print(f"{p.prog}: no run of {a.name} for seeds {' '.join(map(str, seeds))} in {runs_dir}",
               file=sys.stderr)
         return code or 1
     return code
