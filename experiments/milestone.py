@@ -48,15 +48,17 @@ def report(m: Milestone, name: str, seeds: list[int], runs_dir: Path = RUNS_DIR,
            out: Path | None = None) -> list[str]:
     """Print each seed's row and plot the seeds' curves into `out` (<runs_dir>/<name>.png); the run
     directories found."""
-    print(f"\n{name}: {m.env_id}, " + (f"level {m.level:g}" if m.level is not None
-                                          else "no level") + f" ({m.note})")
-    print(f"| seed | reached | agent steps | labels | wall-clock | last {m.window} episodes |")
-    print("|---|---|---|---|---|---|")
     dirs, found = [], []
     for seed in seeds:
         d = run_dir(name, seed, runs_dir)
         if not (d / "tb").is_dir():
             continue
+        if not dirs:  # the table's head, once a run is there to fill it
+            print(f"\n{name}: {m.env_id}, " + (f"level {m.level:g}" if m.level is not None
+                                              else "no level") + f" ({m.note})")
+            print(f"| seed | reached | agent steps | labels | wall-clock | last {m.window} "
+                  "episodes |")
+            print("|---|---|---|---|---|---|")
         dirs.append(str(d))
         found.append(seed)
         log = RunLog(d)
