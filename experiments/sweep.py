@@ -303,9 +303,12 @@ def spec_from(a: argparse.Namespace, command: list[str]) -> tuple[SweepSpec, Pat
         except FileNotFoundError:
             raise SweepError(f"--resume {a.resume}: no sweep there ({SWEEP_FILE} missing)") \
                 from None
-        except (OSError, ValueError, TypeError) as e:  # unreadable, not JSON, or not a spec
+        except OSError as e:
+            raise SweepError(f"--resume {a.resume}: {SWEEP_FILE} cannot be read "
+                             f"({e.strerror or type(e).__name__})") from None
+        except (ValueError, TypeError) as e:  # not JSON, or not a sweep's spec
             raise SweepError(f"--resume {a.resume}: {SWEEP_FILE} is damaged "
-                             f"({type(e).__name__}: {str(e).splitlines()[0]})") from None
+                             f"({type(e).__name__}: {(str(e).splitlines() or [''])[0]})") from None
     if a.storage is None:
         raise SweepError("give --storage DIR (or --resume DIR)")
     storage = a.storage.expanduser().resolve()

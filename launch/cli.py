@@ -349,8 +349,8 @@ def label_store(s: Settings) -> str | None:
         raise UsageError(str(e)) from None
     if n == 0:
         raise UsageError(f"the preference store {path} holds no labels")
-    try:  # a run's store: its clips are of the run's game
-        source = saved_settings(path.parent).get("env_id")
+    try:  # a run's own store: its clips are of the run's game
+        source = saved_settings(path.parent).get("env_id") if path.name == PREFS_FILE else None
     except ValueError:  # a store on its own names no game
         source = None
     if isinstance(source, str) and not same_game(source, s.env_id):

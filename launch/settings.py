@@ -335,7 +335,7 @@ class Settings:
     @classmethod
     def from_json(cls, saved: dict[str, Any]) -> "Settings":
         """A saved run's settings; a setting newer than the run takes its default, and one the
-        project no longer has is dropped."""
+        project no longer has is dropped. TypeError naming a value of the wrong kind."""
         types = {f.name: str(f.type) for f in fields(cls)}
         renamed = {f.metadata["old_name"]: f.name for f in flag_fields() if f.metadata["old_name"]}
         saved = {renamed.get(k, k): v for k, v in saved.items()}

@@ -24,7 +24,7 @@ def prepare_output(path: str | Path, flag: str, overwrite: bool = False) -> Path
         raise ValueError(f"{flag}: cannot make the folder {path.parent} "
                          f"({e.strerror or type(e).__name__})") from None
     try:  # a file made and removed again: the work is not done for a file that cannot be kept
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}."):
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".write-test-"):
             pass
     except OSError as e:
         raise ValueError(f"{flag}: cannot write into {path.parent} "

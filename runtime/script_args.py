@@ -17,10 +17,10 @@ class _AddUp(argparse.Action):
 
 
 class ScriptParser(argparse.ArgumentParser):
-    """No flag is taken from a shortened one (`--seed` is not `--seeds`), a list flag given twice
-    takes both lists, and a usage mistake is one line on stderr, `PROG: error: ...`, with status
-    2. Made in a module of a package (`experiments.milestone`), PROG is the command that runs it:
-    `python -m experiments.milestone`."""
+    """No flag is taken from a shortened one (`--seed` is not `--seeds`), a list flag (of its own
+    `add_argument`, not of a group's) given twice takes both lists, and a usage mistake is one
+    line on stderr, `PROG: error: ...`, with status 2. Made in a module of a package
+    (`experiments.milestone`), PROG is the command that runs it: `python -m experiments.milestone`."""
 
     def __init__(self, **kwargs) -> None:
         spec = sys._getframe(1).f_globals.get("__spec__")  # the module making the parser

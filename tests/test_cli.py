@@ -631,7 +631,8 @@ def test_a_milestone_with_no_runs_to_report_or_a_negative_seed_is_one_line(tmp_p
     assert milestone.main(["moving_dot", "--report_only", "--runs_dir", str(tmp_path)]) == 1
     out, err = capsys.readouterr()
     assert out == ""  # no table head with nothing under it
-    assert err.startswith("python -m experiments.milestone: no run of moving_dot") and err.count("\n") == 1, err
+    assert err.startswith("python -m experiments.milestone: no run of moving_dot"), err
+    assert err.count("\n") == 1, err
     with pytest.raises(SystemExit) as stop:
         milestone.main(["moving_dot", "--report_only", "--seeds", "-1"])
     assert stop.value.code == 2 and "--seeds must be 0 or more" in capsys.readouterr().err
