@@ -9,6 +9,7 @@ import os
 import sys
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -16,6 +17,7 @@ from launch.stopping import StopFlag, interrupted_status, signals_held, stop_chi
 from runtime.process_setup import child_environ, die_with_parent, name_process, spawn_context
 
 KILL_JOIN_S = 5.0  # how long a killed child may take to be reaped
+RATE_WINDOW_S = 600.0  # the time left is read at the rate of about the last ten minutes
 
 
 @dataclass
@@ -28,23 +30,23 @@ class Progress:
     unit: str
     read: Callable[[], tuple[int, str]]
     unit_scale: bool = False  # 12.3k rather than 12345
-    _last: tuple[float, int] | None = field(default=None, init=False, repr=False)
-    _first: tuple[float, int] | None = field(default=None, init=False, repr=False)
+    _lines: deque = field(default_factory=deque, init=False, repr=False)  # (time, done)
 
     def line(self) -> str:
-        """The log's form: done of total, the rate since the line before, the time left at this
-        start's mean rate, the status."""
+        """The log's form: done of total, the rate since the line before, the time left at the
+        mean rate of the last RATE_WINDOW_S (a run paused for a while is not slow), the status."""
         done, status = self.read()
-        now, rate = time.monotonic(), ""
-        if self._last is not None and now > self._last[0]:
-            per_s = (done - self._last[1]) / (now - self._last[0])
+        now, rate, lines = time.monotonic(), "", self._lines
+        if lines and now > lines[-1][0]:
+            per_s = (done - lines[-1][1]) / (now - lines[-1][0])
             rate = f" | {per_s:,.0f}" if per_s >= 10 else f" | {per_s:.2g}"  # 0.25 epochs/s
             rate += f" {self.unit}s/s"
-            mean_per_s = (done - self._first[1]) / (now - self._first[0])
+            while len(lines) > 1 and now - lines[1][0] >= RATE_WINDOW_S:
+                lines.popleft()
+            mean_per_s = (done - lines[0][1]) / (now - lines[0][0])
             if mean_per_s > 0 and done < self.total:
                 rate += f" | {duration((self.total - done) / mean_per_s)} left"
-        self._last = (now, done)
-        self._first = self._first or self._last
+        lines.append((now, done))
         return f"{self.desc} {done:,}/{self.total:,}{rate}" + (f" | {status}" if status else "")
 
 

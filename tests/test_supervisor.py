@@ -127,11 +127,21 @@ def test_a_logged_progress_line_gives_the_rate_since_the_line_before_and_the_tim
     assert progress.line() == "agent steps 0/6,000 | ep 3"
     done[0], clock[0] = 3000, 130.0
     assert progress.line() == "agent steps 3,000/6,000 | 100 steps/s | 0 min 30 s left | ep 3"
-    # The time left is at this start's mean rate: 4,500 steps in 60 s, 1,500 to go.
+    # The time left is at the mean rate of the last ten minutes: 4,500 steps in 60 s, 1,500 to go.
     done[0], clock[0] = 4500, 160.0
     assert progress.line() == "agent steps 4,500/6,000 | 50 steps/s | 0 min 20 s left | ep 3"
     done[0], clock[0] = 6000, 170.0
     assert progress.line() == "agent steps 6,000/6,000 | 150 steps/s | ep 3"
+    # A run paused for an hour is slow in the line after it, not ten minutes later.
+    progress = supervisor.Progress("agent steps", 1_000_000, "step", lambda: (done[0], ""))
+    done[0], clock[0] = 0, 0.0
+    progress.line()
+    done[0], clock[0] = 1000, 3610.0  # 10 s of 100 steps/s after 3,600 s paused
+    assert progress.line().endswith(" | 0.28 steps/s | 1001 h 46 min left")
+    for k in range(1, 22):  # then 30 s lines at 100 steps/s
+        done[0], clock[0] = 1000 + 3000 * k, 3610.0 + 30 * k
+        last = progress.line()
+    assert last == "agent steps 64,000/1,000,000 | 100 steps/s | 2 h 36 min left"
 
 
 def test_the_trainer_starts_with_malloc_tunables_that_glibc_honours(tmp_path, monkeypatch):
