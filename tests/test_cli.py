@@ -111,6 +111,8 @@ def test_original_rewards_smoke_run_writes_the_run_directory_and_resumes(tmp_pat
     ["train_policy_with_original_rewards", "MovingDot-v0", "--n_env", "4"],  # a prefix: no flag
     ["train_policy_with_original_rewards", "MovingDot-v0", "--run_name", "../x"],
     ["gather_initial_prefs", "MovingDot-v0", "--labellers", "ann,bob", "--leave_out", "carl"],
+    ["train_policy_with_preferences", "MovingDot-v0", "--label_schedule", "annealed",
+     "--max_labels", "5"],  # below the 500 initial labels
 ])
 def test_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
     r = run("run.py", *args, "--log_dir", str(tmp_path / "x"))
