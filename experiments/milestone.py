@@ -115,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     if min(seeds) < 0:
         p.error(f"--seeds must be 0 or more, got {min(seeds)}")
     runs_dir = a.runs_dir.expanduser()
+    running = [f for f in ("extra", "cpus_per_trial", "gpus_per_trial", "address")
+               if getattr(a, f) != p.get_default(f)]
+    if a.report_only and running:
+        p.error(f"--report_only runs nothing: --{', --'.join(running)} would be ignored")
     if a.report_only and not runs_dir.is_dir():
         p.error(f"--runs_dir: {runs_dir} is not a folder of runs (the committed records' "
                 f"tables and figures: python -m experiments.report)")

@@ -638,6 +638,11 @@ def test_a_milestone_with_no_runs_to_report_or_a_negative_seed_is_one_line(tmp_p
     with pytest.raises(SystemExit) as stop:
         milestone.main(["moving_dot", "--report_only", "--seeds", "-1"])
     assert stop.value.code == 2 and "--seeds must be 0 or more" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # a flag for running, where nothing runs
+        milestone.main(["moving_dot", "--report_only", "--extra", "--lr 1e-3", "--cpus_per_trial",
+                        "1"])
+    assert stop.value.code == 2 and ("--report_only runs nothing: --extra, --cpus_per_trial would "
+                                     "be ignored") in capsys.readouterr().err
 
 
 def test_ctrl_c_while_a_policy_plays_ends_in_one_line_with_status_130(tmp_path):
