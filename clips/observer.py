@@ -15,9 +15,10 @@ class ClipObserver:
     """A2C rollout observer: cuts clips from every rollout and sends them without blocking;
     `every_env`: a clip from each env at once (`EveryEnvCutter`), else one env at a time.
 
-    `wanted` (an Event, or None: always) is clear while labelling has pairs enough and nobody
-    answers them: no clip is cut then, and with `hold` (gathering, where the agent plays only to
-    make clips) the agent itself waits until clips are wanted again or `stop` is set."""
+    `wanted` (a flag with is_set and wait, or None: always) is clear while labelling has pairs
+    enough and nobody answers them: no clip is cut then, and with `hold` (gathering, where the
+    agent plays only to make clips) the agent itself waits until clips are wanted again or `stop`
+    is set."""
 
     def __init__(self, n_envs: int, clips: Any, dropped_counter: Any | None = None,
                  every_env: bool = False, wanted: Any | None = None, hold: bool = False,

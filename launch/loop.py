@@ -39,6 +39,7 @@ from typing import Any, Iterator, Protocol
 from launch.configs import agent_stats, labelling_config, trainer_config, trainer_environ
 from launch.rundir import Run
 from launch.session import Session
+from launch.stopping import SharedFlag
 from launch.supervisor import Supervisor, preference_status
 from reward_predictor import entry_points as predictor
 from reward_predictor.pace import PredictorPace, labels_per_member
@@ -203,7 +204,7 @@ class Channels:
         WebPlayer -> the labelling page's server in the main process (--clip_player web); one
         queue for the whole run.
     episodes: the agent -> episode viewer (--render_episodes); maxsize 1, dropped when full.
-    clips_wanted: labelling -> the agent's clip source, an Event clear while a person labels,
+    clips_wanted: labelling -> the agent's clip source, a flag clear while a person labels,
         pairs enough wait and nobody answers (None: clips always wanted).
     stop: set once to end every process cleanly (launch/stopping.py).
     """
@@ -224,10 +225,8 @@ class Channels:
         from pref_interface.labellers.episodes import EPISODE_QUEUE_MAXSIZE
         from pref_interface.process import CLIP_QUEUE_MAXSIZE
 
-        wanted = None
-        if session.answers is not None:  # a person labels
-            wanted = ctx.Event()
-            wanted.set()
+        # Not an Event: the agent killed while waiting on one would leave labelling's set() blocked.
+        wanted = SharedFlag(ctx, True) if session.answers is not None else None  # a person labels
         return cls(stop, ctx.Queue(maxsize=CLIP_QUEUE_MAXSIZE), ctx.Queue() if trainer else None,
                    reward_weights, session.answers,
                    ctx.Queue(maxsize=EPISODE_QUEUE_MAXSIZE) if session.show_episodes else None,

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # Ctrl-C; a stop by another signal gives 128 + its number
-WAIT_POLL_S = 0.02  # how often `StopFlag.wait` looks at the flag
+WAIT_POLL_S = 0.02  # how often `SharedFlag.wait` looks at the flag
 
 _received: list[int] = []  # the stop signals this process has had, in order
 _held = 0  # how deep in `signals_held` the main thread is
@@ -24,17 +24,20 @@ _deferred = False  # a first stop signal came while held: raised as the hold end
 _exit_on_signal = False  # SIGTERM and SIGHUP raise SystemExit(128 + signal) (`exit_on_stop_signals`)
 
 
-class StopFlag:
-    """The run's stop request between processes: one byte of shared memory, set once and read by
-    polling. Unlike `multiprocessing.Event` it has no lock or condition inside, so a process
-    killed at any instant (even while waiting on it) cannot leave `set()` blocked for the others.
+class SharedFlag:
+    """A flag between processes: one byte of shared memory, read by polling. Unlike
+    `multiprocessing.Event` it has no lock or condition inside, so a process killed at any
+    instant (even while waiting on it) cannot leave `set()` or `clear()` blocked for the others.
     Made before the children start and passed to them."""
 
-    def __init__(self, ctx: Any) -> None:
-        self._flag = ctx.RawValue("b", 0)
+    def __init__(self, ctx: Any, value: bool = False) -> None:
+        self._flag = ctx.RawValue("b", int(value))
 
     def set(self) -> None:
         self._flag.value = 1
+
+    def clear(self) -> None:
+        self._flag.value = 0
 
     def is_set(self) -> bool:
         return bool(self._flag.value)
@@ -48,6 +51,10 @@ class StopFlag:
                 return False
             time.sleep(min(left, WAIT_POLL_S))
         return True
+
+
+class StopFlag(SharedFlag):
+    """The run's stop request between processes, set once."""
 
 
 def _wanted(sig: int) -> bool:

@@ -38,7 +38,7 @@ PAIRS_AHEAD = 20
 
 
 class ClipDemand:
-    """Keeps the agent's `clips_wanted` Event set while clips are worth cutting: someone
+    """Keeps the agent's `clips_wanted` flag set while clips are worth cutting: someone
     answered in the last IDLE_AFTER_S seconds, or fewer than PAIRS_AHEAD new pairs wait and
     labelling takes clips. A thread checks once a second: one person's labeller blocks on the
     pair shown (`asking`), taking no clips meanwhile, for as long as they are away."""

@@ -81,3 +81,37 @@ def test_clips_are_wanted_until_nobody_answers_and_pairs_enough_wait(monkeypatch
     finally:
         demand.close()
     assert event.is_set()  # labelling over: a held agent is let go
+
+
+def _wait_on(flag, ready) -> None:
+    ready.put(True)
+    flag.wait(60)
+
+
+def test_the_agent_killed_while_held_leaves_labelling_free_to_want_clips_again():
+    """The agent (A2C, gathering) waits on `clips_wanted` while held; killed there, it must not
+    leave labelling's next set() or clear() blocked, which would hold up the answer given then."""
+    import multiprocessing as mp
+    import os
+    import signal
+    from types import SimpleNamespace
+
+    from launch.loop import Channels
+
+    ctx = mp.get_context("spawn")
+    ch = Channels.for_run(ctx, SimpleNamespace(answers=ctx.Queue(), show_episodes=False), None,
+                          trainer=False)
+    wanted = ch.clips_wanted
+    wanted.clear()
+    ready = ctx.Queue()
+    agent = ctx.Process(target=_wait_on, args=(wanted, ready), daemon=True)
+    agent.start()
+    ready.get(timeout=60)
+    time.sleep(0.5)  # waiting on the flag
+    os.kill(agent.pid, signal.SIGKILL)
+    agent.join(10)
+    done = threading.Event()
+    threading.Thread(target=lambda: (wanted.set(), wanted.clear(), wanted.set(), done.set()),
+                     daemon=True).start()
+    assert done.wait(5), "set()/clear() blocked by the agent killed while waiting"
+    assert wanted.is_set()
