@@ -67,6 +67,18 @@ def saved_settings(run_dir: Path) -> dict[str, Any]:
     return saved
 
 
+def write_json(path: Path, value: Any) -> None:
+    """`value` as JSON at `path`, whole or not at all: written beside it, flushed to the disk,
+    then renamed over it, so that a stop or a power cut at any instant leaves the old file or
+    the new one."""
+    text, tmp = json.dumps(value, indent=2) + "\n", path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def epochs_pretrained(run_dir: Path) -> int:
     """The pretraining epochs a run directory's predictor has done (0 before any)."""
     path = Path(run_dir) / "reward_predictor" / PRETRAINING_FILE
@@ -76,8 +88,7 @@ def epochs_pretrained(run_dir: Path) -> int:
 def record_epochs_pretrained(run_dir: Path, epochs: int) -> None:
     """Note that the run directory's predictor has done `epochs` pretraining epochs."""
     (Path(run_dir) / "reward_predictor").mkdir(exist_ok=True)
-    (Path(run_dir) / "reward_predictor" / PRETRAINING_FILE).write_text(
-        json.dumps({"epochs_done": epochs}) + "\n")
+    write_json(Path(run_dir) / "reward_predictor" / PRETRAINING_FILE, {"epochs_done": epochs})
 
 
 @dataclass
@@ -192,9 +203,7 @@ def make_run_dir(run: Run) -> RunDirLock:
             started = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
             f.write(f"{started}\t{processor()}\tpolicy on {run.policy_device}, "
                     f"predictor on {run.predictor_device}\n")
-        tmp = run.dir / (SETTINGS_FILE + ".tmp")
-        tmp.write_text(json.dumps(run.settings.to_json(), indent=2) + "\n")
-        tmp.replace(run.dir / SETTINGS_FILE)  # never a half-written settings file
+        write_json(run.dir / SETTINGS_FILE, run.settings.to_json())
     except BaseException:
         lock.release()
         raise
@@ -220,8 +229,5 @@ def load_agent_progress(run_dir: Path) -> dict[str, Any]:
 def save_agent_progress(run_dir: Path, agent_steps: int, episodes: int,
                         recent_returns: list[float]) -> None:
     """Write a wrapped agent's progress atomically (`load_agent_progress` reads it)."""
-    path = Path(run_dir) / AGENT_PROGRESS_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"agent_steps": agent_steps, "episodes": episodes,
-                               "recent_returns": recent_returns}))
-    os.replace(tmp, path)
+    write_json(Path(run_dir) / AGENT_PROGRESS_FILE, {
+        "agent_steps": agent_steps, "episodes": episodes, "recent_returns": recent_returns})

@@ -17,6 +17,7 @@ from launch.stopping import StopFlag, interrupted_status, signals_held, stop_chi
 from runtime.process_setup import child_environ, die_with_parent, name_process, spawn_context
 
 KILL_JOIN_S = 5.0  # how long a killed child may take to be reaped
+EXIT_CRASHED = 1  # what `wait` and `check` return when a child failed
 RATE_WINDOW_S = 600.0  # the time left is read at the rate of about the last ten minutes
 
 
@@ -175,7 +176,7 @@ class Supervisor:
             sys.stderr.write(self.errors.get())
         self.stop_event.set()
         self._join(10.0)
-        return 1
+        return EXIT_CRASHED
 
     def _stop_at_exit(self) -> None:
         if any(p.is_alive() for p in self.procs.values()):

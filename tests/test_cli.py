@@ -704,3 +704,20 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(tmp_path):
         prepare_output("/proc/x.gif", "--video")
     assert prepare_output(tmp_path / "new" / "x.gif", "--video") == tmp_path / "new" / "x.gif"
     assert list((tmp_path / "new").iterdir()) == []
+
+
+def test_a_run_file_is_written_whole_or_not_at_all(tmp_path):
+    """settings.json, pretraining.json and a wrapped agent's progress go through one writer: a
+    value that fails to be written leaves the file as it was, and no temporary file beside it."""
+    import json
+
+    from launch.rundir import write_json
+
+    path = tmp_path / "settings.json"
+    write_json(path, {"seed": 1})
+    with pytest.raises(TypeError):
+        write_json(path, {"seed": object()})  # fails mid-way
+    assert json.loads(path.read_text()) == {"seed": 1}
+    write_json(path, {"seed": 2})
+    assert json.loads(path.read_text()) == {"seed": 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["settings.json"]
