@@ -82,6 +82,7 @@ class RewardPredictorTrainer:
         self._train_counts: deque[np.ndarray] = deque()
         self._counts_cache: np.ndarray | None = None
         self._val: deque[_HeldLabel] = deque()
+        self._ids: set[int] = set()  # the store's ids of the labels held
         # --implied_pairs: pairs (better, worse) of sorted clips in different classes, at most as
         # many as the training labels, drawn afresh whenever the order changes.
         self.implied_pairs = implied_pairs
@@ -92,7 +93,13 @@ class RewardPredictorTrainer:
 
     # ---- labels -------------------------------------------------------------------------------
     def add(self, pref: Preference) -> None:
-        """Store a label, dropping the oldest one once `max_prefs` are held."""
+        """Store a label, dropping the oldest one once `max_prefs` are held. A label held already
+        (its store id) is not held twice: at start-up one stored while the store was read comes
+        from both the store and the labelling queue."""
+        if pref.label_id is not None:
+            if pref.label_id in self._ids:
+                return
+            self._ids.add(pref.label_id)
         label = _HeldLabel(self._seq, self.clips.add(pref.left), self.clips.add(pref.right),
                            pref.mu, pref.source, pref.is_validation, pref.label_id)
         if pref.is_validation:
@@ -109,6 +116,7 @@ class RewardPredictorTrainer:
                 old = self._train.popleft()
                 self._train_counts.popleft()
                 self._counts_cache = None
+            self._ids.discard(old.label_id)
             self.clips.release(old.left)
             self.clips.release(old.right)
 
@@ -126,6 +134,7 @@ class RewardPredictorTrainer:
                 if held is self._train:
                     del self._train_counts[k]
                     self._counts_cache = None
+                self._ids.discard(label.label_id)
                 self.clips.release(label.left)
                 self.clips.release(label.right)
                 return True

@@ -447,3 +447,23 @@ def test_the_step_benchmark_times_every_phase_it_names():
     for name, v in ms.items():
         if ": " in name:
             assert v <= ms[name.split(": ")[0]], (name, ms)
+
+
+def test_a_label_from_both_the_store_and_the_queue_is_held_once():
+    """At start-up the trainer reads the store while labelling stores and sends new labels: one
+    stored meanwhile arrives twice, and is held once (a person's delete then removes it)."""
+    from dataclasses import replace
+
+    from clips.clip import LabelEdit
+
+    rng = np.random.default_rng(0)
+    trainer = _atari_trainer(0)
+    pref = replace(random_pref(rng, t=5), label_id=7)
+    trainer.add(pref)
+    trainer.add(pref)  # the queue's copy
+    trainer.add(replace(random_pref(rng, t=5), label_id=8))
+    assert trainer.n_labels == 2
+    assert trainer.edit(LabelEdit(7, None)) and not trainer.edit(LabelEdit(7, None))
+    assert trainer.n_labels == 1
+    trainer.add(pref)  # a label given back again after its delete is held anew
+    assert trainer.n_labels == 2
