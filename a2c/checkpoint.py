@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 from typing import BinaryIO, Sequence
 
 import torch
 
 from a2c.config import CHECKPOINT_PREFIX as PREFIX, checkpoints
+from runtime.outputs import replace_durably
 
 
 class CheckpointError(Exception):
@@ -30,7 +30,7 @@ def save_policy(ckpt_dir: str | Path, policy: torch.nn.Module, optimizer: torch.
                 "timesteps": timesteps, "updates": updates, "episodes": episodes,
                 "recent_returns": torch.tensor(list(recent_returns), dtype=torch.float64),
                 **_named(env_id)}, tmp)
-    os.replace(tmp, path)
+    replace_durably(tmp, path)
     for old in checkpoints(ckpt_dir)[:-keep] if keep else []:
         old.unlink()
     return path

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runtime.outputs import replace_durably
+
 if TYPE_CHECKING:
     from launch.settings import Settings
 
@@ -72,11 +74,8 @@ def write_json(path: Path, value: Any) -> None:
     then renamed over it, so that a stop or a power cut at any instant leaves the old file or
     the new one."""
     text, tmp = json.dumps(value, indent=2) + "\n", path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    tmp.write_text(text)
+    replace_durably(tmp, path)
 
 
 def epochs_pretrained(run_dir: Path) -> int:

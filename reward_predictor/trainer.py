@@ -15,6 +15,7 @@ import torch
 from clips.clip import Clip, ClipOrder, LabelEdit, Preference
 from reward_predictor.clip_pool import ClipPool
 from reward_predictor.config import BATCH_SIZE, LOSSES, MAX_PREFS, VAL_MAX_PAIRS
+from runtime.outputs import replace_durably
 from reward_predictor.ensemble import RewardPredictorEnsemble, bootstrap_counts
 from reward_predictor.loss import rank_targets
 from reward_predictor.regularisation import INITIAL_ADAPTIVE_L2, adapt_l2
@@ -336,7 +337,7 @@ class RewardPredictorTrainer:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         tmp = f"{path}.tmp{os.getpid()}"
         torch.save(self.state_dict(), tmp)
-        os.replace(tmp, path)
+        replace_durably(tmp, path)
 
     def load(self, path: str, optimizers: bool = True) -> None:
         """Restore a checkpoint written by `save`; raises CheckpointError with a one-line reason.

@@ -1,7 +1,9 @@
-"""Files a command writes at its end: their folder made up front, so that a mistake in the path
-is a one-line error before the work, not a traceback after it."""
+"""Files the project writes: a command's outputs, their folder made up front so that a mistake
+in the path is a one-line error before the work, not a traceback after it; and checkpoints and
+run files put in place whole (`replace_durably`)."""
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -30,6 +32,18 @@ def prepare_output(path: str | Path, flag: str, overwrite: bool = False) -> Path
         raise ValueError(f"{flag}: cannot write into {path.parent} "
                          f"({e.strerror or type(e).__name__})") from None
     return path
+
+
+def replace_durably(tmp: str | Path, path: str | Path) -> None:
+    """Rename a file written whole at `tmp` over `path` once its bytes are on the disk, so that a
+    stop, a crash or a power cut at any instant leaves the old file or the new one (a rename
+    alone may reach the disk before the data, leaving an empty file)."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")  # what matplotlib writes that we offer
