@@ -44,13 +44,20 @@ class QueueSender:
         return True
 
     def close(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
-        """No more items: wait up to `timeout_s` for the feeder thread to finish writing the items
-        already put, so that a reader part-way through one gets all of it."""
-        if not hasattr(self.queue, "close"):
-            return  # a plain queue.Queue (tests): nothing in flight between processes
-        self.queue.close()
-        # `join_thread` has no timeout and does nothing once the join is cancelled (as it is in
-        # __init__), so wait on the feeder thread itself (CPython's `Queue._thread`).
-        feeder = getattr(self.queue, "_thread", None)
-        if feeder is not None:
-            feeder.join(timeout_s)
+        """No more items: see `close_sending_end`."""
+        close_sending_end(self.queue, timeout_s)
+
+
+def close_sending_end(q: Any, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+    """This process sends no more on `q`: wait up to `timeout_s` for the feeder thread to finish
+    writing the items already put, so that a reader part-way through one gets all of it, and
+    never longer (the process's exit does not wait for a reader that stopped reading)."""
+    if not hasattr(q, "close"):
+        return  # a plain queue.Queue (tests): nothing in flight between processes
+    q.cancel_join_thread()
+    q.close()
+    # `join_thread` has no timeout and does nothing once the join is cancelled, so wait on the
+    # feeder thread itself (CPython's `Queue._thread`).
+    feeder = getattr(q, "_thread", None)
+    if feeder is not None:
+        feeder.join(timeout_s)

@@ -18,6 +18,7 @@ import numpy as np
 
 from clips.clip import Clip, Preference
 from clips.demonstrations import DemonstrationMix, load_demonstrations
+from clips.sender import close_sending_end
 from pref_interface.config import LabellingConfig
 from pref_interface.labellers.teachers import Labeller, make_teacher
 from pref_interface.labelling import LabellingStats, LabelEditor, increment
@@ -34,6 +35,7 @@ GATHER_BATCH = 16  # pairs drawn at a time while no trainer paces the labelling
 # Nobody answered for this long and this many new pairs wait: the agent cuts no clips (and, while
 # gathering, stops playing) until someone answers again.
 IDLE_AFTER_S = 20.0
+LABEL_FLUSH_S = 1.0  # at the end, the most a label part-way into the trainer's pipe may hold it up
 PAIRS_AHEAD = 20
 
 
@@ -324,10 +326,11 @@ class Labelling:
             self.telemetry.close()
         finally:  # the page learns that labelling is over, whatever failed before
             self.labeller.close()
-        if not self.done and self.has_trainer and hasattr(self.preferences, "cancel_join_thread"):
-            # Shutting down: the trainer may have stopped reading, and a label still buffered in
-            # the queue would hold up this process's exit. Every label is in the store anyway.
-            self.preferences.cancel_join_thread()
+        if not self.done and self.has_trainer:
+            # Shutting down: a label part-way into the pipe is written whole while the trainer
+            # reads (else it would wait for the rest forever); one the trainer no longer reads
+            # does not hold up this process's exit. Every label is in the store anyway.
+            close_sending_end(self.preferences, LABEL_FLUSH_S)
 
 
 def team_status(n_stored: int, n_open: int, agreement: str) -> list[str]:
