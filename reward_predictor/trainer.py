@@ -15,11 +15,11 @@ import torch
 from clips.clip import Clip, ClipOrder, LabelEdit, Preference
 from reward_predictor.clip_pool import ClipPool
 from reward_predictor.config import BATCH_SIZE, LOSSES, MAX_PREFS, VAL_MAX_PAIRS
-from runtime.outputs import replace_durably
 from reward_predictor.ensemble import RewardPredictorEnsemble, bootstrap_counts
 from reward_predictor.loss import rank_targets
 from reward_predictor.regularisation import INITIAL_ADAPTIVE_L2, adapt_l2
 from reward_predictor.threads import ThreadChoice
+from runtime.outputs import replace_durably
 
 CHECKPOINT_FORMAT = 1
 
