@@ -22,6 +22,7 @@ from reward_predictor.shared import SharedWeights
 from reward_predictor.threads import ThreadChoice
 from reward_predictor.trainer import RewardPredictorTrainer
 from runtime.precision import use_bf16
+from runtime.queue_reader import QueueReader
 from runtime.process_setup import reuse_freed_memory
 from runtime.scalars import Telemetry
 
@@ -62,7 +63,9 @@ class PredictorTraining:
 
     def __init__(self, config: TrainerConfig, channels: Any, *, stats: Any, log_dir: str) -> None:
         self.config, self.stats = config, stats
-        self.preferences: Any = channels.preferences
+        # read in a thread: a label the labelling process was killed part-way through sending
+        # never holds up this process
+        self.preferences = QueueReader(channels.preferences, "labels-reader")
         self.reward_weights: SharedWeights = channels.reward_weights
         self.stop: Any = channels.stop
         self.trainer = _set_up(config, config.torch_threads, config.initial_prefs_path)
