@@ -158,7 +158,7 @@ class Supervisor:
 
     def check(self) -> int | None:
         """Without blocking: None while no child has failed; else the failure is printed, the
-        others are stopped and 1 is returned (for callers that cannot block in `wait`)."""
+        others are stopped and EXIT_CRASHED is returned (for callers that cannot block in `wait`)."""
         crashed = [n for n, p in self.procs.items()
                    if not p.is_alive() and p.exitcode not in (0, None)]
         return self._fail(crashed) if crashed else None
