@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from launch.rundir import PPO_POLICY_FILE
+from runtime.outputs import replace_durably
 
 if TYPE_CHECKING:
     from stable_baselines3 import PPO
@@ -118,11 +118,11 @@ def save_ppo(model: "PPO", folder: Path, env_id: str, atari: bool = True) -> Non
     model_path = folder / MODEL_FILE
     tmp = model_path.with_suffix(".tmp.zip")
     model.save(tmp)
-    os.replace(tmp, model_path)
+    replace_durably(tmp, model_path)
     if atari:
         tmp = folder / f"{PPO_POLICY_FILE}.tmp"
         save_policy_weights(tmp, {**policy_weights(model), "env_id": env_id})
-        os.replace(tmp, folder / PPO_POLICY_FILE)
+        replace_durably(tmp, folder / PPO_POLICY_FILE)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,7 @@ import numpy as np
 
 from clips.clip import FRAME_SHAPE, STACK, Clip, Preference
 from clips.demonstrations import DEMONSTRATION_SIDES
+from runtime.outputs import replace_durably
 
 SCHEMA_VERSION = 1  # PRAGMA user_version of stores written by this code
 EXPORT_FORMAT_VERSION = 2  # 1: the same arrays, `clip_*` named `seg_*` (still imported)
@@ -359,7 +360,7 @@ class PreferenceStore:
         try:
             with self._transaction():  # one consistent snapshot even if a writer is busy meanwhile
                 n = self._export(partial, labeller)
-            os.replace(partial, path)
+            replace_durably(partial, path)
         finally:
             partial.unlink(missing_ok=True)
         return n
