@@ -6,6 +6,7 @@ import atexit
 import functools
 import multiprocessing as mp
 import os
+import queue
 import sys
 import time
 import traceback
@@ -15,10 +16,12 @@ from typing import Callable
 
 from launch.stopping import StopFlag, interrupted_status, signals_held, stop_child_on_signals
 from runtime.process_setup import child_environ, die_with_parent, name_process, spawn_context
+from runtime.queue_reader import QueueReader
 
 KILL_JOIN_S = 5.0  # how long a killed child may take to be reaped
 EXIT_CRASHED = 1  # what `wait` and `check` return when a child failed
 RATE_WINDOW_S = 600.0  # the time left is read at the rate of about the last ten minutes
+TRACEBACK_WAIT_S = 2.0  # how long a failed child's traceback is waited for
 
 
 @dataclass
@@ -72,6 +75,9 @@ class Supervisor:
         self.ctx = ctx
         self.stop_event = StopFlag(ctx)
         self.errors = ctx.Queue()
+        # read in a thread: a child killed part-way through sending its traceback holds up
+        # only that thread, never the stop of the others
+        self._tracebacks = QueueReader(self.errors, "tracebacks-reader")
         self.procs: dict[str, mp.Process] = {}
         # However the supervising process ends, its children are stopped first (this runs before
         # multiprocessing's own exit hook, which would wait for them forever).
@@ -172,8 +178,12 @@ class Supervisor:
     def _fail(self, crashed: list[str]) -> int:
         for name in crashed:
             sys.stderr.write(f"\nprocess {name!r} failed (exit {self.procs[name].exitcode})\n")
-        while not self.errors.empty():
-            sys.stderr.write(self.errors.get())
+        # one traceback from each child that raised (a child killed by a signal sends none)
+        for _ in (n for n in crashed if self.procs[n].exitcode > 0):
+            try:
+                sys.stderr.write(self._tracebacks.get(timeout=TRACEBACK_WAIT_S))
+            except queue.Empty:
+                break
         self.stop_event.set()
         self._join(10.0)
         return EXIT_CRASHED

@@ -30,3 +30,7 @@ class QueueReader:
     def get_nowait(self) -> Any:
         """The next item; queue.Empty when none has arrived whole."""
         return self._items.get_nowait()
+
+    def get(self, timeout: float) -> Any:
+        """The next item, waited for up to `timeout` seconds; queue.Empty when none came whole."""
+        return self._items.get(timeout=timeout)

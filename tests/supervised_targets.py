@@ -52,3 +52,13 @@ def report_malloc(path: str) -> None:
     libc.free(ctypes.c_void_p(block))
     with open(path, "w") as f:
         json.dump({"tunables": os.environ.get("GLIBC_TUNABLES"), "huge_kb": huge_kb}, f)
+
+
+def fail_half_way_through_a_message(errors) -> None:
+    """Leave a length and only part of a message in the supervisor's error queue, then exit 1 (as
+    a child killed part-way through sending its traceback leaves the pipe)."""
+    import os
+    import struct
+
+    os.write(errors._writer.fileno(), struct.pack("!i", 1_000_000) + b"x" * 100)  # noqa: SLF001
+    os._exit(1)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from launch.supervisor import Supervisor
-from tests.supervised_targets import (count_to, crash_after, ignore_the_stop, report_malloc,
-                                      work_until_stopped)
+from tests.supervised_targets import (count_to, crash_after, fail_half_way_through_a_message,
+                                      ignore_the_stop, report_malloc, work_until_stopped)
 
 
 class _SignalledAsItStarts(mp.context.SpawnProcess):
@@ -67,6 +67,19 @@ def test_a_crashed_child_stops_the_others_and_the_run_fails(capsys):
     assert finished.value == 1  # the healthy child was asked to stop, not killed
     err = capsys.readouterr().err
     assert "process 'crasher' failed" in err and "the child broke on purpose" in err
+
+
+def test_a_traceback_sent_half_way_holds_up_neither_the_failure_nor_the_others_stop(capsys):
+    ctx = mp.get_context("spawn")
+    sup = Supervisor(ctx)
+    finished = ctx.Value("i", 0)
+    sup.start("worker", work_until_stopped, sup.stop_event, finished)
+    sup.start("half", fail_half_way_through_a_message, sup.errors)
+    t0 = time.monotonic()
+    assert sup.wait() == 1
+    assert time.monotonic() - t0 < 15  # reading the queue itself would wait for ever
+    assert finished.value == 1 and not any(p.is_alive() for p in sup.procs.values())
+    assert "process 'half' failed (exit 1)" in capsys.readouterr().err
 
 
 def test_a_child_stuck_after_the_stop_is_terminated_after_the_grace(capsys):
