@@ -293,7 +293,7 @@ def send_and_exit(q, sent) -> None:
     sender.send(np.arange(4_000_000, dtype=np.int64))
     time.sleep(0.5)  # pickled, and the first 64 KB written
     sent.set()
-    sender.close()
+    sender.close(timeout_s=60)  # the whole item through the pipe however loaded the machine
 
 
 def test_closing_the_sender_lets_a_late_reader_get_the_whole_item():
