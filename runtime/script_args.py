@@ -6,33 +6,30 @@ import argparse
 import sys
 
 
-class _AddUp(argparse.Action):
-    """A list flag given twice takes both lists (`--seeds 0 1 --seeds 2`: 0 1 2), where argparse
-    would keep the last; the first replaces the default."""
+class _Store(argparse.Action):
+    """argparse's default action, but a list flag given twice takes both lists (`--seeds 0 1
+    --seeds 2`: 0 1 2), where argparse would keep the last; the first replaces the default."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        so_far = getattr(namespace, self.dest, None)
-        taken = [] if so_far is None or so_far is self.default else list(so_far)
-        setattr(namespace, self.dest, taken + list(values))
+        if self.option_strings and self.nargs in ("+", "*"):
+            so_far = getattr(namespace, self.dest, None)
+            taken = [] if so_far is None or so_far is self.default else list(so_far)
+            values = taken + list(values)
+        setattr(namespace, self.dest, values)
 
 
 class ScriptParser(argparse.ArgumentParser):
-    """No flag is taken from a shortened one (`--seed` is not `--seeds`), a list flag (of its own
-    `add_argument`, not of a group's) given twice takes both lists, and a usage mistake is one
-    line on stderr, `PROG: error: ...`, with status 2. Made in a module of a package
-    (`experiments.milestone`), PROG is the command that runs it: `python -m experiments.milestone`."""
+    """No flag is taken from a shortened one (`--seed` is not `--seeds`), a list flag given twice
+    takes both lists, and a usage mistake is one line on stderr, `PROG: error: ...`, with
+    status 2. Made in a module of a package (`experiments.milestone`), PROG is the command that
+    runs it: `python -m experiments.milestone`."""
 
     def __init__(self, **kwargs) -> None:
         spec = sys._getframe(1).f_globals.get("__spec__")  # the module making the parser
         if "prog" not in kwargs and spec is not None and "." in spec.name:
             kwargs["prog"] = f"python -m {spec.name}"
         super().__init__(allow_abbrev=False, **kwargs)
-
-    def add_argument(self, *args, **kwargs):
-        if args and args[0].startswith("-") and kwargs.get("nargs") in ("+", "*") \
-                and "action" not in kwargs:
-            kwargs["action"] = _AddUp
-        return super().add_argument(*args, **kwargs)
+        self.register("action", None, _Store)  # the default action, argument groups' too
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")

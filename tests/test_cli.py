@@ -687,7 +687,7 @@ def test_a_list_flag_given_twice_takes_both_lists():
 
     p = ScriptParser(prog="some_script.py")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--grid", nargs="*", default=[])
+    p.add_argument_group("sweep").add_argument("--grid", nargs="*", default=[])
     assert p.parse_args([]).seeds == [0]
     assert p.parse_args(["--seeds", "3"]).seeds == [3]
     a = p.parse_args(["--seeds", "0", "1", "--seeds", "2", "--grid", "lr=1,2", "--grid", "x=3"])
