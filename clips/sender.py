@@ -1,18 +1,13 @@
-"""A2C's end of a queue to another process: never blocks the agent, and never leaves the reader
-holding half an item.
-
-A `multiprocessing.Queue` writes each item through a feeder thread. If the sending process exits
-while that thread is part-way through a large item (an episode can be several MB), the
-reader that has started on it waits forever for the rest: the pipe stays open because the parent
-holds its write end too. `QueueSender.close` gives the feeder a bounded time to finish, which is
-plenty when the reader is alive and reading, and gives up when nobody reads.
-"""
+"""A2C's end of a queue to another process: never blocks the agent (an item that finds the queue
+full is dropped), and never leaves the reader holding half an item (`close`)."""
 from __future__ import annotations
 
 import queue
 from typing import Any
 
-FLUSH_TIMEOUT_S = 5.0
+from runtime.queues import close_sending_end
+
+FLUSH_TIMEOUT_S = 5.0  # how long a closing sender waits for its last items to be written
 
 
 class QueueSender:
@@ -46,18 +41,3 @@ class QueueSender:
     def close(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
         """No more items: see `close_sending_end`."""
         close_sending_end(self.queue, timeout_s)
-
-
-def close_sending_end(q: Any, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
-    """This process sends no more on `q`: wait up to `timeout_s` for the feeder thread to finish
-    writing the items already put, so that a reader part-way through one gets all of it, and
-    never longer (the process's exit does not wait for a reader that stopped reading)."""
-    if not hasattr(q, "close"):
-        return  # a plain queue.Queue (tests): nothing in flight between processes
-    q.cancel_join_thread()
-    q.close()
-    # `join_thread` has no timeout and does nothing once the join is cancelled, so wait on the
-    # feeder thread itself (CPython's `Queue._thread`).
-    feeder = getattr(q, "_thread", None)
-    if feeder is not None:
-        feeder.join(timeout_s)

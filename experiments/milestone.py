@@ -108,15 +108,14 @@ def main(argv: list[str] | None = None) -> int:
                         "runs/milestones in the checkout)")
     p.add_argument("--out", type=Path, default=None,
                    help="the figure's path (default: <runs_dir>/<name>.png)")
-    add_sweep_flags(p)
+    sweep_flags = add_sweep_flags(p)
     a = p.parse_args(argv)
     m = MILESTONES[a.name]
     seeds = a.seeds if a.seeds is not None else ([0, 1, 2] if a.name == "moving_dot" else [0])
     if min(seeds) < 0:
         p.error(f"--seeds must be 0 or more, got {min(seeds)}")
     runs_dir = a.runs_dir.expanduser()
-    running = [f for f in ("extra", "cpus_per_trial", "gpus_per_trial", "address")
-               if getattr(a, f) != p.get_default(f)]
+    running = [f for f in ("extra", *sweep_flags) if getattr(a, f) != p.get_default(f)]
     if a.report_only and running:
         p.error(f"--report_only runs nothing: --{', --'.join(running)} would be ignored")
     if a.report_only and not runs_dir.is_dir():

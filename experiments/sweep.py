@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from experiments.sweep_trial import BOOL_WORDS, RUNS_DIR, TUNE_DIR, Trial, device_flags
+from runtime.outputs import write_json
 from runtime.script_args import ScriptParser, first_paragraph
 
 SWEEP_FILE = "sweep.json"  # the sweep's own command line, for --resume
@@ -215,18 +216,21 @@ def wait_for_saves(run_dirs: list[Path], timeout_s: float = SAVE_WAIT_S) -> None
                   "ended", flush=True)
 
 
-def add_sweep_flags(p: argparse.ArgumentParser) -> None:
+def add_sweep_flags(p: argparse.ArgumentParser) -> list[str]:
     """The flags that say where a script's runs go as a sweep: CPUs and GPUs per run, and the
-    Ray cluster."""
-    p.add_argument("--cpus_per_trial", type=float, default=2.0,
-                   help="CPUs Ray gives each trial (default: 2)")
-    p.add_argument("--gpus_per_trial", type=float, default=0.0,
-                   help="GPUs Ray gives each trial (a fraction shares one); >0 runs with "
-                        "--device cuda (default: 0)")
-    p.add_argument("--address", default=None,
-                   help="a Ray cluster's address (auto: the one this node has joined); default: "
-                        "a Ray of this machine alone")
+    Ray cluster; returns their names."""
+    flags = [
+        p.add_argument("--cpus_per_trial", type=float, default=2.0,
+                       help="CPUs Ray gives each trial (default: 2)"),
+        p.add_argument("--gpus_per_trial", type=float, default=0.0,
+                       help="GPUs Ray gives each trial (a fraction shares one); >0 runs with "
+                            "--device cuda (default: 0)"),
+        p.add_argument("--address", default=None,
+                       help="a Ray cluster's address (auto: the one this node has joined); "
+                            "default: a Ray of this machine alone"),
+    ]
     p.set_defaults(prog=p.prog)  # the script, as the sweep's errors name it
+    return [f.dest for f in flags]
 
 
 def sweep_options(a: argparse.Namespace) -> dict:
@@ -337,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         list_trials(spec.command, all_trials, storage / RUNS_DIR, spec.gpus_per_trial)
         return 0
     storage.mkdir(parents=True, exist_ok=True)
-    (storage / SWEEP_FILE).write_text(json.dumps(asdict(spec), indent=1))
+    write_json(storage / SWEEP_FILE, asdict(spec))
     code = run_sweep(spec.command, all_trials, storage, cpus_per_trial=spec.cpus_per_trial,
                      gpus_per_trial=spec.gpus_per_trial, address=a.address, prog=a.prog,
                      max_failures=spec.max_failures, progress_s=a.progress_s,

@@ -223,7 +223,8 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
             raise UsageError(f"--leave_out {','.join(sorted(others))}: not among --labellers "
                              f"{s.labellers}")
     # (a run from a loaded store takes that store as its initial labels, whatever their number)
-    if s.label_schedule != "none" and s.max_labels < s.n_initial_prefs and not s.load_prefs_dir:
+    if s.mode == "train_policy_with_preferences" and s.label_schedule != "none" \
+            and s.max_labels < s.n_initial_prefs and not s.load_prefs_dir:
         raise UsageError(f"--max_labels {s.max_labels} is below --n_initial_prefs "
                          f"{s.n_initial_prefs}: the initial labels alone would spend more than "
                          f"the --label_schedule {s.label_schedule} budget")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runtime.outputs import replace_durably
+from runtime.outputs import write_json
 
 if TYPE_CHECKING:
     from launch.settings import Settings
@@ -67,15 +67,6 @@ def saved_settings(run_dir: Path) -> dict[str, Any]:
     if not isinstance(saved, dict):
         raise ValueError(f"{run_dir}: {SETTINGS_FILE} is damaged")
     return saved
-
-
-def write_json(path: Path, value: Any) -> None:
-    """`value` as JSON at `path`, whole or not at all: written beside it, flushed to the disk,
-    then renamed over it, so that a stop or a power cut at any instant leaves the old file or
-    the new one."""
-    text, tmp = json.dumps(value, indent=2) + "\n", path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    replace_durably(tmp, path)
 
 
 def epochs_pretrained(run_dir: Path) -> int:

@@ -16,7 +16,7 @@ from typing import Callable
 
 from launch.stopping import StopFlag, interrupted_status, signals_held, stop_child_on_signals
 from runtime.process_setup import child_environ, die_with_parent, name_process, spawn_context
-from runtime.queue_reader import QueueReader
+from runtime.queues import QueueReader
 
 KILL_JOIN_S = 5.0  # how long a killed child may take to be reaped
 EXIT_CRASHED = 1  # what `wait` and `check` return when a child failed
@@ -104,7 +104,7 @@ class Supervisor:
     def wait(self, status_line=None, until=None, grace_s: float = 60.0,
              progress: Progress | None = None) -> int:
         """Block until every process ends (or `until()` is true, then stop them); return an exit
-        status: 0, 1 for a crashed child, 128 + the signal's number for a stop signal
+        status: 0, EXIT_CRASHED (1) for a crashed child, 128 + the signal's number for a stop signal
         (launch/stopping.py; 130 for Ctrl-C). Meanwhile `progress` (a bar on a terminal; in a log a
         line every 30 s: done of total, rate, time left), or else `status_line()`, shows how the
         run goes."""
@@ -179,7 +179,7 @@ class Supervisor:
         for name in crashed:
             sys.stderr.write(f"\nprocess {name!r} failed (exit {self.procs[name].exitcode})\n")
         # one traceback from each child that raised (a child killed by a signal sends none)
-        for _ in (n for n in crashed if self.procs[n].exitcode > 0):
+        for _ in range(sum(self.procs[n].exitcode > 0 for n in crashed)):
             try:
                 sys.stderr.write(self._tracebacks.get(timeout=TRACEBACK_WAIT_S))
             except queue.Empty:

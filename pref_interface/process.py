@@ -18,7 +18,6 @@ import numpy as np
 
 from clips.clip import Clip, Preference
 from clips.demonstrations import DemonstrationMix, load_demonstrations
-from clips.sender import close_sending_end
 from pref_interface.config import LabellingConfig
 from pref_interface.labellers.teachers import Labeller, make_teacher
 from pref_interface.labelling import LabellingStats, LabelEditor, increment
@@ -27,6 +26,7 @@ from pref_interface.queries.schedule import FRAMESKIP, LabelSchedule
 from pref_interface.queries.modes import make_query_mode
 from pref_interface.queries.selection import PREDICTOR_SELECTIONS
 from pref_interface.store import PreferenceStore
+from runtime.queues import close_sending_end
 from runtime.scalars import Telemetry
 
 CLIP_QUEUE_MAXSIZE = 4  # A2C drops clips rather than wait for labelling

@@ -22,8 +22,8 @@ from reward_predictor.shared import SharedWeights
 from reward_predictor.threads import ThreadChoice
 from reward_predictor.trainer import RewardPredictorTrainer
 from runtime.precision import use_bf16
-from runtime.queue_reader import QueueReader
 from runtime.process_setup import reuse_freed_memory
+from runtime.queues import QueueReader
 from runtime.scalars import Telemetry
 
 log = logging.getLogger(__name__)

@@ -1,11 +1,13 @@
 """Files the project writes: a command's outputs, their folder made up front so that a mistake
 in the path is a one-line error before the work, not a traceback after it; and checkpoints and
-run files put in place whole (`replace_durably`)."""
+run files put in place whole (`replace_durably`, `write_json`)."""
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def prepare_output(path: str | Path, flag: str, overwrite: bool = False) -> Path:
@@ -44,6 +46,18 @@ def replace_durably(tmp: str | Path, path: str | Path) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def write_json(path: Path, value: Any) -> None:
+    """`value` as JSON at `path`, whole or not at all: written beside it, flushed to the disk,
+    then renamed over it, so that a stop or a power cut at any instant leaves the old file or
+    the new one."""
+    text, tmp = json.dumps(value, indent=2) + "\n", path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        replace_durably(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")  # what matplotlib writes that we offer

@@ -144,3 +144,12 @@ def http_call(url: str, data: bytes | None = None, timeout: float = 10.0) -> tup
         return e.code, e.read()
     except OSError:
         return None, b""
+
+
+def write_half_a_message(q) -> None:
+    """What a sender killed part-way through a large item leaves in a multiprocessing queue's
+    pipe: a length and only some of the bytes (reading the queue then waits for the rest)."""
+    import os
+    import struct
+
+    os.write(q._writer.fileno(), struct.pack("!i", 1_000_000) + b"x" * 100)  # noqa: SLF001

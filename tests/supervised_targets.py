@@ -58,7 +58,8 @@ def fail_half_way_through_a_message(errors) -> None:
     """Leave a length and only part of a message in the supervisor's error queue, then exit 1 (as
     a child killed part-way through sending its traceback leaves the pipe)."""
     import os
-    import struct
 
-    os.write(errors._writer.fileno(), struct.pack("!i", 1_000_000) + b"x" * 100)  # noqa: SLF001
+    from tests.helpers import write_half_a_message
+
+    write_half_a_message(errors)
     os._exit(1)

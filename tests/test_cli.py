@@ -112,7 +112,7 @@ def test_original_rewards_smoke_run_writes_the_run_directory_and_resumes(tmp_pat
     ["train_policy_with_original_rewards", "MovingDot-v0", "--run_name", "../x"],
     ["gather_initial_prefs", "MovingDot-v0", "--labellers", "ann,bob", "--leave_out", "carl"],
     ["train_policy_with_preferences", "MovingDot-v0", "--label_schedule", "annealed",
-     "--max_labels", "5"],  # below the 500 initial labels
+     "--max_labels", "5", "--n_initial_prefs", "6"],  # below the initial labels
 ])
 def test_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
     r = run("run.py", *args, "--log_dir", str(tmp_path / "x"))
@@ -706,17 +706,25 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(tmp_path):
     assert list((tmp_path / "new").iterdir()) == []
 
 
-def test_a_run_file_is_written_whole_or_not_at_all(tmp_path):
-    """settings.json, pretraining.json and a wrapped agent's progress go through one writer: a
-    value that fails to be written leaves the file as it was, and no temporary file beside it."""
+def test_a_run_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """settings.json, pretraining.json, a wrapped agent's progress and sweep.json go through one
+    writer: a write stopped before its rename leaves the file as it was (it is never written in
+    place), and no temporary file beside it."""
     import json
+    import os
 
-    from launch.rundir import write_json
+    from runtime.outputs import write_json
 
     path = tmp_path / "settings.json"
     write_json(path, {"seed": 1})
-    with pytest.raises(TypeError):
-        write_json(path, {"seed": object()})  # fails mid-way
+
+    def stopped(*_args):
+        raise OSError("stopped before the rename")
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "replace", stopped)
+        with pytest.raises(OSError):
+            write_json(path, {"seed": 3})
     assert json.loads(path.read_text()) == {"seed": 1}
     write_json(path, {"seed": 2})
     assert json.loads(path.read_text()) == {"seed": 2}

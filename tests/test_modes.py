@@ -33,7 +33,7 @@ def test_every_mode_runs_and_hands_its_results_to_the_next(tmp_path):
     # MovingDot's clips come from every env while gathering (`--gather_clips every_env`): 40
     # clips in about 1,000 agent steps of 4 envs, where a clip from one env at a time takes 4,000.
     steps = int(re.search(r"agent steps +([\d,]+)", r.stderr).group(1).replace(",", ""))
-    assert steps < 4000, steps
+    assert steps < 3500, steps  # room for a labeller slowed by a loaded machine, below 4,000
     assert f"next step: python run.py pretrain_reward_predictor MovingDotNoFrameskip-v0 " \
         f"--load_prefs_dir {gather}" in " ".join(r.stderr.split())
     r = run("--resume", str(gather))  # its labels all in: nothing to gather

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.supervisor import Supervisor
+from launch.supervisor import EXIT_CRASHED, Supervisor
 from tests.supervised_targets import (count_to, crash_after, fail_half_way_through_a_message,
                                       ignore_the_stop, report_malloc, work_until_stopped)
 
@@ -61,7 +61,7 @@ def test_a_crashed_child_stops_the_others_and_the_run_fails(capsys):
     sup.start("crasher", crash_after, 1.0)
     t0 = time.monotonic()
     code = sup.wait()
-    assert code == 1
+    assert code == EXIT_CRASHED
     assert time.monotonic() - t0 < 15
     assert not any(p.is_alive() for p in sup.procs.values())
     assert finished.value == 1  # the healthy child was asked to stop, not killed
@@ -76,7 +76,7 @@ def test_a_traceback_sent_half_way_holds_up_neither_the_failure_nor_the_others_s
     sup.start("worker", work_until_stopped, sup.stop_event, finished)
     sup.start("half", fail_half_way_through_a_message, sup.errors)
     t0 = time.monotonic()
-    assert sup.wait() == 1
+    assert sup.wait() == EXIT_CRASHED
     assert time.monotonic() - t0 < 15  # reading the queue itself would wait for ever
     assert finished.value == 1 and not any(p.is_alive() for p in sup.procs.values())
     assert "process 'half' failed (exit 1)" in capsys.readouterr().err

@@ -1,15 +1,13 @@
 """The trainer reads its labels through a thread: a message its sender was killed part-way
 through writing holds up only that thread."""
 import multiprocessing as mp
-import os
 import queue
-import struct
 import time
 
 import pytest
 
-from runtime.queue_reader import QueueReader
-from tests.helpers import wait_until
+from runtime.queues import QueueReader
+from tests.helpers import wait_until, write_half_a_message
 
 
 def test_a_half_written_message_holds_up_only_the_reading_thread():
@@ -19,13 +17,34 @@ def test_a_half_written_message_holds_up_only_the_reading_thread():
     got = []
     wait_until(lambda: _take(reader, got), 10, "the whole label handed on")
     assert got == [{"label": 1}]
-    # What a sender killed part-way through a large label leaves: a length and only some bytes.
-    os.write(q._writer.fileno(), struct.pack("!i", 1_000_000) + b"x" * 100)  # noqa: SLF001
+    write_half_a_message(q)  # a sender killed part-way through a large label
     time.sleep(0.2)  # the reading thread is now inside that message
     start = time.monotonic()
     with pytest.raises(queue.Empty):
         reader.get_nowait()  # q.get_nowait() would wait for the rest forever
     assert time.monotonic() - start < 1.0
+
+
+def _unpickle_fails():
+    raise RuntimeError("this item does not unpickle")
+
+
+class _Unpicklable:
+    def __reduce__(self):
+        return _unpickle_fails, ()
+
+
+def test_an_item_that_cannot_be_read_is_raised_to_the_reader_and_the_next_still_comes():
+    """As reading the queue itself would: the process fails, rather than train on without the
+    labels behind it."""
+    q = mp.get_context("spawn").Queue()
+    reader = QueueReader(q)
+    q.put(_Unpicklable())
+    q.put({"label": 2})
+    wait_until(lambda: not reader._items.empty(), 10, "the item read")  # noqa: SLF001
+    with pytest.raises(RuntimeError, match="does not unpickle"):
+        reader.get_nowait()
+    assert reader.get(timeout=10) == {"label": 2}
 
 
 def _take(reader: QueueReader, got: list) -> bool:
