@@ -1,9 +1,10 @@
-"""The trainer reads its labels through a thread: a message its sender was killed part-way
-through writing holds up only that thread."""
+"""A queue read through a thread (the trainer's labels, the supervisor's tracebacks): a message
+its sender was killed part-way through writing holds up only that thread."""
 import multiprocessing as mp
 import queue
 import time
 
+import numpy as np
 import pytest
 
 from runtime.queues import QueueReader
@@ -53,3 +54,32 @@ def _take(reader: QueueReader, got: list) -> bool:
     except queue.Empty:
         return False
     return True
+
+
+def test_the_predictor_trainer_takes_its_labels_past_a_half_written_one(tmp_path):
+    """The trainer's steps read the labelling process's queue through the thread: taking labels
+    returns at once with a half-written label in the pipe, so the trainer goes on to its stop."""
+    from types import SimpleNamespace
+
+    from reward_predictor.config import TrainerConfig, TrainerStats
+    from reward_predictor.process import PredictorTraining
+    from reward_predictor.shared import SharedWeights
+    from tests.helpers import moving_dot_pref
+
+    ctx = mp.get_context("spawn")
+    labels = ctx.Queue()
+    channels = SimpleNamespace(preferences=labels, reward_weights=SharedWeights(ctx),
+                               stop=ctx.Event())
+    training = PredictorTraining(TrainerConfig(env_kind="moving_dot", ensemble_size=1), channels,
+                                 stats=TrainerStats.create(ctx), log_dir=str(tmp_path))
+    try:
+        labels.put(moving_dot_pref(np.random.default_rng(0), is_validation=False))
+        wait_until(lambda: (training.take_labels(), training.has_labels)[1], 10, "a label taken")
+        write_half_a_message(labels)
+        time.sleep(0.2)  # the reading thread is now inside it
+        start = time.monotonic()
+        training.take_labels()
+        assert time.monotonic() - start < 1.0
+    finally:
+        training.telemetry.close()
+        channels.reward_weights.release()
