@@ -58,7 +58,7 @@ def parse_grid(items: list[str]) -> list[tuple[str, list[str]]]:
             raise SweepError(f"--grid {item!r}: run.py has no flag --{name}")
         if name in ("seed", "log_dir", "run_name", "resume"):
             raise SweepError(f"--grid {item!r}: the sweep sets --{name} itself")
-        if isinstance(known[name].default, bool) and not set(values.split(",")) <= set(BOOL_WORDS):
+        if known[name].type == "bool" and not set(values.split(",")) <= set(BOOL_WORDS):
             raise SweepError(f"--grid {item!r}: --{name} is a switch: its values are on,off "
                              "(or true,false)")
         if name in (n for n, _ in grid):

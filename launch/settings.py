@@ -351,14 +351,10 @@ DEFAULTS = Settings()
 
 def _of_type(value: Any, annotation: str) -> bool:
     """Whether a saved JSON value fits a setting's annotation (`int`, `float | None`, ...)."""
-    kinds = annotation.split(" | ")
-    if value is None:
-        return "None" in kinds
-    if isinstance(value, bool):
-        return "bool" in kinds
-    return (isinstance(value, int) and ("int" in kinds or "float" in kinds)
-            or isinstance(value, float) and "float" in kinds
-            or isinstance(value, str) and "str" in kinds)
+    kinds = setting_kind(annotation)[1]
+    if isinstance(value, bool):  # an int to isinstance, never a number here
+        return bool in kinds
+    return isinstance(value, kinds)
 
 
 def invalid_setting(s: Settings) -> str | None:
@@ -422,6 +418,26 @@ def finite_float(text: str) -> float:
     return value
 
 
+# Each annotation a setting may have: what its flag's text is parsed into (None: the text itself,
+# or a switch) and the JSON values a saved run may hold for it.
+_KINDS: dict[str, tuple[Callable[[str], Any] | None, tuple[type, ...]]] = {
+    "bool": (None, (bool,)),
+    "int": (int, (int,)),
+    "float": (finite_float, (int, float)),
+    "float | None": (finite_float, (int, float, type(None))),
+    "str": (None, (str,)),
+    "str | None": (None, (str, type(None))),
+}
+
+
+def setting_kind(annotation: str) -> tuple[Callable[[str], Any] | None, tuple[type, ...]]:
+    """A setting's annotation as (its flag's parser, the JSON types of its saved value)."""
+    if annotation not in _KINDS:
+        raise TypeError(f"a setting annotated {annotation!r}: launch/settings.py reads only "
+                        f"{', '.join(_KINDS)}")
+    return _KINDS[annotation]
+
+
 def build_parser(parser_class: type = argparse.ArgumentParser, *, with_defaults: bool = True,
                  **kwargs: Any) -> argparse.ArgumentParser:
     """The command line, made from Settings: one flag per field (two for a boolean with an off
@@ -449,7 +465,7 @@ def build_parser(parser_class: type = argparse.ArgumentParser, *, with_defaults:
                 pair.add_argument(off, dest=f.name, action="store_false", help=off_help,
                                   default=default(f.default))
             continue
-        kind = {"int": int, "float": finite_float, "float | None": finite_float}.get(f.type)
+        kind = setting_kind(f.type)[0]
         g.add_argument(flag, type=kind, default=default(f.default), choices=m["choices"],
                        metavar=m["metavar"], help=help_text)
         if m["old_name"]:  # the flag's earlier name, for older commands and scripts
