@@ -557,3 +557,28 @@ def test_a_saved_policy_drives_with_its_own_sampled_actions(tmp_path):
     frames = np.random.default_rng(1).integers(0, 255, (6, 84, 84), dtype=np.uint8)
     assert [act(f) for f in frames] == [_ACTIONS["down"]] * 6
     assert len(act.stack) == STACK and (act.stack[-1] == frames[-1]).all()
+
+
+def test_the_score_teachers_ties_are_counted_per_driver(capsys):
+    """experiments.score_ties: a pair is decided when its clips score differently; random play's
+    first 100 steps of Enduro pass no car (every pair a tie), holding the accelerator does."""
+    import numpy as np
+
+    from experiments.score_ties import decided_share, main
+    from tests.helpers import reward_clip
+
+    rng = np.random.default_rng(0)
+    assert decided_share([reward_clip([0.0] * 5)] * 3, 50, rng) == 0.0
+    assert decided_share([reward_clip([0.0] * 5), reward_clip([0, 1, 0, 0, 0])], 50, rng) == 1.0
+    # one scoring clip of three: a pair holds it in 2 of the 3 pairs
+    three = [reward_clip([0.0] * 5), reward_clip([0.0] * 5), reward_clip([0, 0, -1, 0, 0])]
+    assert abs(decided_share(three, 3000, rng) - 2 / 3) < 0.03
+    assert main(["--drivers", "random", "fire", "--episodes", "1", "--steps", "400",
+                 "--pairs", "100"]) == 0
+    rows = [r.split(" | ") for r in capsys.readouterr().out.splitlines() if r.startswith("| ")]
+    assert [r[0] for r in rows[1:]] == ["| random", "| fire"]
+    assert rows[1][1:] == ["+0.0", "0.0%", "0.0% |"]
+    assert float(rows[2][1]) > 0 and float(rows[2][3].rstrip("% |")) > 0
+    with pytest.raises(SystemExit) as e:
+        main(["--drivers", "nobody", "--episodes", "1", "--steps", "60"])
+    assert e.value.code == 2 and "--drivers nobody: unknown driver" in capsys.readouterr().err

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Enduro from synthetic preferences: how many pairs of clips the score teacher decides, by
+how the clips were played.
+
+    python -m experiments.score_ties                           # the default drivers
+    python -m experiments.score_ties --drivers random policy:models/enduro_prefs_seed1.pt
+
+The score teacher (§3.1's synthetic labels, `--teacher oracle`) prefers the clip with more
+points and calls two clips that score the same "equally good". A tie teaches r̂ no order, so a
+run whose clips rarely score learns from few labels. Per driver (`experiments.alongside_teachers`'
+drivers: random play, `accelerating:P`, `follower`, one action held, `policy:PATH`), over
+episodes of seeds 0..: the mean score per episode, the share of its 25-step clips that score,
+and the share of random pairs of its clips the teacher decides.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from clips.clip import Clip
+from experiments.alongside_teachers import CLIP_STEPS, ENV_ID, clips_of, drive
+from pref_interface.labellers.teachers import make_teacher
+from runtime.script_args import ScriptParser, first_paragraph
+
+DRIVERS = ("random", "accelerating:0.6", "accelerating:0.9", "fire", "follower")
+
+
+def decided_share(clips: list[Clip], pairs: int, rng: np.random.Generator) -> float:
+    """The share of `pairs` random pairs of two different clips that the score teacher decides
+    (an answer other than 0.5)."""
+    teacher = make_teacher("oracle")
+    picks = [rng.choice(len(clips), 2, replace=False) for _ in range(pairs)]
+    return float(np.mean([teacher.label(clips[i], clips[j]) != 0.5 for i, j in picks]))
+
+
+def driver_row(driver: str, episodes: int, steps: int, pairs: int) -> str:
+    """A table row: the driver, its mean score per episode, the share of its clips that score
+    and the share of pairs decided."""
+    played = [drive(driver, steps, seed) for seed in range(episodes)]
+    clips = [c for d in played for c in clips_of(d)]
+    scoring = np.mean([c.true_rewards.sum() != 0 for c in clips])
+    decided = decided_share(clips, pairs, np.random.default_rng(0))
+    return (f"| {driver} | {np.mean([d.rewards.sum() for d in played]):+.1f} | {scoring:.1%} | "
+            f"{decided:.1%} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = ScriptParser(description=first_paragraph(__doc__))
+    p.add_argument("--drivers", nargs="+", default=list(DRIVERS),
+                   help=f"the drivers (default: {' '.join(DRIVERS)})")
+    p.add_argument("--episodes", type=int, default=3, help="episodes of each driver (seeds 0..)")
+    p.add_argument("--steps", type=int, default=3000,
+                   help="steps of each episode (3,000: Enduro's episode as the runs cut it)")
+    p.add_argument("--pairs", type=int, default=2000, help="pairs of clips asked of the teacher")
+    a = p.parse_args(argv)
+    if a.episodes < 1 or a.pairs < 1 or a.steps < 2 * CLIP_STEPS:
+        p.error(f"--episodes and --pairs must be >= 1 and --steps >= {2 * CLIP_STEPS}")
+    print(f"{ENV_ID}: {a.episodes} episode(s) of {a.steps:,} steps per driver, {a.pairs:,} "
+          f"pairs of {CLIP_STEPS}-step clips")
+    print("| driver | score per episode | clips that score | pairs decided |\n|---|---|---|---|")
+    for driver in a.drivers:
+        try:
+            print(driver_row(driver, a.episodes, a.steps, a.pairs), flush=True)
+        except (ValueError, OSError) as e:  # an unknown driver, a policy file that is not one
+            p.error(f"--drivers {driver}: {e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
