@@ -352,7 +352,7 @@ DEFAULTS = Settings()
 def _of_type(value: Any, annotation: str) -> bool:
     """Whether a saved JSON value fits a setting's annotation (`int`, `float | None`, ...)."""
     kinds = setting_kind(annotation)[1]
-    if isinstance(value, bool):  # an int to isinstance, never a number here
+    if isinstance(value, bool):  # an int to isinstance, yet never a number's value
         return bool in kinds
     return isinstance(value, kinds)
 
