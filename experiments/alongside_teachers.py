@@ -82,12 +82,14 @@ class PolicyDriver:
     repeated until there are STACK)."""
 
     def __init__(self, path: str, rng: np.random.Generator) -> None:
-        from a2c.checkpoint import load_policy_weights
+        from a2c.checkpoint import check_fits, load_policy_weights
         from a2c.policies import make_policy
         from envs import env_kind
 
+        state = load_policy_weights(path)
+        check_fits(ENV_ID, state, path)  # CheckpointError for another game's policy
         self.net = make_policy(env_kind(ENV_ID), len(_ACTIONS))
-        self.net.load_state_dict(load_policy_weights(path)["policy"])
+        self.net.load_state_dict(state["policy"])
         self.net.eval()
         self.rng = rng
         self.stack: list[np.ndarray] = []

@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 from clips.clip import Clip
-from experiments.alongside_teachers import CLIP_STEPS, ENV_ID, clips_of, drive
+from experiments.alongside_teachers import CLIP_STEPS, ENV_ID, clips_of, drive, driver_policy
 from pref_interface.labellers.teachers import make_teacher
 from runtime.script_args import ScriptParser, first_paragraph
 
@@ -56,14 +56,18 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.episodes < 1 or a.pairs < 1 or a.steps < 2 * CLIP_STEPS:
         p.error(f"--episodes and --pairs must be >= 1 and --steps >= {2 * CLIP_STEPS}")
+    from a2c.checkpoint import CheckpointError
+
+    for driver in a.drivers:  # each one made once before any plays: a mistake is said up front
+        try:
+            driver_policy(driver, np.random.default_rng(0))
+        except (ValueError, CheckpointError) as e:  # an unknown driver, a policy that is not one
+            p.error(f"--drivers: {e}")
     print(f"{ENV_ID}: {a.episodes} episode(s) of {a.steps:,} steps per driver, {a.pairs:,} "
           f"pairs of {CLIP_STEPS}-step clips")
     print("| driver | score per episode | clips that score | pairs decided |\n|---|---|---|---|")
     for driver in a.drivers:
-        try:
-            print(driver_row(driver, a.episodes, a.steps, a.pairs), flush=True)
-        except (ValueError, OSError) as e:  # an unknown driver, a policy file that is not one
-            p.error(f"--drivers {driver}: {e}")
+        print(driver_row(driver, a.episodes, a.steps, a.pairs), flush=True)
     return 0
 
 

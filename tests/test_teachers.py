@@ -579,6 +579,11 @@ def test_the_score_teachers_ties_are_counted_per_driver(capsys):
     assert [r[0] for r in rows[1:]] == ["| random", "| fire"]
     assert rows[1][1:] == ["+0.0", "0.0%", "0.0% |"]
     assert float(rows[2][1]) > 0 and float(rows[2][3].rstrip("% |")) > 0
-    with pytest.raises(SystemExit) as e:
-        main(["--drivers", "nobody", "--episodes", "1", "--steps", "60"])
-    assert e.value.code == 2 and "--drivers nobody: unknown driver" in capsys.readouterr().err
+    from pathlib import Path
+
+    pong = f"policy:{Path(__file__).parents[1] / 'models' / 'pong_prefs_seed3.pt'}"  # another game
+    for bad in ("nobody", "accelerating:2", "policy:/no/such.pt", pong):  # said before any play
+        with pytest.raises(SystemExit) as e:
+            main(["--drivers", "random", bad, "--episodes", "1", "--steps", "60"])
+        out, err = capsys.readouterr()
+        assert e.value.code == 2 and err.count("\n") == 1 and "--drivers: " in err and not out
