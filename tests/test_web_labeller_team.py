@@ -142,11 +142,12 @@ def team_labelled(tmp_path_factory) -> Observed:
         everyone = [ann, bob, cy]
         label_in_turn(everyone, lambda: sum(len(t.pressed) for t in everyone) >= 6
                       and len(cy.pressed) > 0, 60)
-        # cy's tab shows a pair, unanswered, that neither ann nor bob holds; it is closed
+        # cy's tab shows a pair, unanswered, that neither ann nor bob holds or has answered (a
+        # pair's other copy, --overlap); it is closed
         while True:
             wait_until(cy.shown, 30, "a pair shown to cy", explain=lambda: json.dumps(cy.state()))
             pair = cy.shown()
-            if pair not in held(ann) | held(bob):
+            if pair not in held(ann) | held(bob) | {a["pair"] for t in (ann, bob) for a in t.sent()}:
                 break
             cy.answer(pair, "L")
         seen.closed_pair = pair
@@ -155,6 +156,7 @@ def team_labelled(tmp_path_factory) -> Observed:
         seen.statuses.update(crossed_requests(everyone))
         seen.sent["cy"] = cy.sent()
         closed_at = time.monotonic()
+        cy.state()  # cy's last request ends after closed_at: the timeout runs from no earlier
         cy.page.close()
         # ann and bob wait: cy holds the pair until the timeout, then loses it
         time.sleep(TIMEOUT_S / 2)
@@ -167,7 +169,8 @@ def team_labelled(tmp_path_factory) -> Observed:
 
         def on_shown(tab: Tab, shown: str) -> None:
             """The closed tab's pair, shown to another: who, and the sprites they fetch."""
-            if shown == pair:
+            # (the server's pair, not one the page preloaded and was then taken from it)
+            if shown == pair and (tab.state()["pair"] or {}).get("id") == shown:
                 seen.shown_again.append((tab.name, sprites(tab, shown)))
 
         def explain() -> str:
