@@ -20,7 +20,7 @@ import numpy as np
 
 from clips.clip import Clip
 from experiments.alongside_teachers import CLIP_STEPS, ENV_ID, clips_of, drive, driver_policy
-from pref_interface.labellers.teachers import make_teacher
+from pref_interface.labellers.teachers import default_episode_end_penalty, make_teacher
 from runtime.script_args import ScriptParser, first_paragraph
 
 DRIVERS = ("random", "accelerating:0.6", "accelerating:0.9", "fire", "follower")
@@ -28,8 +28,8 @@ DRIVERS = ("random", "accelerating:0.6", "accelerating:0.9", "fire", "follower")
 
 def decided_share(clips: list[Clip], pairs: int, rng: np.random.Generator) -> float:
     """The share of `pairs` random pairs of two different clips that the score teacher decides
-    (an answer other than 0.5)."""
-    teacher = make_teacher("oracle")
+    (an answer other than 0.5), as a run's teacher judges them (an episode end penalised)."""
+    teacher = make_teacher("oracle", episode_end_penalty=default_episode_end_penalty(ENV_ID))
     picks = [rng.choice(len(clips), 2, replace=False) for _ in range(pairs)]
     return float(np.mean([teacher.label(clips[i], clips[j]) != 0.5 for i, j in picks]))
 
