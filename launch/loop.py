@@ -39,7 +39,7 @@ from typing import Any, Iterator, Protocol
 from launch.configs import agent_stats, labelling_config, trainer_config, trainer_environ
 from launch.rundir import Run
 from launch.session import Session
-from launch.stopping import SharedFlag
+from launch.stopping import SwitchFlag
 from launch.supervisor import Supervisor, preference_status
 from reward_predictor import entry_points as predictor
 from reward_predictor.pace import PredictorPace, labels_per_member
@@ -226,7 +226,7 @@ class Channels:
         from pref_interface.process import CLIP_QUEUE_MAXSIZE
 
         # Not an Event: the agent killed while waiting on one would leave labelling's set() blocked.
-        wanted = SharedFlag(ctx, True) if session.answers is not None else None  # a person labels
+        wanted = SwitchFlag(ctx, True) if session.answers is not None else None  # a person labels
         return cls(stop, ctx.Queue(maxsize=CLIP_QUEUE_MAXSIZE), ctx.Queue() if trainer else None,
                    reward_weights, session.answers,
                    ctx.Queue(maxsize=EPISODE_QUEUE_MAXSIZE) if session.show_episodes else None,

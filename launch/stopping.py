@@ -27,17 +27,14 @@ _exit_on_signal = False  # SIGTERM and SIGHUP raise SystemExit(128 + signal) (`e
 class SharedFlag:
     """A flag between processes: one byte of shared memory, read by polling. Unlike
     `multiprocessing.Event` it has no lock or condition inside, so a process killed at any
-    instant (even while waiting on it) cannot leave `set()` or `clear()` blocked for the others.
-    Made before the children start and passed to them."""
+    instant (even while waiting on it) cannot leave `set()` blocked for the others. Made before
+    the children start and passed to them; once set it stays set (`SwitchFlag` can be cleared)."""
 
     def __init__(self, ctx: Any, value: bool = False) -> None:
         self._flag = ctx.RawValue("b", int(value))
 
     def set(self) -> None:
         self._flag.value = 1
-
-    def clear(self) -> None:
-        self._flag.value = 0
 
     def is_set(self) -> bool:
         return bool(self._flag.value)
@@ -51,6 +48,13 @@ class SharedFlag:
                 return False
             time.sleep(min(left, WAIT_POLL_S))
         return True
+
+
+class SwitchFlag(SharedFlag):
+    """A shared flag that is set and cleared again (the agent's "clips wanted")."""
+
+    def clear(self) -> None:
+        self._flag.value = 0
 
 
 class StopFlag(SharedFlag):

@@ -90,7 +90,7 @@ def _labels_text(prefs_path: Path) -> str:
     from pref_interface.store import PreferenceStore
 
     with PreferenceStore(str(prefs_path), create=False) as store:
-        ties, n = store.ties()
+        ties, n = store.ties_and_total()
     text = f"{n:,} in {prefs_path.name}"
     if n:
         text += f" ({ties / n:.0%} ties" + (

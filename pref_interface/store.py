@@ -259,7 +259,7 @@ class PreferenceStore:
         return {float(mu): int(n) for mu, n in self._db.execute(
             "SELECT mu, COUNT(*) AS n FROM labels GROUP BY mu ORDER BY n DESC, mu DESC")}
 
-    def ties(self) -> tuple[int, int]:
+    def ties_and_total(self) -> tuple[int, int]:
         """How many labels are ties ("equally good", mu 0.5), which teach r̂ no order, and how
         many labels there are."""
         counts = self.answer_counts()
@@ -267,7 +267,7 @@ class PreferenceStore:
 
     def tie_share(self) -> float | None:
         """The share of the labels that are ties; None with no label."""
-        ties, n = self.ties()
+        ties, n = self.ties_and_total()
         return ties / n if n else None
 
     @_db_errors_as_store_errors
