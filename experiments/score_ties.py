@@ -8,9 +8,9 @@ how the clips were played.
 The score teacher (§3.1's synthetic labels, `--teacher oracle`) prefers the clip with more
 points and calls two clips that score the same "equally good". A tie teaches r̂ no order, so a
 run whose clips rarely score learns from few labels. Per driver (`experiments.alongside_teachers`'
-drivers: random play, `accelerating:P`, `follower`, one action held, `policy:PATH`), over
-episodes of seeds 0..: the mean score per episode, the share of its 25-step clips that score,
-and the share of random pairs of its clips the teacher decides.
+drivers: random play, `accelerating:P`, `follower`, `following:P`, one action held,
+`policy:PATH`), over episodes of seeds 0..: the mean score per episode, the share of its 25-step
+clips that score, and the share of random pairs of its clips the teacher decides.
 """
 from __future__ import annotations
 

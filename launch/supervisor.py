@@ -184,6 +184,9 @@ class Supervisor:
                 sys.stderr.write(self._tracebacks.get(timeout=TRACEBACK_WAIT_S))
             except queue.Empty:
                 break
+            except Exception as e:  # noqa: BLE001 - a garbled traceback must not stop the stop
+                sys.stderr.write(f"(a traceback that could not be read: {e!r})\n")
+                break
         self.stop_event.set()
         self._join(10.0)
         return EXIT_CRASHED

@@ -328,8 +328,8 @@ class Labelling:
             self.labeller.close()
         if not self.done and self.has_trainer:
             # Shutting down: a label part-way into the pipe is written whole while the trainer
-            # reads (else it would wait for the rest forever); one the trainer no longer reads
-            # does not hold up this process's exit. Every label is in the store anyway.
+            # reads (else its reading thread would wait for the rest forever); one the trainer no
+            # longer reads does not hold up this process's exit. Every label is in the store.
             close_sending_end(self.preferences, LABEL_FLUSH_S)
 
 

@@ -29,9 +29,11 @@ class QueueReader:
         while True:
             try:
                 item = q.get()
-            except (EOFError, OSError, ValueError):  # the queue closed: nothing more comes
-                return
             except Exception as e:  # noqa: BLE001 - handed to the reader, raised there
+                if _closed_here(q):  # this process closed the queue: nothing more comes
+                    return
+                # Whatever the item's unpickling raised (EOFError and ValueError too). The pipe
+                # itself cannot end here: a Queue carries both its ends into every process.
                 item = _Unreadable(e)
             self._items.put(item)
 
@@ -47,6 +49,11 @@ class QueueReader:
 class _Unreadable:
     def __init__(self, error: Exception) -> None:
         self.error = error
+
+
+def _closed_here(q: Any) -> bool:
+    # CPython's multiprocessing.Queue marks itself closed, and its get() then raises ValueError.
+    return bool(getattr(q, "_closed", False))
 
 
 def _checked(item: Any) -> Any:

@@ -153,3 +153,17 @@ def write_half_a_message(q) -> None:
     import struct
 
     os.write(q._writer.fileno(), struct.pack("!i", 1_000_000) + b"x" * 100)  # noqa: SLF001
+
+
+def _fail_to_unpickle(error: type[Exception]) -> None:
+    raise error("this item does not unpickle")
+
+
+class Unpicklable:
+    """An item that pickles but raises `error` as it is unpickled (in the reading process)."""
+
+    def __init__(self, error: type[Exception] = RuntimeError) -> None:
+        self.error = error
+
+    def __reduce__(self):
+        return _fail_to_unpickle, (self.error,)

@@ -63,3 +63,15 @@ def fail_half_way_through_a_message(errors) -> None:
 
     write_half_a_message(errors)
     os._exit(1)
+
+
+def send_an_unreadable_traceback(errors) -> None:
+    """Put in the supervisor's error queue an item that does not unpickle, then exit 1."""
+    import os
+
+    from tests.helpers import Unpicklable
+
+    errors.put(Unpicklable())
+    errors.close()
+    errors.join_thread()
+    os._exit(1)

@@ -122,6 +122,20 @@ def test_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def test_a_label_budget_below_the_initial_labels_is_refused_only_where_a_schedule_spends_it(
+        tmp_path):
+    """Gathering takes its --n_initial_prefs whatever the schedule; training would spend them all
+    of --max_labels before its schedule began."""
+    from launch.cli import UsageError, parse_args
+
+    budget = ["--label_schedule", "annealed", "--max_labels", "5", "--n_initial_prefs", "6",
+              "--log_dir", str(tmp_path / "x")]
+    assert parse_args(["gather_initial_prefs", "MovingDot-v0", *budget]).settings.max_labels == 5
+    with pytest.raises(UsageError, match="below --n_initial_prefs 6"):
+        parse_args(["train_policy_with_preferences", "MovingDot-v0", *budget])
+    assert not (tmp_path / "x").exists()
+
+
 @pytest.mark.parametrize("args", [
     ["MovingDotNoFrameskip-v0", "/nope/policy"],
     ["NoSuchGame-v4", "/nope/policy"],
@@ -726,6 +740,7 @@ def test_a_run_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
         with pytest.raises(OSError):
             write_json(path, {"seed": 3})
     assert json.loads(path.read_text()) == {"seed": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["settings.json"]
     write_json(path, {"seed": 2})
     assert json.loads(path.read_text()) == {"seed": 2}
     assert [p.name for p in tmp_path.iterdir()] == ["settings.json"]

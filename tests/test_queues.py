@@ -2,13 +2,14 @@
 its sender was killed part-way through writing holds up only that thread."""
 import multiprocessing as mp
 import queue
+import threading
 import time
 
 import numpy as np
 import pytest
 
 from runtime.queues import QueueReader
-from tests.helpers import wait_until, write_half_a_message
+from tests.helpers import Unpicklable, wait_until, write_half_a_message
 
 
 def test_a_half_written_message_holds_up_only_the_reading_thread():
@@ -26,26 +27,28 @@ def test_a_half_written_message_holds_up_only_the_reading_thread():
     assert time.monotonic() - start < 1.0
 
 
-def _unpickle_fails():
-    raise RuntimeError("this item does not unpickle")
-
-
-class _Unpicklable:
-    def __reduce__(self):
-        return _unpickle_fails, ()
-
-
-def test_an_item_that_cannot_be_read_is_raised_to_the_reader_and_the_next_still_comes():
+@pytest.mark.parametrize("error", [RuntimeError, EOFError, ValueError])
+def test_an_item_that_cannot_be_read_is_raised_to_the_reader_and_the_next_still_comes(error):
     """As reading the queue itself would: the process fails, rather than train on without the
-    labels behind it."""
+    labels behind it; also where the unpickling raises what a closed queue would."""
     q = mp.get_context("spawn").Queue()
     reader = QueueReader(q)
-    q.put(_Unpicklable())
+    q.put(Unpicklable(error))
     q.put({"label": 2})
     wait_until(lambda: not reader._items.empty(), 10, "the item read")  # noqa: SLF001
-    with pytest.raises(RuntimeError, match="does not unpickle"):
+    with pytest.raises(error, match="does not unpickle"):
         reader.get_nowait()
     assert reader.get(timeout=10) == {"label": 2}
+
+
+def test_a_queue_closed_in_the_reading_process_ends_its_reader():
+    q = mp.get_context("spawn").Queue()
+    q.close()
+    reader = QueueReader(q, name="closed-queue-reader")
+    with pytest.raises(queue.Empty):
+        reader.get(timeout=0.5)
+    wait_until(lambda: not any(t.name == "closed-queue-reader" for t in threading.enumerate()),
+               10, "the reading thread ended")
 
 
 def _take(reader: QueueReader, got: list) -> bool:

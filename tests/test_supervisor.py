@@ -12,7 +12,8 @@ import pytest
 
 from launch.supervisor import EXIT_CRASHED, Supervisor
 from tests.supervised_targets import (count_to, crash_after, fail_half_way_through_a_message,
-                                      ignore_the_stop, report_malloc, work_until_stopped)
+                                      ignore_the_stop, report_malloc, send_an_unreadable_traceback,
+                                      work_until_stopped)
 
 
 class _SignalledAsItStarts(mp.context.SpawnProcess):
@@ -80,6 +81,18 @@ def test_a_traceback_sent_half_way_holds_up_neither_the_failure_nor_the_others_s
     assert time.monotonic() - t0 < 15  # reading the queue itself would wait for ever
     assert finished.value == 1 and not any(p.is_alive() for p in sup.procs.values())
     assert "process 'half' failed (exit 1)" in capsys.readouterr().err
+
+
+def test_a_traceback_that_cannot_be_read_is_said_and_the_others_still_stop(capsys):
+    ctx = mp.get_context("spawn")
+    sup = Supervisor(ctx)
+    finished = ctx.Value("i", 0)
+    sup.start("worker", work_until_stopped, sup.stop_event, finished)
+    sup.start("garbled", send_an_unreadable_traceback, sup.errors)
+    assert sup.wait() == EXIT_CRASHED
+    assert finished.value == 1 and not any(p.is_alive() for p in sup.procs.values())
+    err = capsys.readouterr().err
+    assert "process 'garbled' failed (exit 1)" in err and "could not be read" in err
 
 
 def test_a_child_stuck_after_the_stop_is_terminated_after_the_grace(capsys):

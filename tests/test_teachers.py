@@ -561,7 +561,7 @@ def test_a_saved_policy_drives_with_its_own_sampled_actions(tmp_path):
 
 def test_the_score_teachers_ties_are_counted_per_driver(capsys):
     """experiments.score_ties: a pair is decided when its clips score differently; random play's
-    first 100 steps of Enduro pass no car (every pair a tie), holding the accelerator does."""
+    first 400 steps of Enduro pass no car (every pair a tie), holding the accelerator does."""
     import numpy as np
 
     from experiments.score_ties import decided_share, main
