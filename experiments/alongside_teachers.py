@@ -205,6 +205,16 @@ def clips_of(played: np.ndarray | Drive) -> list[Clip]:
     return clips
 
 
+def random_pairs(clips: list[Clip], n: int, rng: np.random.Generator) -> list[tuple[Clip, Clip]]:
+    """`n` random pairs of two different clips of `clips`."""
+    return [tuple(clips[i] for i in rng.choice(len(clips), 2, replace=False)) for _ in range(n)]
+
+
+def decided(answers: np.ndarray) -> float:
+    """The share of a teacher's answers that decide their pair: not a tie (0.5)."""
+    return float(np.mean(np.asarray(answers) != 0.5))
+
+
 def shaped_terms(episodes: list[np.ndarray], clips: list[Clip]) -> str:
     """The shaped teacher's two terms on one driver's episodes (`play`'s frames) and their clips,
     as table cells: per step (what `--teacher_reward` trains on) each term's variance and the
@@ -305,8 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         clips[driver] = [c for e in episodes for c in clips_of(e)]
         terms.append(f"| {driver} | {shaped_terms(episodes, clips[driver])} |")
         mine, theirs = clips[driver], clips["random"]
-        own_pairs = [tuple(mine[i] for i in rng.choice(len(mine), 2, replace=False))
-                     for _ in range(a.pairs)]
+        own_pairs = random_pairs(mine, a.pairs, rng)
         against = [(mine[rng.integers(len(mine))], theirs[rng.integers(len(theirs))])
                    for _ in range(a.pairs)]
         own = {}
@@ -314,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             own[name] = np.array([t.label(*pair) for pair in own_pairs])
             label_s[name].append((time.perf_counter() - start) / len(own_pairs))
-        cells = [f"{np.mean(own[name] != 0.5):.0%} / "
+        cells = [f"{decided(own[name]):.0%} / "
                  f"{np.mean([t.label(*pair) for pair in against]):.2f}"
                  for name, t in teachers.items()]
         same = [f"{np.mean(own[TEACHERS[0]] == own[name]):.0%}" for name in TEACHERS[1:]]

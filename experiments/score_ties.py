@@ -19,7 +19,15 @@ import sys
 import numpy as np
 
 from clips.clip import Clip
-from experiments.alongside_teachers import CLIP_STEPS, ENV_ID, clips_of, drive, driver_policy
+from experiments.alongside_teachers import (
+    CLIP_STEPS,
+    ENV_ID,
+    clips_of,
+    decided,
+    drive,
+    driver_policy,
+    random_pairs,
+)
 from pref_interface.labellers.teachers import default_episode_end_penalty, make_teacher
 from runtime.script_args import ScriptParser, first_paragraph
 
@@ -30,8 +38,7 @@ def decided_share(clips: list[Clip], pairs: int, rng: np.random.Generator) -> fl
     """The share of `pairs` random pairs of two different clips that the score teacher decides
     (an answer other than 0.5), as a run's teacher judges them (an episode end penalised)."""
     teacher = make_teacher("oracle", episode_end_penalty=default_episode_end_penalty(ENV_ID))
-    picks = [rng.choice(len(clips), 2, replace=False) for _ in range(pairs)]
-    return float(np.mean([teacher.label(clips[i], clips[j]) != 0.5 for i, j in picks]))
+    return decided([teacher.label(*pair) for pair in random_pairs(clips, pairs, rng)])
 
 
 def driver_row(driver: str, episodes: int, steps: int, pairs: int) -> str:
@@ -40,9 +47,9 @@ def driver_row(driver: str, episodes: int, steps: int, pairs: int) -> str:
     played = [drive(driver, steps, seed) for seed in range(episodes)]
     clips = [c for d in played for c in clips_of(d)]
     scoring = np.mean([c.true_rewards.sum() != 0 for c in clips])
-    decided = decided_share(clips, pairs, np.random.default_rng(0))
+    share = decided_share(clips, pairs, np.random.default_rng(0))
     return (f"| {driver} | {np.mean([d.rewards.sum() for d in played]):+.1f} | {scoring:.1%} | "
-            f"{decided:.1%} |")
+            f"{share:.1%} |")
 
 
 def main(argv: list[str] | None = None) -> int:
