@@ -201,6 +201,11 @@ def test_a2c_optimiser_states_load_across_the_two_rmsprops():
         algo.optimizer.step()
         other = A2C(policy, A2CConfig(optimizer=second))
         load_state_keeping_settings(other.optimizer, algo.optimizer.state_dict())
+        saved = [s["square_avg"] for s in algo.optimizer.state.values()]
+        assert len(other.optimizer.state) == len(saved) > 0  # the running mean carried over
+        assert all(torch.equal(s["square_avg"], k)
+                   for s, k in zip(other.optimizer.state.values(), saved))
+        policy.zero_grad()
         policy(obs)[1].sum().backward()
         other.optimizer.step()
         assert all(torch.isfinite(p).all() for p in policy.parameters())
@@ -529,6 +534,7 @@ def test_a_layer_silent_on_the_rollout_but_alive_in_random_play_is_left_as_it_is
                                                                                   monkeypatch):
     import multiprocessing as mp
 
+    import a2c.revive
     from a2c.config import A2CStats
     from a2c.revive import Reviver
     from a2c.train import A2CAgent
@@ -537,18 +543,26 @@ def test_a_layer_silent_on_the_rollout_but_alive_in_random_play_is_left_as_it_is
     config = A2CRunConfig("MovingDotNoFrameskip-v0", total_timesteps=800, seed=0,
                           ckpt_dir=str(tmp_path / "p"), ckpt_keep=0, revive_dead=True)
     agent = A2CAgent(config, log_dir=str(tmp_path / "tb"), stats=stats)
-    # random play's screens light every layer up: the rollout's are not all the game
-    monkeypatch.setattr(Reviver, "is_dead", lambda *_: False)
+    # Random play's screens, here bright everywhere, light up a first layer that the rollout's
+    # dark screens with one small dot leave silent: the rollout's are not all the game.
+    monkeypatch.setattr(a2c.revive, "random_play",
+                        lambda *_, **__: np.full((8, 4, 84, 84), 255, dtype=np.uint8))
+    looked, real_is_dead = [], Reviver.is_dead
+    monkeypatch.setattr(Reviver, "is_dead",
+                        lambda *a: looked.append(real_is_dead(*a)) or looked[-1])
     monkeypatch.setattr(Reviver, "candidates", lambda *_: pytest.fail("no checkpoint is read"))
     try:
         agent.learn(agent.act())
         agent.checkpoint()
-        with torch.no_grad():
-            agent.policy.torso[0].bias.fill_(-1e3)
+        first = agent.policy.torso[0]
+        with torch.no_grad():  # each unit: the mean of its 256 inputs (0 to 1), less a half
+            first.weight.fill_(1 / first.weight[0].numel())
+            first.bias.fill_(-0.5)
         agent.learn(agent.act())
         agent.checkpoint()
+        assert looked == [False]  # silent on the rollout, so random play was looked at
         assert stats.dead_since.value == -1 and stats.revivals.value == 0
-        assert (agent.policy.torso[0].bias == -1e3).all()  # nothing put back
+        assert (first.bias == -0.5).all()  # nothing put back
     finally:
         agent.close()
 

@@ -86,39 +86,57 @@ def test_original_rewards_smoke_run_writes_the_run_directory_and_resumes(tmp_pat
         "reward_predictor_device": "cpu"}
 
 
-@pytest.mark.parametrize("args", [
-    ["no_such_mode", "MovingDotNoFrameskip-v0"],
-    ["train_policy_with_original_rewards", "NoSuchGame-v4"],
-    ["train_policy_with_original_rewards", "MovingDot-v0", "--million_timesteps", "0"],
-    ["train_policy_with_original_rewards", "MovingDot-v0", "--million_timesteps", "-2"],
-    ["train_policy_with_original_rewards", "MovingDot-v0", "--n_envs", "0"],
-    ["train_policy_with_original_rewards", "MovingDot-v0", "--load_policy_ckpt_dir", "/nope"],
-    ["train_policy_with_original_rewards", "MovingDot-v0", "--bogus_flag"],
-    ["train_policy_with_preferences", "MovingDot-v0", "--reward_predictor_device", "tpu"],
-    ["train_policy_with_preferences", "MovingDot-v0", "--reward_predictor_device", "cuda:99"],
-    ["train_policy_with_original_rewards", "MovingDot-v0", "--device", "cuda:99"],
-    ["train_policy_with_preferences", "MovingDot-v0", "--min_predictor_labels_per_step", "-1"],
-    ["train_policy_with_preferences", "MovingDot-v0", "--max_predictor_labels_per_step", "-1"],
-    ["train_policy_with_preferences", "MovingDot-v0", "--max_pairs_per_clip", "-1"],
-    ["train_policy_with_original_rewards"],
-    ["train_policy_with_original_rewards", "MovingDot-v0", "--lr", "nan"],
-    ["train_policy_with_original_rewards", "MovingDot-v0", "--million_timesteps", "inf"],
-    ["train_policy_with_original_rewards", "MovingDot-v0", "--seed", "-1"],
-    ["train_policy_with_original_rewards", "MovingDot-v0", "--seed", "2147483647"],
-    ["train_policy_with_preferences", "MovingDot-v0", "--clip_player", "web", "--web_port",
-     "99999"],
-    ["train_policy_with_preferences", "MovingDot-v0", "--batchnorm", "--no_batchnorm"],
-    ["train_policy_with_original_rewards", "MovingDot-v0", "--n_env", "4"],  # a prefix: no flag
-    ["train_policy_with_original_rewards", "MovingDot-v0", "--run_name", "../x"],
-    ["gather_initial_prefs", "MovingDot-v0", "--labellers", "ann,bob", "--leave_out", "carl"],
-    ["train_policy_with_preferences", "MovingDot-v0", "--label_schedule", "annealed",
-     "--max_labels", "5", "--n_initial_prefs", "6"],  # below the initial labels
+@pytest.mark.parametrize("args,reason", [
+    (["no_such_mode", "MovingDotNoFrameskip-v0"], "unknown mode 'no_such_mode'"),
+    (["train_policy_with_original_rewards", "NoSuchGame-v4"], "unknown env 'NoSuchGame-v4'"),
+    (["train_policy_with_original_rewards", "MovingDot-v0", "--million_timesteps", "0"],
+     "--million_timesteps must be positive"),
+    (["train_policy_with_original_rewards", "MovingDot-v0", "--million_timesteps", "-2"],
+     "--million_timesteps must be positive"),
+    (["train_policy_with_original_rewards", "MovingDot-v0", "--n_envs", "0"],
+     "--n_envs must be positive"),
+    (["train_policy_with_original_rewards", "MovingDot-v0", "--load_policy_ckpt_dir", "/nope"],
+     "/nope does not exist"),
+    (["train_policy_with_original_rewards", "MovingDot-v0", "--bogus_flag"],
+     "unrecognized arguments: --bogus_flag"),
+    (["train_policy_with_preferences", "MovingDot-v0", "--reward_predictor_device", "tpu"],
+     "unknown device 'tpu'"),
+    (["train_policy_with_preferences", "MovingDot-v0", "--reward_predictor_device", "cuda:99"],
+     "--reward_predictor_device cuda:99"),
+    (["train_policy_with_original_rewards", "MovingDot-v0", "--device", "cuda:99"],
+     "--device cuda:99"),
+    (["train_policy_with_preferences", "MovingDot-v0", "--min_predictor_labels_per_step", "-1"],
+     "--min_predictor_labels_per_step must not be negative"),
+    (["train_policy_with_preferences", "MovingDot-v0", "--max_predictor_labels_per_step", "-1"],
+     "--max_predictor_labels_per_step must not be negative"),
+    (["train_policy_with_preferences", "MovingDot-v0", "--max_pairs_per_clip", "-1"],
+     "--max_pairs_per_clip must not be negative"),
+    (["train_policy_with_original_rewards"], "required: env_id"),
+    (["train_policy_with_original_rewards", "MovingDot-v0", "--lr", "nan"],
+     "--lr: must be a finite number"),
+    (["train_policy_with_original_rewards", "MovingDot-v0", "--million_timesteps", "inf"],
+     "--million_timesteps: must be a finite number"),
+    (["train_policy_with_original_rewards", "MovingDot-v0", "--seed", "-1"], "--seed must be in [0,"),
+    (["train_policy_with_original_rewards", "MovingDot-v0", "--seed", "2147483647"],
+     "--seed must be in [0,"),
+    (["train_policy_with_preferences", "MovingDot-v0", "--clip_player", "web", "--web_port",
+      "99999"], "--web_port must be in [0, 65535]"),
+    (["train_policy_with_preferences", "MovingDot-v0", "--batchnorm", "--no_batchnorm"],
+     "not allowed with argument --batchnorm"),
+    (["train_policy_with_original_rewards", "MovingDot-v0", "--n_env", "4"],  # a prefix: no flag
+     "did you mean --n_envs?"),
+    (["train_policy_with_original_rewards", "MovingDot-v0", "--run_name", "../x"],
+     "--run_name is a plain name"),
+    (["gather_initial_prefs", "MovingDot-v0", "--labellers", "ann,bob", "--leave_out", "carl"],
+     "--leave_out carl: not among --labellers"),
+    (["train_policy_with_preferences", "MovingDot-v0", "--label_schedule", "annealed",
+      "--max_labels", "5", "--n_initial_prefs", "6"], "is below --n_initial_prefs 6"),
 ])
-def test_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path):
+def test_bad_input_is_one_line_on_stderr_with_status_2(args, reason, tmp_path):
     r = run("run.py", *args, "--log_dir", str(tmp_path / "x"))
     assert r.return_code == 2
     assert "\n" not in r.stderr and r.stderr.startswith("run.py: error:"), r.stderr
-    assert "Traceback" not in r.stderr
+    assert reason in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "x").exists()
 
 
@@ -316,14 +334,15 @@ def test_a_run_directory_goes_unguarded_where_the_filesystem_has_no_flock(tmp_pa
     import errno
     import fcntl
 
-    from launch.rundir import RunDirLock, run_dir_holder
+    from launch.rundir import LOCK_FILE, RunDirLock, run_dir_holder
 
     def no_flock(*args):
         raise OSError(errno.ENOLCK, "No locks available")
 
     monkeypatch.setattr(fcntl, "flock", no_flock)
-    lock = RunDirLock(tmp_path)  # taken, unguarded: the run goes on
-    assert run_dir_holder(tmp_path) is None
+    lock = RunDirLock(tmp_path)  # taken, unguarded: the run goes on, and says who runs it
+    assert (tmp_path / LOCK_FILE).read_text().startswith(f"pid {os.getpid()} on ")
+    assert run_dir_holder(tmp_path) is None  # no error where nobody can be seen holding it
     lock.release()
 
 

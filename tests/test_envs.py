@@ -92,7 +92,18 @@ def test_the_blanking_check_finds_pongs_score_rows_and_not_its_playing_field():
     assert lift[22:76].max() < 0.3
 
 
-def test_pong_reports_the_unclipped_score_at_episode_end():
+def test_rewards_are_the_games_own_points_unclipped():
+    """Space Invaders' aliens are worth 5 to 30 points: clipped to [-1, 1] they would read 1."""
+    env = make_vec_env("SpaceInvadersNoFrameskip-v4", 2, seed=0, num_threads=1)
+    env.reset()
+    rng = np.random.default_rng(0)
+    rewards = np.concatenate([env.step(rng.integers(0, env.num_actions, 2)).rewards
+                              for _ in range(300)])
+    env.close()
+    assert rewards.max() >= 5 and set(rewards[rewards != 0] % 5) == {0}
+
+
+def test_pong_reports_its_score_at_episode_end():
     env = make_vec_env("PongNoFrameskip-v4", 4, seed=0, num_threads=1)
     env.reset()
     rng = np.random.default_rng(0)

@@ -238,8 +238,10 @@ def test_no_preference_is_dropped_and_the_trainer_checkpoints_on_interrupt(tmp_p
 
 
 def test_trainer_process_stops_on_its_event(tmp_path):
+    """Also while it waits for its first label: then it has nothing to save."""
     ctx = mp.get_context("spawn")
-    config = TrainerConfig(env_kind="moving_dot", ensemble_size=1, duty=1.0)
+    config = TrainerConfig(env_kind="moving_dot", ensemble_size=1, duty=1.0,
+                           ckpt_path=str(tmp_path / "rp.pt"))
     shared = SharedWeights(ctx)
     stats = TrainerStats.create(ctx)
     stop = threading.Event()
@@ -249,7 +251,7 @@ def test_trainer_process_stops_on_its_event(tmp_path):
     worker.start()
     stop.set()
     worker.join(timeout=30)
-    assert not worker.is_alive() and stats.labels_received.value == 0
+    assert not worker.is_alive()
     assert not (tmp_path / "rp.pt").exists()
 
 

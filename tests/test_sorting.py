@@ -294,11 +294,12 @@ def test_a_clip_placed_again_goes_back_where_it_was_when_its_placing_ends_early(
 def test_a_clip_waiting_to_be_placed_again_and_evicted_is_forgotten():
     s = ClipSorter(3)
     insert_all(s, [make_clip(i, float(i)) for i in range(3)])
-    assert s.reinsert(0) and s.view()["reinserting"] == [0]
     s.offer(3, make_clip(3, 9.0))
-    drive(s, exact)  # clip 0 is placed again first, then clip 3 evicts the oldest sorted clip
-    assert s.n_reinserted == 1 and s.view()["reinserting"] == []
-    assert len(s) == 3
+    assert s.next_query()[0] == 3  # clip 3's insertion is under way ...
+    assert s.reinsert(0) and s.view()["reinserting"] == [0]  # ... as clip 0 is asked for again
+    drive(s, exact)  # clip 3 placed: the oldest sorted clip, 0, is evicted while it waits
+    assert s.n_evicted == 1 and s.view()["reinserting"] == [] and s.next_query() is None
+    assert s.n_reinserted == 0 and s.classes() == [[1], [2], [3]] and not s.reinsert(0)
 
 
 def test_the_view_marks_the_clip_being_inserted_its_path_and_interval():

@@ -239,11 +239,9 @@ class ClipSorter:
             self._classes.insert(index, [clip_id])
         self._clips[clip_id] = clip
         self.n_inserted += 1
+        # The oldest sorted clips go; one waiting to be placed again is then passed over.
         while len(self._clips) > self.max_clips:
-            old = next(iter(self._clips))
-            self._take_out(old)
-            if old in self._reinserts:
-                self._reinserts.remove(old)
+            self._take_out(next(iter(self._clips)))
             self.n_evicted += 1
 
     def _replay(self, pref: Preference) -> None:
