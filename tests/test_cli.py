@@ -154,25 +154,30 @@ def test_a_label_budget_below_the_initial_labels_is_refused_only_where_a_schedul
     assert not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("args", [
-    ["MovingDotNoFrameskip-v0", "/nope/policy"],
-    ["NoSuchGame-v4", "/nope/policy"],
-    ["MovingDotNoFrameskip-v0", "{policy}", "--video", "{tmp}/ep.mp4"],
-    ["MovingDotNoFrameskip-v0", "{policy}", "--save_weights", "{tmp}/dot.pth"],
-    ["MovingDotNoFrameskip-v0", "{policy}", "--episodes", "0"],
-    ["MovingDotNoFrameskip-v0", "{policy}/policy-000000000008.pt"],  # a damaged file
-    ["MovingDotNoFrameskip-v0", "{policy}", "--save_weights", "{policy}/policy-000000000800.pt"],
-    ["MovingDotNoFrameskip-v0", "{policy}", "--video", "{policy}/policy-000000000800.pt"],
-    ["MovingDotNoFrameskip-v0", "{policy}", "--reward_predictor", "{tmp}/rp.txt"],
-    ["PongNoFrameskip-v4", "{policy}"],  # MovingDot's policy
-    ["MovingDotNoFrameskip-v0", "{policy}", "--seed", "-3"],
+@pytest.mark.parametrize("args,reason", [
+    (["MovingDotNoFrameskip-v0", "/nope/policy"], "no policy checkpoint directory or file"),
+    (["NoSuchGame-v4", "/nope/policy"], "unknown env 'NoSuchGame-v4'"),
+    (["MovingDotNoFrameskip-v0", "{policy}", "--video", "{tmp}/ep.mp4"], "must name a .gif"),
+    (["MovingDotNoFrameskip-v0", "{policy}", "--save_weights", "{tmp}/dot.pth"],
+     "must name a .pt"),
+    (["MovingDotNoFrameskip-v0", "{policy}", "--episodes", "0"], "must be positive"),
+    (["MovingDotNoFrameskip-v0", "{policy}/policy-000000000008.pt"],  # a damaged file
+     "not a torch checkpoint"),
+    (["MovingDotNoFrameskip-v0", "{policy}", "--save_weights",
+      "{policy}/policy-000000000800.pt"], "exists already"),
+    (["MovingDotNoFrameskip-v0", "{policy}", "--video", "{policy}/policy-000000000800.pt"],
+     "must name a .gif"),
+    (["MovingDotNoFrameskip-v0", "{policy}", "--reward_predictor", "{tmp}/rp.txt"],
+     "--reward_predictor: give a run directory"),
+    (["PongNoFrameskip-v4", "{policy}"], "does not fit this environment's network"),  # MovingDot's
+    (["MovingDotNoFrameskip-v0", "{policy}", "--seed", "-3"], "--seed must be in [0,"),
     # Pong's policy fits SpaceInvaders' network (six actions each): the file names its game
-    ["SpaceInvadersNoFrameskip-v4", "{tmp}/pong.pt"],
+    (["SpaceInvadersNoFrameskip-v4", "{tmp}/pong.pt"], "is a policy for PongNoFrameskip-v4"),
     # no display, and the output captured: nowhere to draw (terminal codes would fill the pipe)
-    ["MovingDotNoFrameskip-v0", "{policy}", "--watch"],
+    (["MovingDotNoFrameskip-v0", "{policy}", "--watch"], "there is no display"),
 ])
-def test_run_checkpoint_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_path, capsys,
-                                                                     monkeypatch):
+def test_run_checkpoint_bad_input_is_one_line_on_stderr_with_status_2(args, reason, tmp_path,
+                                                                     capsys, monkeypatch):
     """In this process (a subprocess each would import torch ten times over): an exception that
     escaped main() would fail the test as a traceback would; tests/test_evaluate.py runs the
     command itself to its status 2."""
@@ -197,7 +202,7 @@ def test_run_checkpoint_bad_input_is_one_line_on_stderr_with_status_2(args, tmp_
                                                    "timesteps": 8, "env_id": "PongNoFrameskip-v4"})
     assert run_checkpoint.main([a.format(policy=policy, tmp=tmp_path) for a in args]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and err.startswith("run_checkpoint.py: error:"), err
+    assert "\n" not in err and err.startswith("run_checkpoint.py: error:") and reason in err, err
     assert not list(tmp_path.glob("dot.*")) and not list(tmp_path.glob("ep.*"))
     if "{policy}" in args:  # never overwritten
         assert (policy / "policy-000000000800.pt").read_bytes() == kept
