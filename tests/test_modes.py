@@ -132,16 +132,22 @@ def test_missing_or_corrupt_store_and_checkpoint_are_one_line_errors(tmp_path):
     bad.mkdir()
     (bad / "prefs.sqlite").write_bytes(b"this is not sqlite" * 100)
     (bad / "reward_predictor.pt").write_bytes(b"nor is this a checkpoint")
-    for args in (["pretrain_reward_predictor", "MovingDot-v0", "--load_prefs_dir", str(bad)],
-                 ["pretrain_reward_predictor", "MovingDot-v0", "--load_prefs_dir", "/nope"],
-                 ["pretrain_reward_predictor", "MovingDot-v0"],
-                 ["train_policy_with_preferences", "MovingDot-v0",
-                  "--load_reward_predictor_ckpt_dir", str(bad)],
-                 ["train_policy_with_preferences", "MovingDot-v0", "--frozen_reward_predictor"],
-                 ["--resume", str(tmp_path / "never_ran")]):
+    for args, reason in (
+            (["pretrain_reward_predictor", "MovingDot-v0", "--load_prefs_dir", str(bad)],
+             "is not a readable preference store"),
+            (["pretrain_reward_predictor", "MovingDot-v0", "--load_prefs_dir", "/nope"],
+             "preference store /nope does not exist"),
+            (["pretrain_reward_predictor", "MovingDot-v0"], "needs --load_prefs_dir"),
+            (["train_policy_with_preferences", "MovingDot-v0",
+              "--load_reward_predictor_ckpt_dir", str(bad)],
+             "unreadable reward predictor checkpoint"),
+            (["train_policy_with_preferences", "MovingDot-v0", "--frozen_reward_predictor"],
+             "--frozen_reward_predictor needs --load_reward_predictor_ckpt_dir"),
+            (["--resume", str(tmp_path / "never_ran")], "never_ran does not exist")):
         r = run(*args, "--log_dir", str(tmp_path / "out"))
         assert r.returncode == 2, (args, r.stderr)
         assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+        assert reason in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()
 
 

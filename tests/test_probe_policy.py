@@ -59,11 +59,15 @@ def test_a_run_directory_gives_a_row_per_checkpoint(capsys):
 
 
 def test_bad_input_is_one_line(capsys):
-    assert probe_policy.main([str(RUN), "--from", "1"]) == 2  # no checkpoint that late
-    assert probe_policy.main([str(RUN / "policy")]) == 2  # a folder names no env
-    assert probe_policy.main([str(RUN), "--env", "PongNoFrameskip-v4"]) == 2  # another env's
-    assert probe_policy.main([str(RUN), "--steps", "8"]) == 2  # one full-stack screen per env
-    assert probe_policy.main([str(RUN), "--from", "nan"]) == 2
-    assert probe_policy.main([str(RUN), "--seed", "-1"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 6 and err.count("python -m experiments.probe_policy: error:") == 6, err
+    for args, reason in (([str(RUN), "--from", "1"], "no checkpoint from 1.0M"),  # none that late
+                         ([str(RUN / "policy")], "give --env"),  # a folder names no env
+                         ([str(RUN), "--env", "PongNoFrameskip-v4"],  # another env's
+                          "does not fit this environment's network"),
+                         ([str(RUN), "--steps", "8"],  # one full-stack screen per env
+                          "--steps must be more than 8"),
+                         ([str(RUN), "--from", "nan"], "--from and --to must be numbers"),
+                         ([str(RUN), "--seed", "-1"], "--seed must be in [0,")):
+        assert probe_policy.main(args) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert err.startswith("python -m experiments.probe_policy: error:") and reason in err, err

@@ -195,21 +195,23 @@ def test_a_run_of_another_game_or_a_bad_output_is_a_one_line_error(tmp_path, cap
     (tmp_path / "text.json").write_text("not json")
     (tmp_path / "no_tb").mkdir()  # a run directory whose logs are gone: nothing to read
     (tmp_path / "no_tb" / "settings.json").write_text(settings.read_text())
-    for args in (["Enduro", "--prefs", str(tmp_path / "p1")],
-                 ["Pong", "--prefs", str(tmp_path / "no_tb")],
-                 ["Pong", "--prefs", str(tmp_path / "missing")],
-                 ["Pong", "--prefs", str(tmp_path / "text.json")],
-                 ["Pong", "--prefs", str(tmp_path / "p1"), "--save_records",
-                  str(tmp_path / "afile")],
-                 ["Pong", "--prefs", str(tmp_path / "p1"), "--out",
-                  str(tmp_path / "afile" / "x.png")],
-                 ["Pong", "--prefs", str(tmp_path / "p1"), "--out", str(tmp_path / "x.txt")],
-                 ["Pong", "--prefs", str(tmp_path / "p1"), "--window", "0"],
-                 ["Pong", "--prefs", str(tmp_path / "p1"), str(tmp_path / "p1"),
-                  "--save_records", str(tmp_path / "records")]):
+    p1 = str(tmp_path / "p1")
+    for args, reason in (
+            (["Enduro", "--prefs", p1], "is a run of PongNoFrameskip-v4, not Enduro"),
+            (["Pong", "--prefs", str(tmp_path / "no_tb")], "has no TensorBoard logs"),
+            (["Pong", "--prefs", str(tmp_path / "missing")], "missing does not exist"),
+            (["Pong", "--prefs", str(tmp_path / "text.json")], "not a run record"),
+            (["Pong", "--prefs", p1, "--save_records", str(tmp_path / "afile")],
+             "afile is a file; give a folder"),
+            (["Pong", "--prefs", p1, "--out", str(tmp_path / "afile" / "x.png")],
+             "afile is a file, not a folder"),
+            (["Pong", "--prefs", p1, "--out", str(tmp_path / "x.txt")], "is not a .png"),
+            (["Pong", "--prefs", p1, "--window", "0"], "--window must be at least 1"),
+            (["Pong", "--prefs", p1, p1, "--save_records", str(tmp_path / "records")],
+             "two runs have the same folder name")):
         assert reproduction.main(args) == 2, args
         err = capsys.readouterr().err.strip()
-        assert err.count("\n") == 0 and err, args
+        assert err.count("\n") == 0 and reason in err, (args, err)
     assert reproduction.main(["Pong", "--prefs", str(tmp_path / "p1"), "--out",
                               str(tmp_path / "figures" / "pong.png")]) == 0  # its folder made
     assert (tmp_path / "figures" / "pong.png").stat().st_size > 0
