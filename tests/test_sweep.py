@@ -2,6 +2,7 @@
 back from its own checkpoints, and the scripts' sweeps that stop each run at a level."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -143,11 +144,14 @@ def test_the_progress_line_counts_trials_stopped_by_the_sweeps_stop_apart_from_d
     assert "stopped" not in status_line(trials[:1], {})
 
 
-@pytest.mark.parametrize("items", [["ent_coef"], ["ent_coef="], ["ent_coef=0.1,"], ["bogus=1"],
-                                   ["seed=1,2"], ["log_dir=x"], ["lr=1e-3", "lr=2e-3"],
-                                   ["synthetic_prefs=1,0"]])
-def test_a_bad_grid_is_refused(items):
-    with pytest.raises(SweepError):
+@pytest.mark.parametrize("items,reason", [
+    (["ent_coef"], "write NAME=VALUE"), (["ent_coef="], "write NAME=VALUE"),
+    (["ent_coef=0.1,"], "write NAME=VALUE"), (["bogus=1"], "run.py has no flag --bogus"),
+    (["seed=1,2"], "the sweep sets --seed itself"), (["log_dir=x"], "the sweep sets --log_dir"),
+    (["lr=1e-3", "lr=2e-3"], "--lr is in the grid already"),
+    (["synthetic_prefs=1,0"], "--synthetic_prefs is a switch")])
+def test_a_bad_grid_is_refused(items, reason):
+    with pytest.raises(SweepError, match=re.escape(reason)):
         parse_grid(items)
 
 
@@ -162,22 +166,25 @@ def test_a_grid_turns_a_switch_off_with_its_off_switch_or_by_leaving_it_out(tmp_
     assert "--no_adaptive_l2" in adaptive  # a switch with its own off half says it
 
 
-@pytest.mark.parametrize("sweep_flags, command", [
-    (["--grid", "bogus=1"], TINY),
-    ([], [*TINY, "--seed", "3"]),  # the sweep sets the seed
-    ([], [*TINY, "--n_envs", "-1"]),  # run.py's own check, before anything starts
-    ([], []),
-    (["--cpus_per_trial", "100000"], TINY),  # more than this machine has: queued for ever
-    (["--cpus_per_trial", "0"], TINY),
-    (["--window", "0"], TINY),
-    (["--max_failures", "-5"], TINY),
+@pytest.mark.parametrize("sweep_flags, command, reason", [
+    (["--grid", "bogus=1"], TINY, "run.py has no flag --bogus"),
+    ([], [*TINY, "--seed", "3"], "--seed is set by the sweep"),  # the sweep sets the seed
+    ([], [*TINY, "--n_envs", "-1"],  # run.py's own check, before anything starts
+     "trial seed0: --n_envs must be positive"),
+    ([], [], "give a run.py command line"),
+    (["--cpus_per_trial", "100000"], TINY,  # more than this machine has: queued for ever
+     "--cpus_per_trial 100000: this machine has"),
+    (["--cpus_per_trial", "0"], TINY, "--cpus_per_trial must be positive"),
+    (["--window", "0"], TINY, "--window must be at least 1"),
+    (["--max_failures", "-5"], TINY, "--max_failures must be at least -1"),
 ])
 def test_bad_input_is_one_line_and_status_2_with_nothing_written(tmp_path, capsys, sweep_flags,
-                                                                 command):
+                                                                 command, reason):
     storage = tmp_path / "sweep"
     code = main([*sweep_flags, "--storage", str(storage), "--", *command])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and err.startswith("python -m experiments.sweep: error:"), err
+    assert reason in err, err
     assert not storage.exists()
 
 
