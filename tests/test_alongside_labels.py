@@ -42,10 +42,11 @@ def test_both_predictors_are_trained_once_on_their_stores_and_probed(tmp_path, m
     with PreferenceStore(run / PREFS_FILE) as store:
         for k in range(4):
             store.add(Preference(make_clip(2 * k, 0.0), make_clip(2 * k + 1, 1.0), 0.0))
-    sweeps = []
+    sweeps, stores = [], []
 
     def fake_sweep(command, trials, storage, runs_dir, **options):
         sweeps.append(command + [t.name for t in trials])
+        stores.extend(t.setting_flags for t in trials)
         for t in trials:
             pretrain(runs_dir / t.name, epochs=30, of=30)
         return 0
@@ -64,6 +65,7 @@ def test_both_predictors_are_trained_once_on_their_stores_and_probed(tmp_path, m
                                                   "EnduroNoFrameskip-v4", "--synthetic_prefs",
                                                   "--teacher"]
     assert sweeps[0][-2:] == ["base-seed0", "closer-seed0"]
+    assert stores == [("--load_prefs_dir", str(out / f"{arm}-labels")) for arm in ("base", "closer")]
     text = capsys.readouterr().out
     assert "| base: 4 | 30.0% | 90.0% | 70.0% |" in text
     assert "closer: 6 labels on 10 clips" in text and "| closer: 10 | 80.0%" in text

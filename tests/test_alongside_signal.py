@@ -43,5 +43,6 @@ def test_the_experiment_prints_a_row_per_reward(capsys):
     out = capsys.readouterr().out
     rows = [line.split(" | ")[0] for line in out.splitlines() if line.startswith("| ")]
     assert [r for r in rows if r[2:] in REWARDS][:len(REWARDS)] == [f"| {r}" for r in REWARDS]
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as e:
         main(["--horizon", "1"])
+    assert e.value.code == 2 and "--horizon at least 2" in capsys.readouterr().err

@@ -176,6 +176,7 @@ def test_one_who_stops_asking_loses_their_pairs_to_the_others(team):
         # ann stops asking: after the timeout p1 is bob's, p3 (answered by bob) is no one's
         wait_until(lambda: team.present() == ["bob"], 4 * TIMEOUT_S, "ann to leave")
         assert Browser(team, "bob").shown() == ("p2", "p1")
+        wait_until(lambda: team.presence_seen[-1] == ("bob",), 10, "the page told of it")
         assert team.presence_seen == [("ann",), ("ann", "bob"), ("bob",)]
         assert ann.clip("p1")[0] == 404 and ann.answer("p1") == 409
         assert bob.answer("p2", "incomparable") == 200 and bob.answer("p1", "E") == 200

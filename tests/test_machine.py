@@ -1,6 +1,6 @@
 """The machine: its one-line description that runs and benchmarks record, and the arithmetic it
 does natively (--precision auto)."""
-from runtime.machine import processor
+from runtime.machine import processor, usable_cores
 
 CPUINFO = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -14,7 +14,7 @@ flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 sha_ni
 
 def test_the_processor_is_named_with_its_cores_and_the_fastest_of_the_flags_named():
     line = processor(CPUINFO)
-    assert line.startswith("AMD EPYC 9R14, ") and line.endswith(" cores, avx512_bf16")
+    assert line == f"AMD EPYC 9R14, {usable_cores()} cores, avx512_bf16"  # the cores it may use
     assert processor(CPUINFO.replace(" avx512_bf16", " amx_bf16 avx512_bf16")).endswith("amx_bf16")
     assert processor(CPUINFO.replace(" avx512_bf16", "")).endswith(", avx512f")
     assert processor(CPUINFO.replace(" avx512f avx512_bf16", "")).endswith(", avx2")

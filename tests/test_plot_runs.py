@@ -12,7 +12,8 @@ from runtime.scalars import ScalarWriter
     (["--out", "/proc/f.png"], "cannot write into /proc"),
     (["--labels", "a", "b"], "one --labels name per run directory"),
 ])
-def test_bad_input_is_one_line(tmp_path, capsys, args, words):
+def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch, args, words):
+    monkeypatch.chdir(tmp_path)  # where the default --out would go
     run = tmp_path / "run"
     (tmp_path / "folder.png").mkdir()
     w = ScalarWriter(str(run / "tb"))
@@ -23,6 +24,7 @@ def test_bad_input_is_one_line(tmp_path, capsys, args, words):
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and words in err, err
     assert err.startswith("python -m experiments.plot_runs: error: ")
+    assert not [f for f in tmp_path.rglob("*") if f.is_file() and f.suffix in (".png", ".txt")]
 
 
 def test_a_figure_is_drawn_into_a_new_folder(tmp_path):

@@ -23,7 +23,7 @@ def test_a_half_written_message_holds_up_only_the_reading_thread():
     time.sleep(0.2)  # the reading thread is now inside that message
     start = time.monotonic()
     with pytest.raises(queue.Empty):
-        reader.get_nowait()  # q.get_nowait() would wait for the rest forever
+        reader.get_nowait()  # the reading thread waits for the rest; this process does not
     assert time.monotonic() - start < 1.0
 
 
