@@ -37,9 +37,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BASE = ["train_policy_with_preferences", "MovingDotNoFrameskip-v0", "--synthetic_prefs",
         "--n_initial_prefs", "200", "--n_initial_epochs", "20",
         "--reward_predictor_learning_rate", "3e-3", "--lr_zero_million_timesteps", "0.3",
-        # docs/reproduction.md's ablation table was measured with this baseline: run.py's MovingDot settings
-        # less adaptive L2, the limit of 2 pairs per clip and the smaller entropy bonus; the
-        # "adaptive L2" row turns L2 back on (the sweep drops the negation).
+        # docs/reproduction.md's ablation table was measured with this baseline: run.py's
+        # MovingDot settings less adaptive L2, the limit of 2 pairs per clip and the smaller
+        # entropy bonus; the "adaptive L2" row turns L2 back on (the sweep drops the negation).
         "--no_adaptive_l2", "--max_pairs_per_clip", "0", "--ent_coef", "0.01"]
 SETTINGS: dict[str, list[str]] = {
     "baseline": [],
