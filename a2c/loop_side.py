@@ -21,14 +21,18 @@ if TYPE_CHECKING:
     from a2c.rollout import Rollout, RolloutObserver
 
 RECENT_EPISODES = 100  # the status line's recent return: the mean of this many latest episodes
+# While the pace holds the agent, its scalars are still written this often, so that a silence in
+# the logs means a stopped process (experiments.runlog counts no time over one of a minute).
+HELD_POINT_S = 10.0
 
 
 class Pace(Protocol):
     """A hook that may hold the agent back before each block of steps (the reward predictor's
     pace, App. A.2)."""
 
-    def wait(self, agent_steps: int, stop_event: Any = None) -> float:
-        """Block while the agent is ahead; the seconds waited."""
+    def wait(self, agent_steps: int, stop_event: Any = None, timeout_s: float | None = None
+             ) -> float:
+        """Block while the agent is ahead, for at most `timeout_s`; the seconds waited."""
 
     def labels_per_step(self, agent_steps: int) -> float:
         """What is logged as charts/predictor_labels_per_step."""
@@ -69,9 +73,17 @@ class LoopSide:
         self.rewards_since_dump: list[np.ndarray] = []  # r̂ given to the agent (for its spread)
 
     def wait(self, timesteps: int, stop_event: Any = None) -> None:
-        """App. A.2's pace: hold the next block while the predictor has trained too little."""
-        if self.pace is not None:
-            self.waited += self.pace.wait(timesteps - self.start_timesteps, stop_event)
+        """App. A.2's pace: hold the next block while the predictor has trained too little; a
+        long hold writes the scalars (no steps, all waiting) every HELD_POINT_S."""
+        if self.pace is None:
+            return
+        timeout_s = max(self.telemetry.every_s, HELD_POINT_S)
+        while True:
+            waited = self.pace.wait(timesteps - self.start_timesteps, stop_event, timeout_s)
+            self.waited += waited
+            if waited < timeout_s:  # caught up, or stopped
+                return
+            self._dump(timesteps)
 
     def observe(self, rollout: Rollout) -> None:
         """The observers (the clip source) see the block; they copy what they keep."""

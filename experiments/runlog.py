@@ -44,15 +44,17 @@ def scalars(event_dir: Path, tag: str) -> np.ndarray:
     return _points(_events(event_dir), tag)
 
 
-STOPPED_GAP_S = 60.0  # A2C logs every second; a longer silence is a stop before a resume
+# A2C logs every second, and every 10 s while the pace holds it (a2c.loop_side.HELD_POINT_S): a
+# longer silence is a stopped or paused process.
+STOPPED_GAP_S = 60.0
 
 
 def time_weights(points: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
     """Seconds each point of a rate or a time share (rows of `scalars`) stands for: the wall-clock
     time since the previous point, 0 for the first one and after a stop (a silence of over
     STOPPED_GAP_S, or one across a start of the run: `starts`, Unix times). A2C logs such scalars
-    over the time since its last point, so a long wait gives one low point that must count for
-    its whole length: the weighted mean of `charts/SPS` is steps over time."""
+    over the time since its last point, so a wait gives a low point that must count for its
+    whole length: the weighted mean of `charts/SPS` is steps over time."""
     if len(points) == 0:
         return np.zeros(0)
     dt = np.diff(points[:, 0], prepend=points[0, 0])

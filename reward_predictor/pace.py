@@ -53,10 +53,12 @@ class PredictorPace:
         """Labels each member has trained on per agent step so far (NaN before any step)."""
         return self.shared_weights.labels_trained / agent_steps if agent_steps else float("nan")
 
-    def wait(self, agent_steps: int, stop_event: Any = None) -> float:
+    def wait(self, agent_steps: int, stop_event: Any = None, timeout_s: float | None = None
+             ) -> float:
         """Block while the trainer has trained on fewer than `min_labels_per_step * agent_steps`
-        labels per member, or until `stop_event` is set; returns the seconds waited. The steps
-        are also the trainer's measure for a ceiling (`ahead_of_agent`)."""
+        labels per member, until `stop_event` is set or for at most `timeout_s`; returns the
+        seconds waited. The steps are also the trainer's measure for a ceiling
+        (`ahead_of_agent`)."""
         self.shared_weights.agent_steps = agent_steps
         needed = self.min_labels_per_step * agent_steps
         if self.shared_weights.labels_trained >= needed:
@@ -65,6 +67,8 @@ class PredictorPace:
         self.shared_weights.consumer_waiting = True
         try:
             while self.shared_weights.labels_trained < needed:
+                if timeout_s is not None and time.monotonic() - start >= timeout_s:
+                    break
                 if stop_event is None:
                     time.sleep(POLL_S)
                 elif stop_event.wait(POLL_S):

@@ -98,7 +98,7 @@ def test_the_loop_side_records_the_blocks_and_measures_speed_over_pauses(tmp_pat
                                                                  time=time.time))
 
     class Pace:
-        def wait(self, agent_steps: int, stop_event=None) -> float:
+        def wait(self, agent_steps: int, stop_event=None, timeout_s=None) -> float:
             now[0] += 0.01
             return 0.01
 
@@ -151,6 +151,38 @@ def test_the_loop_side_records_the_blocks_and_measures_speed_over_pauses(tmp_pat
         assert scalars(tmp_path / "tb", tag)[:, 2].tolist() == [pytest.approx(value)], tag
     # The episode is drawn where it ended, in the first block, not where its scalars were written.
     assert scalars(tmp_path / "tb", "charts/episodic_return")[:, 1].tolist() == [20]
+
+
+def test_an_agent_the_pace_holds_still_writes_its_scalars(tmp_path, monkeypatch):
+    """A silence in A2C's logs then means a stopped process (experiments.runlog), not a wait: a
+    hold of 25 s writes a point (no steps, all waiting) every 10 s."""
+    from types import SimpleNamespace
+
+    import runtime.scalars
+    from a2c.loop_side import HELD_POINT_S, LoopSide
+    from experiments.runlog import scalars
+
+    now = [0.0]
+    monkeypatch.setattr(runtime.scalars, "time", SimpleNamespace(monotonic=lambda: now[0],
+                                                                 time=time.time))
+
+    class CatchesUpAt25s:
+        def wait(self, agent_steps: int, stop_event=None, timeout_s=None) -> float:
+            waited = max(0.0, min(timeout_s, 25.0 - now[0]))
+            now[0] += waited
+            return waited
+
+        def labels_per_step(self, agent_steps: int) -> float:
+            return 0.1
+
+    side = LoopSide(tmp_path / "tb", every_s=1.0, pace=CatchesUpAt25s(), timesteps=800)
+    side.wait(1600)
+    assert now[0] == 25.0 and HELD_POINT_S == 10.0
+    side.close(1600)
+    # the 800 steps since the last point count over the first 10 s; none are taken after them
+    assert scalars(tmp_path / "tb", "charts/SPS")[:, 1:].tolist() == [[1600, 80.0], [1600, 0.0]]
+    waiting = scalars(tmp_path / "tb", "charts/waiting_for_predictor")[:, 2]
+    assert waiting.tolist() == [pytest.approx(1.0), pytest.approx(1.0)]
 
 
 def test_learning_rate_decays_linearly_to_zero():
