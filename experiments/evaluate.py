@@ -107,6 +107,9 @@ def find_policies(path: Path, all_checkpoints: bool, best_window: int | None = N
     env_id = saved_settings(path).get("env_id") if run_dir else None
     played = playable_policy(path)
     if played.is_file():  # a checkpoint or weights file, or a run through examples.ppo
+        if all_checkpoints or best_window is not None:
+            raise ValueError(f"{path}: one saved policy ({played.name}), not a run's checkpoints: "
+                             "leave out --all_checkpoints and --best_and_final")
         return [played], env_id, run_dir
     found = checkpoints(played)
     if not found:

@@ -7,23 +7,23 @@
                                                                 # first reached 0 and +19
 
 Each row gives, over the window, what tells a preference run's health at a glance: the means of the
-true episode return and length (in Enduro also the share of steps level with another car, `alongside`)
-and of the policy's entropy, the largest gradient norm before clipping (`grad_max`: a blow that can
-kill the network's units shows as a spike), the share of each torso layer's units alive at the
-window's last check (`alive %`, layer by layer; a 0 is a dead layer, after which the policy can no
-longer learn), the spread of the reward A2C trains on (`--reward_std` is its target), how much the
-policy's logits and value vary across its screens at that check (`logit_sd`, `value_sd`; both near
-0: it ignores what it sees, even with no layer dead; the logits start near 0 anyway, the value does
-not), A2C's speed and the share of time it waited for the predictor (over the window's time, long
-waits included), labels in the store, their share of ties (`ties`: near 100%, r̂ has next to
-nothing to learn an order from) and the predictor's validation accuracy at the window's end
-(with `--demonstrations`, also how often the latest labels that set one beside the agent's clip
-preferred it: `demo_pref`), how well the reward A2C was given ordered the policy's own episodes
-(`rhat_corr`: the correlation of each episode's summed r̂ with its true return; `rhat_step_corr`:
-the same for r̂ per step, which episode length does not sway: once a Pong policy wins, its best
-episodes are its shortest), and the mean of the members' L2 weights (adaptive L2, App. A). A column
-whose curve the run did not log shows "-" (older runs log none of `grad_max`, `alive %`, `logit_sd`,
-`value_sd` and `ties`).
+true episode return and length (in Enduro also the share of steps level with another car,
+`alongside`) and of the policy's entropy, the largest gradient norm before clipping (`grad_max`: a
+blow that can kill the network's units shows as a spike, a non-finite one as nan), the share of
+each torso layer's units alive at the window's last check (`alive %`, layer by layer; a 0 is a dead
+layer, after which the policy can no longer learn), the spread of the reward A2C trains on
+(`--reward_std` is its target), how much the policy's logits and value vary across its screens at
+that check (`logit_sd`, `value_sd`; both near 0: it ignores what it sees, even with no layer dead;
+the logits start near 0 anyway, the value does not), A2C's speed and the share of time it waited
+for the predictor (over the window's time, long waits included), labels in the store, their share
+of ties (`ties`: near 100%, r̂ has next to nothing to learn an order from) and the predictor's
+validation accuracy at the window's end (with `--demonstrations`, also how often the latest labels
+that set one beside the agent's clip preferred it: `demo_pref`), how well the reward A2C was given
+ordered the policy's own episodes (`rhat_corr`: the correlation of each episode's summed r̂ with
+its true return; `rhat_step_corr`: the same for r̂ per step, which episode length does not sway:
+once a Pong policy wins, its best episodes are its shortest), and the mean of the members' L2
+weights (adaptive L2, App. A). A column whose curve the run did not log shows "-" (older runs log
+none of `grad_max`, `alive %`, `logit_sd`, `value_sd` and `ties`).
 """
 from __future__ import annotations
 
@@ -105,12 +105,13 @@ def windows(log: RunLog, every: int) -> list[dict[str, str]]:
             inside = values[window]
             if how == "count":
                 row[heading] = fmt.format(len(inside))
-            elif len(inside) == 0 or np.isnan(inside).all():
+            elif len(inside) == 0 or (how != "max" and np.isnan(inside).all()):
                 row[heading] = "-"
             elif how == "timed" and weights[window].sum() > 0:
                 row[heading] = fmt.format(np.average(inside, weights=weights[window]))
             else:
-                reduce = {"last": lambda v: v[-1], "max": np.nanmax}.get(how, np.nanmean)
+                # a NaN largest gradient (a blow-up, runtime.scalars) stays in its window's max
+                reduce = {"last": lambda v: v[-1], "max": np.max}.get(how, np.nanmean)
                 row[heading] = fmt.format(reduce(inside))
         in_window = (true_steps >= start) & (true_steps < end)
         corr = (correlation(predicted[in_window], true_returns[in_window])

@@ -133,6 +133,9 @@ def test_a_run_through_examples_ppo_is_played_from_the_weights_it_saved(tmp_path
         find_policies(run, False)
     (run / PPO_POLICY_FILE).write_bytes(b"")
     assert find_policies(run, False) == ([run / PPO_POLICY_FILE], "EnduroNoFrameskip-v4", run)
+    for flags in ((True, None), (False, 10)):  # no checkpoints to choose among
+        with pytest.raises(ValueError, match="one saved policy .*leave out --all_checkpoints"):
+            find_policies(run, *flags)
 
 def test_on_enduro_each_cell_measures_the_share_of_steps_level_with_a_car(tmp_path):
     from a2c.policies import make_policy

@@ -45,7 +45,7 @@ def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
         a2c.add_scalar("charts/episodic_return", ret, step)
     for step in range(0, 1600, 100):
         a2c.add_scalar("charts/SPS", 50.0 if step < 1000 else 150.0, step)
-    for step, norm in ((100, 0.4), (300, 7.5), (600, 0.3), (1100, 0.2)):
+    for step, norm in ((100, 0.4), (300, 7.5), (600, 0.3), (1100, 0.2), (1200, float("nan"))):
         a2c.add_scalar("losses/grad_norm_max", norm, step)
     for step, share in ((100, 0.1), (200, 0.3)):  # Enduro's share of steps level with a car
         a2c.add_scalar("charts/alongside_share", share, step)
@@ -65,7 +65,8 @@ def test_summarise_run_gives_one_row_per_window_of_steps(tmp_path, capsys):
     assert (first["steps"], second["steps"]) == ("0-1k", "1-1.5k")
     assert (first["episodes"], first["return"], first["steps/s"]) == ("2", "-20.0", "50")
     assert (second["episodes"], second["return"], second["steps/s"]) == ("1", "+5.0", "150")
-    assert (first["grad_max"], second["grad_max"]) == ("7.50", "0.20")  # the window's spike
+    # the window's spike; a NaN (a blow-up) is shown, not passed over
+    assert (first["grad_max"], second["grad_max"]) == ("7.50", "nan")
     assert first["labels"] == first["val_acc"] == first["demo_pref"] == "-"  # not a preference run
     # labelling's points go onto A2C's steps by wall-clock: written last, in the last window
     assert (first["ties"], second["ties"]) == ("-", "96%")
