@@ -9,24 +9,25 @@ paper's 0-30 no-op starts and without, and print one table.
     python -m experiments.evaluate ~/runs/pong_prefs_seed1 --best_and_final --grid greedy:30 \\
         sampled:30
 
-Each POLICY is a run directory (its newest checkpoint, or the weights a run through
-examples.ppo saved; its env from settings.json), a folder of
-checkpoints (`policy-*.pt`), a checkpoint file or a weights file (`run_checkpoint.py
---save_weights`). With `--all_checkpoints` a run directory or folder gives every checkpoint in it,
-so that the score can be drawn against agent steps: whether a level was held or only touched;
-with `--best_and_final` a run directory gives its newest checkpoint and the one that played its
-best `--best_window` consecutive training episodes (the newest saved before the last of them).
-The episodes of one cell are played at once, one per env of a vector env, on env seeds apart
-from training's (`--seed`); an episode still going after `--max_steps` is cut and counted as it
-stands (the table says how many were). The figures go to `--out` (a new file; default:
-eval.json in the run directory when one run is evaluated, else in the current one; eval-1.json, ...
-beside an earlier one), to the run's TensorBoard (`RUN_DIR/tb/eval`, at the
-policy's agent steps) and, with `--videos K`, the first K episodes of each cell to GIFs in a
-folder named after the figures' file (eval_videos/ beside eval.json, eval-1_videos/ ...). On
-Enduro each cell also gives the share of its steps in which the player's car is level with
-another car (the paper's "keep alongside other cars", `pref_interface.labellers.alongside`). Each cell names
-its policy's rarest action and how often it took it: a policy that has all but stopped using an
-action cannot learn it back (MovingDot seeds that never move left, docs/experiments.md).
+Each POLICY is a run directory (its newest checkpoint, or the weights a run through examples.ppo
+saved; its env from settings.json), a folder of checkpoints (`policy-*.pt`), a checkpoint file or a
+weights file (`run_checkpoint.py --save_weights`). With `--all_checkpoints` a run directory or
+folder gives every checkpoint in it, so that the score can be drawn against agent steps: whether a
+level was held or only touched; with `--best_and_final` a run directory gives its newest checkpoint
+and the one that played its best `--best_window` consecutive training episodes (the newest saved
+before the last of them). The episodes of one cell are played at once, one per env of a vector env,
+on env seeds apart from training's (`--seed`; a game with no randomness of its own, as Pong, plays
+one episode over and over in a `greedy:0` cell: it is there to show what the no-op starts change);
+an episode still going after `--max_steps` is cut and counted as it stands (the table says how many
+were). The figures go to `--out` (a new file; default: eval.json in the run directory when one run
+is evaluated, else in the current one; eval-1.json, ... beside an earlier one), to the run's
+TensorBoard (`RUN_DIR/tb/eval`, at the policy's agent steps) and, with `--videos K`, the first K
+episodes of each cell to GIFs in a folder named after the figures' file (eval_videos/ beside
+eval.json, eval-1_videos/ ...). On Enduro each cell also gives the share of its steps in which the
+player's car is level with another car (the paper's "keep alongside other cars",
+`pref_interface.labellers.alongside`). Each cell names its policy's rarest action and how often it
+took it: a policy that has all but stopped using an action cannot learn it back (MovingDot seeds
+that never move left, docs/experiments.md).
 """
 from __future__ import annotations
 
