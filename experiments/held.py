@@ -16,7 +16,8 @@ HELD_MARGIN (2):
 - alive: no kept checkpoint has a layer with no unit firing on random play's screens
   (`experiments.probe_policy`); a run that kept only its newest checkpoints is judged on those,
   and says how many it kept.
-It prints one row per condition and the verdict. Exit status: 0 held, 1 not held (or not yet
+It prints one row per condition and the verdict (for a run still going, where its newest checkpoint
+stands: its policy is judged as the final one). Exit status: 0 held, 1 not held (or not yet
 reached), 2 for a bad argument, a run with no checkpoint yet or a checkpoint it cannot read.
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from a2c.config import checkpoint_steps
 from envs.atari import NOOP_MAX
 from experiments.evaluate import EVAL_SEED, EXIT_USAGE, MAX_STEPS
 from experiments.milestones import HELD_MARGIN, MILESTONES, Milestone
@@ -141,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.episodes <= 0 or a.max_steps <= 0:
             raise ValueError("--episodes and --max_steps must be positive")
         name, m = milestone_of(run_dir)
-        latest_checkpoint(run_dir / POLICY_DIR)  # a run with no checkpoint yet is refused here
+        newest = latest_checkpoint(run_dir / POLICY_DIR)  # none yet: refused here
         reached, conditions = training_conditions(run_dir, m)
         print(f"{run_dir.name}: {m.env_id}, milestone {name} ({m.note})")
         print("| condition | needed | measured | met |\n|---|---|---|---|")
@@ -158,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if not reached:
         print("(the final policy is played once the level is reached)")
+    budget = m.budget[0]  # agent steps
+    if checkpoint_steps(newest) < budget:  # a run still going: its newest policy stands in
+        print(f"(so far: the newest checkpoint is at {checkpoint_steps(newest) / 1e6:.2f}M of the "
+              f"milestone's {budget / 1e6:g}M agent steps)")
     failed = [c.name for c in conditions if not c.met]
     print("held" if not failed else f"not held: {'; '.join(failed)}")
     return 0 if not failed else 1

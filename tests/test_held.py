@@ -121,6 +121,7 @@ def test_a_run_below_the_level_is_judged_without_playing_its_policy(tmp_path, mo
     assert held.main([str(run)]) == 1
     out = capsys.readouterr().out
     assert "| final policy" not in out and "| 1 of 1 alive | yes |" in out
+    assert "(so far: the newest checkpoint is at 0.20M of the milestone's 6M agent steps)" in out
     assert out.rstrip().endswith("not held: reached +19 (mean of 10)")
 
 
