@@ -119,6 +119,9 @@ class AtariRewardNet(nn.Module):
                 # batch's mean and unbiased variance (faster than var_mean on channels-last).
                 torch.ops.aten.native_batch_norm(x, None, None, norm.running_mean,
                                                  norm.running_var, True, 1.0, norm.eps)
+                # That write does not count as an in-place one; the count does, so a net built
+                # from these weights (`stacked.weights_version`) sees the statistics changed.
+                norm.num_batches_tracked.add_(1)
             # The random-byte mask is a CPU saving; on a GPU F.dropout is already cheap.
             half_on_cpu = self.training and self.dropout == 0.5 and x.device.type == "cpu"
             if half_on_cpu and isinstance(norm, nn.BatchNorm2d):  # the paper's net, training

@@ -19,7 +19,8 @@ from reward_predictor.nets import LEAKY_SLOPE, AtariRewardNet, nhwc_frames
 
 def weights_version(members: Sequence[nn.Module]) -> tuple[int, ...]:
     """Changes whenever any parameter or buffer of `members` is modified in place (an optimiser
-    step, `load_state_dict`, batch-norm statistics): torch counts in-place writes per tensor."""
+    step, `load_state_dict`, batch norm's batch count, which `AtariRewardNet` bumps as it takes
+    new statistics): torch counts in-place writes per tensor."""
     return tuple(t._version for net in members for t in (*net.parameters(), *net.buffers()))
 
 

@@ -164,6 +164,24 @@ def test_validation_scores_clips_with_the_stacked_members_as_each_member_alone_w
         torch.testing.assert_close(got[m], want, rtol=1e-4, atol=1e-5)
 
 
+def test_the_members_as_one_net_follow_batch_norm_statistics_taken_anew():
+    """experiments.batchnorm_shift scores the members, re-takes their statistics and scores them
+    again: the one-net snapshot must not give the old numbers."""
+    from reward_predictor.ensemble import take_batchnorm_statistics
+
+    torch.manual_seed(2)
+    rng = np.random.default_rng(9)
+    ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), ensemble_size=2)
+    clips = [random_clip(rng, 25) for _ in range(8)]
+    before = ens.member_returns(clips)
+    for net in ens.members:
+        take_batchnorm_statistics(net, [random_clip(rng, 25) for _ in range(8)])
+    after = ens.member_returns(clips)
+    ens._stacked = None  # built afresh from the members as they are now
+    torch.testing.assert_close(after, ens.member_returns(clips))
+    assert not torch.allclose(before, after)
+
+
 def test_train_step_fits_each_member_and_tracks_its_reward_statistics():
     torch.manual_seed(0)
     rng = np.random.default_rng(4)
