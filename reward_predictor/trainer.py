@@ -375,5 +375,8 @@ class RewardPredictorTrainer:
         except (RuntimeError, KeyError, ValueError) as e:
             reason = str(e).strip().splitlines()[0]
             raise CheckpointError(f"checkpoint {path} does not fit this reward predictor: {reason}") from e
-        self.ensemble.l2 = [float(x) for x in state["l2"]]
+        # Adaptive L2 goes on from the saved coefficients (from 1e-4 where they were off); without
+        # it, this trainer's own (none) stay whatever the checkpoint's run used.
+        if self.adaptive_l2:
+            self.ensemble.l2 = [float(x) if x > 0 else INITIAL_ADAPTIVE_L2 for x in state["l2"]]
         self.steps = int(state["steps"])

@@ -165,6 +165,21 @@ def test_trainer_adapts_each_members_l2_after_validation():
     assert all(c > 0 for c in trainer.adapt_regularisation())
 
 
+def test_a_loaded_checkpoint_keeps_the_l2_setting_of_the_run_that_loads_it(tmp_path):
+    """--no_adaptive_l2 on a predictor trained with it trains without L2; adaptive L2 on one
+    trained without it starts from 1e-4; adaptive on adaptive goes on where it was."""
+    torch.manual_seed(0)
+    adaptive = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, 2), adaptive_l2=True)
+    adaptive.ensemble.l2 = [3e-3, 5e-5]
+    adaptive.save(str(tmp_path / "adaptive.pt"))
+    RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, 2)).save(str(tmp_path / "none.pt"))
+    for saved, on, want in (("adaptive", False, [0.0, 0.0]), ("none", True, [INITIAL_ADAPTIVE_L2] * 2),
+                            ("adaptive", True, [3e-3, 5e-5])):
+        trainer = RewardPredictorTrainer(RewardPredictorEnsemble(MovingDotRewardNet, 2), adaptive_l2=on)
+        trainer.load(str(tmp_path / f"{saved}.pt"))
+        assert trainer.ensemble.l2 == pytest.approx(want), (saved, on)
+
+
 def test_inbag_loss_weights_labels_by_the_members_bootstrap_counts():
     torch.manual_seed(0)
     ens = RewardPredictorEnsemble(MovingDotRewardNet, ensemble_size=2)

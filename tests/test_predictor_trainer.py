@@ -78,10 +78,10 @@ def test_shared_weights_reach_a_spawned_process():
 
 
 # ---- checkpoints ------------------------------------------------------------------------------
-def _atari_trainer(seed: int) -> RewardPredictorTrainer:
+def _atari_trainer(seed: int, adaptive_l2: bool = False) -> RewardPredictorTrainer:
     torch.manual_seed(seed)
     ens = RewardPredictorEnsemble(lambda: AtariRewardNet(dropout=0.5, batchnorm=True), ensemble_size=2)
-    return RewardPredictorTrainer(ens, batch_size=2, seed=seed)
+    return RewardPredictorTrainer(ens, batch_size=2, seed=seed, adaptive_l2=adaptive_l2)
 
 
 def _trained_atari_trainer(rng: np.random.Generator, steps: int) -> RewardPredictorTrainer:
@@ -102,7 +102,7 @@ def test_checkpoint_round_trip(tmp_path):
     state = torch.load(path, weights_only=True)  # plain tensors, numbers, dicts and lists only
     assert state["steps"] == 2
 
-    restored = _atari_trainer(1)
+    restored = _atari_trainer(1, adaptive_l2=True)  # its coefficients go on from the saved ones
     restored.load(path)
     assert restored.steps == 2 and restored.ensemble.l2 == [1e-4, 3e-4]
     for k, v in trainer.ensemble.state_dict().items():
