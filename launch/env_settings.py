@@ -18,12 +18,13 @@ _MOVING_DOT = {
     # predictor's pace after its speed-up").
     "max_predictor_labels_per_step": 0.06,
 }
-# App. A.2's predictor (dropout 0.5, batch norm), labels annealed over the run (App. A), the
-# predictor trained on about one label per 10 agent steps (App. A); 20 pretraining epochs, not
-# App. A's 200, which are slow on a CPU (docs/experiments.md, "Pong from preferences: what we
-# found").
+# App. A.2's predictor for every Atari game: dropout 0.5 and batch norm on its convolutions.
+ATARI_PREDICTOR = {"dropout": 0.5, "batchnorm": True}
+# Pong and Enduro also: labels annealed over the run (App. A), the predictor trained on about one
+# label per 10 agent steps (App. A); 20 pretraining epochs, not App. A's 200, which are slow on a
+# CPU (docs/experiments.md, "Pong from preferences: what we found").
 _ATARI = {
-    "dropout": 0.5, "batchnorm": True, "label_schedule": "annealed", "max_labels": 3300,
+    **ATARI_PREDICTOR, "label_schedule": "annealed", "max_labels": 3300,
     "n_initial_epochs": 20, "min_predictor_labels_per_step": 0.1,
 }
 # Pong: A2C's rate rises from 0 over the first 0.02M steps, where the full rate blinded the
@@ -43,14 +44,25 @@ ENV_SETTINGS: dict[str, dict[str, object]] = {
 
 
 def env_settings(env_id: str | None) -> dict[str, object]:
-    """The settings this environment runs with unless a flag says otherwise (none for others)."""
-    return dict(ENV_SETTINGS.get(env_id or "", {}))
+    """The settings this environment runs with unless a flag says otherwise: its own, App. A.2's
+    predictor for another Atari game, none for an env we do not know."""
+    if env_id in ENV_SETTINGS:
+        return dict(ENV_SETTINGS[env_id])
+    from envs import UnknownEnvError, env_kind
+
+    try:
+        return dict(ATARI_PREDICTOR) if env_id and env_kind(env_id) == "atari" else {}
+    except UnknownEnvError:  # refused with its own message once the settings are checked
+        return {}
+
+
+def _flags(settings: dict[str, object]) -> str:
+    return " ".join(f"--{k}" if v is True else f"--{k} {v}" for k, v in settings.items())
 
 
 def describe() -> str:
     """The settings per environment, for `--help`."""
     lines = ["settings per environment (a flag given on the command line wins):"]
-    for env_id, settings in ENV_SETTINGS.items():
-        flags = " ".join(f"--{k}" if v is True else f"--{k} {v}" for k, v in settings.items())
-        lines.append(f"  {env_id}: {flags}")
+    lines += [f"  {env_id}: {_flags(settings)}" for env_id, settings in ENV_SETTINGS.items()]
+    lines.append(f"  any other <Game>NoFrameskip-v4: {_flags(ATARI_PREDICTOR)}")
     return "\n".join(lines)

@@ -552,7 +552,10 @@ def test_an_environments_settings_apply_unless_a_flag_is_given(tmp_path):
     assert pong.dropout == 0.5 and pong.min_predictor_labels_per_step == 0.1
     assert not pong.batchnorm
     other = parsed("train_policy_with_preferences", "BreakoutNoFrameskip-v4")
-    assert other.n_initial_prefs == 500 and other.dropout == 0.0  # the paper's defaults
+    assert other.n_initial_prefs == 500 and other.label_schedule == "none"  # the flags' defaults
+    assert other.dropout == 0.5 and other.batchnorm  # and App. A.2's predictor, as every game's
+    assert not parsed("train_policy_with_preferences", "BreakoutNoFrameskip-v4", "--dropout",
+                      "0").dropout
 
 
 def test_the_pace_has_a_ceiling_never_below_its_floor(tmp_path):

@@ -31,10 +31,11 @@ def test_every_run_py_flag_is_in_the_flag_tables_with_the_settings_own_default_a
 
 
 def test_the_readme_lists_each_environments_settings_as_run_py_applies_them():
-    from launch.env_settings import ENV_SETTINGS
+    from launch.env_settings import env_settings
 
     readme = (ROOT / "README.md").read_text()
-    for env_id, name in (("MovingDotNoFrameskip-v0", "MovingDot"), ("PongNoFrameskip-v4", "Pong")):
+    for env_id, name in (("MovingDotNoFrameskip-v0", "MovingDot"), ("PongNoFrameskip-v4", "Pong"),
+                         ("BreakoutNoFrameskip-v4", "other Atari games")):
         row = re.search(rf"^\| {name} \| `([^`]*)` \|$", readme, re.M)
         assert row, f"no settings row for {name}"
         words, listed = row.group(1).split(), {}
@@ -43,7 +44,7 @@ def test_the_readme_lists_each_environments_settings_as_run_py_applies_them():
                 value = words[k + 1] if k + 1 < len(words) and not words[k + 1].startswith("--") \
                     else True
                 listed[word[2:]] = value
-        expected = ENV_SETTINGS[env_id]
+        expected = env_settings(env_id)
         assert set(listed) == set(expected), name
         for flag, value in expected.items():
             assert listed[flag] is True if value is True else (
