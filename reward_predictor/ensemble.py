@@ -130,7 +130,7 @@ def clip_returns(net: nn.Module, clips: Sequence[Clip], features: ClipFeatures |
     if len(groups) == 1:
         _, x, actions = groups[0]
         raw = forward(x, actions)  # (N, T)
-        return raw.sum(1), raw.reshape(-1)
+        return raw.float().sum(1), raw.reshape(-1)  # summed in fp32 also under bf16 autocast
     returns = torch.zeros(len(clips), device=device)
     raws = []
     for idx, x, actions in groups:

@@ -237,3 +237,16 @@ def test_moving_dot_members_score_from_each_clips_kept_dot_positions_as_from_its
     for batch in (clips[:2], clips[:2], clips[2:3]):
         clip_returns(ens.members[0], batch, features)
     assert len(features) == 3 and seen == [1]
+
+
+def test_clip_returns_are_summed_in_fp32_under_bf16_autocast():
+    """bf16 holds about 3 significant digits: summed in it, returns of 16-32 move in steps of
+    0.125 and small differences between two clips round to nothing."""
+    rng = np.random.default_rng(3)
+    torch.manual_seed(3)
+    clips = [random_clip(rng, 25) for _ in range(4)]
+    net = AtariRewardNet(dropout=0.0, batchnorm=False)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        returns, raw = clip_returns(net, clips)
+    assert returns.dtype == torch.float32
+    torch.testing.assert_close(returns, raw.float().view(4, 25).sum(1))
