@@ -24,7 +24,7 @@ import zipfile
 from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Collection, Iterator, TypeVar
 
 import numpy as np
 
@@ -289,11 +289,18 @@ class PreferenceStore:
         return list(self.iter_latest(n))
 
     @_db_errors_as_store_errors
-    def iter_latest(self, n: int) -> Iterator[Preference]:
+    def iter_latest(self, n: int, leave_out: Collection[str] = ()) -> Iterator[Preference]:
         """`latest(n)`, decoded one label at a time: the rows are read now (compressed), so a
-        consumer that packs each label never holds 3,000 labels' clips as arrays (1.2 GB)."""
-        rows = self._db.execute(f"SELECT {self._selected()} FROM labels ORDER BY id DESC LIMIT ?",
-                                (n,)).fetchall() if n > 0 else []
+        consumer that packs each label never holds 3,000 labels' clips as arrays (1.2 GB).
+        `leave_out`: labellers whose labels are passed over (the newest `n` of the others)."""
+        where, names = "", tuple(leave_out)
+        if names and self._has_column("labeller"):
+            where = f"WHERE labeller IS NULL OR labeller NOT IN ({','.join('?' * len(names))})"
+        else:
+            names = ()
+        rows = self._db.execute(
+            f"SELECT {self._selected()} FROM labels {where} ORDER BY id DESC LIMIT ?",
+            (*names, n)).fetchall() if n > 0 else []
         return (self._to_pref(row) for row in reversed(rows))
 
     @_db_errors_as_store_errors

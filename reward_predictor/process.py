@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator
 
 import numpy as np
 import torch
@@ -173,9 +173,8 @@ def _set_up(config: TrainerConfig, threads: int, prefs_path: str | None) -> Rewa
     if config.load_ckpt_path:
         trainer.load(config.load_ckpt_path)
         log.info("reward predictor loaded from %s (step %d)", config.load_ckpt_path, trainer.steps)
-    for pref in load_prefs(prefs_path, config.max_prefs):
-        if pref.labeller not in config.left_out:
-            trainer.add(pref)
+    for pref in load_prefs(prefs_path, config.max_prefs, config.left_out):
+        trainer.add(pref)
     return trainer
 
 
@@ -194,15 +193,16 @@ def _record_training(telemetry: Telemetry, metrics: dict) -> None:
         telemetry.record("reward_predictor/rank_loss", metrics["rank_loss"])
 
 
-def load_prefs(path: str | None, max_prefs: int) -> Iterator[Preference]:
-    """The latest `max_prefs` labels of a preference store, oldest first, one at a time (none if
-    `path` is None)."""
+def load_prefs(path: str | None, max_prefs: int, left_out: Collection[str] = ()
+               ) -> Iterator[Preference]:
+    """The latest `max_prefs` labels of a preference store but those of `left_out` labellers,
+    oldest first, one at a time (none if `path` is None)."""
     if path is None:
         return
     from pref_interface.store import PreferenceStore
 
     with PreferenceStore(path, create=False) as store:
-        yield from store.iter_latest(max_prefs)
+        yield from store.iter_latest(max_prefs, left_out)
 
 
 def run_pretraining(config: TrainerConfig, *, stop: Any, stats: TrainerStats,

@@ -190,6 +190,10 @@ def test_a_left_out_labeller_is_not_trained_on_and_keeps_their_labels(tmp_path):
         assert store.labellers() == {"ann": 3, "bob": 3, "cy": 3}
     everyone = _set_up(TrainerConfig(env_kind="moving_dot", ensemble_size=1), 1, str(path))
     assert everyone.n_train + everyone.n_val == 9
+    # the budget of labels held counts only the others': the newest 4 of bob's and cy's six
+    few = _set_up(TrainerConfig(env_kind="moving_dot", ensemble_size=1, left_out=("ann",),
+                                max_prefs=4), 1, str(path))
+    assert few.n_train + few.n_val == 4
 
 
 def test_a_left_out_labellers_labels_are_skipped_as_they_arrive_and_still_counted(tmp_path):
