@@ -198,7 +198,8 @@ class Settings:
         500, "prefs", "labels gathered from the untrained policy before pretraining (App. A)", check=positive)
     max_prefs: int = setting(
         TrainerConfig.max_prefs, "prefs",
-        "the predictor trains on the latest this many labels (App. A)", check=positive)
+        "labels the predictor holds, the latest (App. A); about 1/e of them are validation "
+        "labels, never trained on", check=positive)
     max_clips: int = setting(
         LabellingConfig.max_clips, "prefs",
         "recent clips kept by labelling to draw pairs from", check=positive, old_name="max_segs")
@@ -274,8 +275,8 @@ class Settings:
         None, "predictor", "a run directory (or its reward_predictor/ directory) whose predictor "
         "is loaded in place of pretraining")
     reward_predictor_ckpt_interval: int = setting(
-        TrainerConfig.ckpt_interval, "predictor", "predictor training steps between checkpoints",
-        check=positive)
+        TrainerConfig.ckpt_interval, "predictor", "predictor training steps between checkpoints "
+        "(0: only when the trainer stops)", check=non_negative)
     frozen_reward_predictor: bool = setting(
         False, "predictor", "train the policy on the loaded predictor without collecting labels "
         "or training the predictor")

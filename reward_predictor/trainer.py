@@ -282,8 +282,8 @@ class RewardPredictorTrainer:
         return metrics
 
     def validate(self, max_pairs: int | None = VAL_MAX_PAIRS) -> dict:
-        """Eval-mode loss and accuracy on the validation labels and on a training sample of the
-        same size (so the two losses can be compared, as adaptive L2 does). At most `max_pairs`
+        """Eval-mode loss and accuracy on the validation labels and on a sample of the training
+        labels (so the two losses can be compared, as adaptive L2 does). At most `max_pairs`
         random labels of each kind are scored; None scores them all. NaN where a set is empty.
 
         `member_train_loss` is each member's mean loss on the training sample; `member_inbag_loss`
