@@ -396,9 +396,12 @@ def unused_settings(mode: str, env_kind: str, names: list[str]) -> list[str]:
 
 def idle_settings(s: Settings, names: list[str]) -> list[str]:
     """Of these settings, those that do nothing because what they work with is not set, each
-    said as "--overlap does nothing without --labellers"."""
+    said as "--overlap does nothing without two or more --labellers"."""
+    from pref_interface.labellers.team import parse_labellers
+
     web = s.clip_player == "web" or bool(s.labellers)
-    needs = {"overlap": (bool(s.labellers), "without --labellers"),
+    team = len(parse_labellers(s.labellers)) if s.labellers else 0  # (checked before this)
+    needs = {"overlap": (team > 1, "without two or more --labellers"),
              "labeller_timeout": (bool(s.labellers), "without --labellers"),
              "web_host": (web, "without the labelling page (--clip_player web or --labellers)"),
              "web_port": (web, "without the labelling page (--clip_player web or --labellers)"),

@@ -278,9 +278,12 @@ def test_a_teams_pairs_are_planned_within_the_answers_wanted_before_any_is_drawn
     from pref_interface.labellers.team import Team
 
     rng = np.random.default_rng(0)
-    assert Team.plan(5, rng, overlap=1.0) == [2, 2, 1]
-    assert Team.plan(3, rng, overlap=0.0) == [1, 1, 1]
-    assert Team.plan(0, rng, overlap=0.5) == []
+    team = Team(["ann", "bob"], queue.Queue(), queue.Queue())
+    assert team.plan(5, rng, overlap=1.0) == [2, 2, 1]
+    assert team.plan(3, rng, overlap=0.0) == [1, 1, 1]
+    assert team.plan(0, rng, overlap=0.5) == []
     for budget in range(1, 20):
-        copies = Team.plan(budget, rng, overlap=0.5)
+        copies = team.plan(budget, rng, overlap=0.5)
         assert sum(copies) == budget and set(copies) <= {1, 2}
+    # a team of one: a second copy would hold an answer of the budget for ever
+    assert Team(["ann"], queue.Queue(), queue.Queue()).plan(3, rng, overlap=1.0) == [1, 1, 1]

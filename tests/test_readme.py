@@ -70,10 +70,13 @@ def test_a_flag_given_without_what_it_works_with_is_named():
     alone = Settings(mode="train_policy_with_preferences", env_id="PongNoFrameskip-v4",
                      synthetic_prefs=True)
     assert idle_settings(alone, names) == [
-        "--overlap does nothing without --labellers",
+        "--overlap does nothing without two or more --labellers",
         "--web_port does nothing without the labelling page (--clip_player web or --labellers)",
         "--demonstration_share does nothing without --demonstrations",
         "--clip_player does nothing with --synthetic_prefs (nobody watches)"]
     team = Settings(mode="train_policy_with_preferences", env_id="PongNoFrameskip-v4",
                     labellers="ann,bob", demonstrations="d.npz")
     assert idle_settings(team, names) == []
+    one = Settings(mode="train_policy_with_preferences", env_id="PongNoFrameskip-v4",
+                   labellers="ann")  # a second copy of a pair would have nobody to answer it
+    assert idle_settings(one, ["overlap"]) == ["--overlap does nothing without two or more --labellers"]

@@ -167,11 +167,12 @@ class Team:
         """Answers still to come for the pairs out."""
         return sum(entry[1] for entry in self.open.values())
 
-    @staticmethod
-    def plan(budget: int, rng: np.random.Generator, overlap: float) -> list[int]:
-        """How many people each of the next pairs goes to: two with probability `overlap`, else
-        one, within `budget` answers. Planned before the pairs are drawn, so none is drawn that
-        the budget cannot open."""
+    def plan(self, budget: int, rng: np.random.Generator, overlap: float) -> list[int]:
+        """How many people each of the next pairs goes to: two with probability `overlap` (none
+        for a team of one, where a second copy could never be answered), else one, within
+        `budget` answers. Planned before the pairs are drawn, so none is drawn that the budget
+        cannot open."""
+        overlap = overlap if len(self.names) > 1 else 0.0
         copies: list[int] = []
         while budget > 0:
             copies.append(min(2 if rng.random() < overlap else 1, budget))
