@@ -61,7 +61,7 @@ def print_table(rows: list[tuple]) -> None:
 
     print(f"{'id':>6}  {'when (UTC)':19}  {'answer':12}  {'labeller':10}  {'source':9}  "
           f"{'split':10}  demonstration")
-    for label_id, created, source, is_validation, mu, *_, labeller, _p, demonstration in rows:
+    for label_id, created, source, is_validation, mu, _, _, labeller, _p, demonstration, *_ in rows:
         when = datetime.fromtimestamp(created, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         answer = ANSWER_NAMES.get(mu, f"left p={mu:g}")
         print(f"{label_id:>6}  {when}  {answer:12}  {labeller or '-':10}  {source:9}  "
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("answers: " + ", ".join(
                     f"{ANSWER_NAMES.get(mu, f'mu {mu:g}')} {n} ({n / total:.1%})"
                     for mu, n in store.answer_counts().items()))
-                if n_demo := sum(row[-1] is not None for row in store.label_rows()):
+                if n_demo := sum(row[9] is not None for row in store.label_rows()):
                     print(f"{n_demo} labels ({n_demo / total:.1%}) compare a demonstration "
                           f"(--demonstrations)")
             store.close()

@@ -121,6 +121,9 @@ class Preference:
     # Which clip is someone else's play (--demonstrations): "left", "right" or "both"; None
     # where neither is, or the label was stored before this was kept.
     demonstration: str | None = None
+    # True where a person saw the pair right clip first (sorting shows the clip it places on
+    # either side): their list, edits and "show again" follow the sides they saw. None otherwise.
+    shown_swapped: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,10 @@ class LabelEditor:
         """(id, mu) of the newest `n` labels, newest first."""
         return self.store.recent_answers(n)
 
+    def shown_swapped(self, ids: list[int]) -> set[int]:
+        """Of these labels, those whose pair the person saw right clip first."""
+        return self.store.shown_swapped(ids)
+
     def get(self, label_id: int) -> Preference | None:
         try:
             return self.store.get(label_id)

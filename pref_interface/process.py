@@ -300,6 +300,8 @@ class Labelling:
         committed."""
         if self.demos is not None:  # the store keeps which clips are demonstrations
             pref = replace(pref, demonstration=self.demos.sides(pref))
+        if self.shown_swapped:  # and that a person saw the pair right clip first
+            pref = replace(pref, shown_swapped=True)
         label_id = self.store.add(pref)
         self.n_stored = self.stats.labels_stored.value = self.n_stored + 1
         if self.has_trainer:
@@ -308,7 +310,7 @@ class Labelling:
         increment(self.stats.labels_total)
         if self.demos is not None:
             self.demos.labelled(pref)
-        self.labeller.stored(label_id, swapped=self.shown_swapped)
+        self.labeller.stored(label_id)
         self.shown_swapped = False
         if self.person:  # a person may have deleted labels meanwhile
             self.n_stored = self.stats.labels_stored.value = len(self.store)

@@ -53,9 +53,10 @@ CREATE TABLE labels (
 # version of the code, and runs of older code still writing to theirs, read the same.
 _COLUMNS = "id, source, is_validation, mu, left_seg, right_seg"
 # Added by `ALTER TABLE` to a store when a label first has it (SCHEMA_VERSION stays 1): the
-# person who gave it, the ensemble's mean P[left better] when they answered, and which clips are
-# demonstrations ("left", "right" or "both").
-_OPTIONAL_COLUMNS = {"labeller": "TEXT", "ensemble_p": "REAL", "demonstration": "TEXT"}
+# person who gave it, the ensemble's mean P[left better] when they answered, which clips are
+# demonstrations ("left", "right" or "both") and whether the person saw the pair swapped (1).
+_OPTIONAL_COLUMNS = {"labeller": "TEXT", "ensemble_p": "REAL", "demonstration": "TEXT",
+                     "shown_swapped": "INTEGER"}
 
 
 class StoreError(Exception):
@@ -310,6 +311,16 @@ class PreferenceStore:
             "SELECT id, mu FROM labels ORDER BY id DESC LIMIT ?", (n,))]
 
     @_db_errors_as_store_errors
+    def shown_swapped(self, ids: Collection[int]) -> set[int]:
+        """Of these labels, those whose pair a person saw right clip first."""
+        ids = [int(i) for i in ids]
+        if not ids or not self._has_column("shown_swapped"):
+            return set()
+        return {int(i) for (i,) in self._db.execute(
+            f"SELECT id FROM labels WHERE shown_swapped = 1 AND id IN ({','.join('?' * len(ids))})",
+            ids)}
+
+    @_db_errors_as_store_errors
     def set_mu(self, label_id: int, mu: float) -> None:
         """Change a label's answer (label editing); KeyError if there is none."""
         _check_mu(mu)
@@ -339,9 +350,11 @@ class PreferenceStore:
 
     def _to_pref(self, row: tuple) -> Preference:
         label_id, source, is_val, mu, left, right, *optional = row
+        values = dict(zip(_OPTIONAL_COLUMNS, optional))
+        values["shown_swapped"] = True if values["shown_swapped"] else None
         try:
             return Preference(decode_clip(left), decode_clip(right), float(mu), source,
-                              bool(is_val), int(label_id), **dict(zip(_OPTIONAL_COLUMNS, optional)))
+                              bool(is_val), int(label_id), **values)
         except (ValueError, OSError, KeyError, AssertionError, zipfile.BadZipFile) as e:
             raise StoreError(f"preference store {self.path}: undecodable clip ({e})") from None
 
@@ -357,6 +370,7 @@ class PreferenceStore:
         `ensemble_p` (N,) float (the ensemble's P[left better] when a person answered, NaN where
         it was not kept; older exports lack it), `demonstration` (N,) str (`left`, `right` or
         `both`: which clips are demonstrations, '' where none is; older exports lack it),
+        `shown_swapped` (N,) bool (a person saw the pair right clip first; older exports lack it),
         `clip_steps` (N, 2) int, and the clips left0, right0, left1, ... concatenated:
         `frames` uint8 (sum(T + 3), 84, 84), `actions` int64 (sum T), `true_rewards` float32 (sum T),
         `dones` bool (sum T) with `clip_has_dones` (N, 2) bool saying which clips have them
@@ -375,8 +389,8 @@ class PreferenceStore:
     @_db_errors_as_store_errors
     def label_rows(self, labeller: str | None = None) -> list[tuple]:
         """Every label (or `labeller`'s) without its clips, oldest first: (id, created, source,
-        is_validation, mu, left_steps, right_steps, labeller, ensemble_p, demonstration), None
-        where an older store has no such column."""
+        is_validation, mu, left_steps, right_steps, labeller, ensemble_p, demonstration,
+        shown_swapped), None where an older store has no such column."""
         named = self._has_column("labeller")
         columns = "id, created, source, is_validation, mu, left_steps, right_steps"
         query = f"SELECT {self._selected(columns)} FROM labels"
@@ -402,6 +416,7 @@ class PreferenceStore:
             "labeller": np.array([m[7] or "" for m in meta], dtype=str),
             "ensemble_p": np.array([np.nan if m[8] is None else m[8] for m in meta], np.float64),
             "demonstration": np.array([m[9] or "" for m in meta], dtype=str),
+            "shown_swapped": np.array([bool(m[10]) for m in meta], dtype=bool),
         }
         n_steps = int(steps.sum())
         actions = np.empty(n_steps, np.int64)
@@ -464,6 +479,7 @@ class PreferenceStore:
                 labellers = z["labeller"] if "labeller" in z.files else None
                 ensemble_p = z["ensemble_p"] if "ensemble_p" in z.files else None
                 demos = z["demonstration"] if "demonstration" in z.files else None
+                swapped = z["shown_swapped"] if "shown_swapped" in z.files else None
             n = len(small["mu"])
             if labellers is not None and (labellers.dtype.kind != "U" or labellers.shape != (n,)):
                 raise ValueError("labeller must be strings, one per label")
@@ -471,6 +487,8 @@ class PreferenceStore:
                 raise ValueError("ensemble_p must be floats, one per label")
             if demos is not None and (demos.dtype.kind != "U" or demos.shape != (n,)):
                 raise ValueError("demonstration must be strings, one per label")
+            if swapped is not None and (swapped.dtype != bool or swapped.shape != (n,)):
+                raise ValueError("shown_swapped must be booleans, one per label")
             if small["clip_steps"].dtype.kind not in "iu":
                 raise ValueError("clip_steps must be integers")
             steps = small["clip_steps"].astype(np.int64).reshape(n, 2)
@@ -505,7 +523,8 @@ class PreferenceStore:
                                       str(small["source"][k]), bool(small["is_validation"][k]),
                                       labeller=name or None,
                                       ensemble_p=None if math.isnan(p_left) or not name else p_left,
-                                      demonstration=(str(demos[k]) or None) if demos is not None else None)
+                                      demonstration=(str(demos[k]) or None) if demos is not None else None,
+                                      shown_swapped=True if swapped is not None and swapped[k] else None)
                     # No labeller and no answer in the key: a label's creation time alone tells
                     # labels apart, so an export of older code (no names) of labels held here
                     # named, or one taken before an answer was changed, adds nothing.
@@ -553,8 +572,10 @@ def _check_label(mu: float, source: str, labeller: str | None = None,
 
 
 def _optional_values(pref: Preference) -> dict[str, object]:
-    """The optional columns a label has values for (`_OPTIONAL_COLUMNS`, named as its fields)."""
+    """The optional columns a label has values for (`_OPTIONAL_COLUMNS`, named as its fields;
+    `shown_swapped` only where it is true)."""
     values = {c: getattr(pref, c) for c in _OPTIONAL_COLUMNS}
+    values["shown_swapped"] = 1 if values["shown_swapped"] else None
     return {c: float(v) if c == "ensemble_p" else v for c, v in values.items() if v is not None}
 
 

@@ -164,6 +164,26 @@ def test_exported_labels_import_into_another_store_unchanged(tmp_path):
         assert e.import_npz(tmp_path / "none.npz") == 0
 
 
+def test_a_pair_a_person_saw_swapped_is_kept_so_through_the_store_and_a_shared_set(tmp_path):
+    """Sorting shows the clip it places on either side; the store keeps the label's order and
+    whether the person saw it swapped, so that their edits read as they saw the pair."""
+    rng = np.random.default_rng(2)
+    plain, seen_swapped = random_pref(rng, 3), random_pref(rng, 3)
+    with PreferenceStore(tmp_path / "a.sqlite") as a:
+        first = a.add(plain)
+        assert a.shown_swapped([first]) == set()  # a store that never saw one: no column yet
+        second = a.add(Preference(seen_swapped.left, seen_swapped.right, 1.0, "human",
+                                  shown_swapped=True))
+        assert a.shown_swapped([first, second, 99]) == {second}
+        assert a.get(second).shown_swapped is True and a.get(first).shown_swapped is None
+        a.set_mu(second, 0.0)  # an edit keeps it
+        assert a.shown_swapped([second]) == {second}
+        assert a.export_npz(tmp_path / "labels.npz") == 2
+    with PreferenceStore(tmp_path / "b.sqlite") as b:
+        assert b.import_npz(tmp_path / "labels.npz") == 2
+        assert [p.shown_swapped for p in b.latest(2)] == [None, True]
+
+
 def test_an_export_taken_before_an_answer_changed_adds_nothing_back(tmp_path):
     rng = np.random.default_rng(3)
     with PreferenceStore(tmp_path / "a.sqlite") as a:

@@ -343,10 +343,13 @@ def test_between_pairs_the_pages_requests_are_taken_and_stray_keys_dropped():
     assert piped.get_nowait() == "L"  # piped answers wait for their pair
 
 
-def stored_labels(path: str, n: int) -> list[int]:
+def stored_labels(path: str, n: int, swapped: tuple[int, ...] = ()) -> list[int]:
+    """`n` labels, left clip(200) better; those numbered in `swapped` were seen right clip first."""
     left = clip(200)
     with PreferenceStore(path) as store:
-        return [store.add(Preference(left, clip(100 + k), 1.0, "human")) for k in range(n)]
+        return [store.add(Preference(left, clip(100 + k), 1.0, "human",
+                                     shown_swapped=True if k in swapped else None))
+                for k in range(n)]
 
 
 def test_an_edit_goes_to_the_store_then_to_the_trainer():
@@ -370,12 +373,12 @@ class HistoryPlayer(PagePlayer):
 
 
 @contextmanager
-def page_labeller(keep_typed_ahead: bool = True):
-    """A person's labeller on the page over a store of two labels (left clip(200) better):
-    (labeller, answers, player, store, label ids)."""
+def page_labeller(keep_typed_ahead: bool = True, swapped: tuple[int, ...] = ()):
+    """A person's labeller on the page over a store of two labels (left clip(200) better; those
+    numbered in `swapped` seen right clip first): (labeller, answers, player, store, label ids)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/prefs.sqlite"
-        ids = stored_labels(path, 2)
+        ids = stored_labels(path, 2, swapped)
         answers: queue.Queue = queue.Queue()
         with PreferenceStore(path) as store:
             player = HistoryPlayer()
@@ -411,10 +414,11 @@ def test_undo_between_pairs_asks_the_last_label_again_at_once():
 
 def test_a_pair_shown_swapped_is_listed_changed_and_asked_again_as_the_person_saw_it():
     """Sorting shows a person the clip being placed on either side, while the store keeps it on
-    the left: the page's list, its L/E/R buttons and "show again" follow the sides seen."""
-    with page_labeller() as (lab, answers, player, store, ids):
-        lab.stored(ids[0])
-        lab.stored(ids[1], swapped=True)  # clip(200) was shown on the right: R was pressed
+    the left: the page's list, its L/E/R buttons and "show again" follow the sides seen, which
+    the store keeps (a labeller of a later phase, or of the run resumed, knows them too)."""
+    # ids[1]: clip(200) was shown on the right and R was pressed
+    with page_labeller(swapped=(1,)) as (lab, answers, player, store, ids):
+        lab.stored(ids[1])
         assert player.history == [(ids[1], 0.0), (ids[0], 1.0)]
         # "L" on the list for ids[1]: the clip seen on the left, the stored right, is better
         for token in (LabelEdit(ids[1], 1.0), PairAnswer("p1", "E")):

@@ -93,7 +93,6 @@ class HumanLabeller(Labeller):
         self.last = ""
         self.stopped_by_person = False
         self._dropped = 0  # keys typed before a pair was shown, dropped since the last pair
-        self._swapped: set[int] = set()  # labels whose pair was shown right clip first
 
     # ---- the Labeller protocol ----------------------------------------------------------------
 
@@ -134,16 +133,19 @@ class HumanLabeller(Labeller):
             self.player = make_player(self._player_spec)
         return self.player
 
-    def stored(self, label_id: int, swapped: bool = False) -> None:
+    def stored(self, label_id: int) -> None:
         """Labelling stored the last answer as label `label_id`: refresh the page's list. A pair
-        shown swapped is listed, changed and asked again as the person saw it."""
-        if swapped:
-            self._swapped.add(label_id)
+        shown swapped (the store says so) is listed, changed and asked again as the person saw
+        it, also after the run's phase or the run itself started again."""
         self._show_history()
 
-    def _as_seen(self, label_id: int, mu: float | None) -> float | None:
+    def _swapped(self, ids: list[int]) -> set[int]:
+        return self.labels.shown_swapped(ids) if self.labels is not None else set()
+
+    @staticmethod
+    def _as_seen(mu: float | None, swapped: bool) -> float | None:
         """A stored answer as the person saw the pair, or the reverse (the same flip)."""
-        return 1.0 - mu if mu is not None and label_id in self._swapped else mu
+        return 1.0 - mu if mu is not None and swapped else mu
 
     def _ask(self, left: Clip, right: Clip, again: int | None = None,
              upcoming: tuple[Clip, Clip] | None = None) -> float | None:
@@ -202,7 +204,8 @@ class HumanLabeller(Labeller):
     def _edit(self, edit: LabelEdit) -> str:
         """Apply a change to a stored label, its answer as the person sees the pair; what the
         prompt says about it."""
-        stored = LabelEdit(edit.label_id, self._as_seen(edit.label_id, edit.mu))
+        swapped = edit.label_id in self._swapped([edit.label_id])
+        stored = LabelEdit(edit.label_id, self._as_seen(edit.mu, swapped))
         if self.labels is None or not self.labels.edit(stored):
             return f"label {edit.label_id} is not in the store"
         self._show_history()
@@ -214,8 +217,7 @@ class HumanLabeller(Labeller):
         pref = self.labels.get(label_id) if self.labels is not None else None
         if pref is None:
             return f"label {label_id} is not in the store"
-        left, right = ((pref.right, pref.left) if label_id in self._swapped
-                       else (pref.left, pref.right))
+        left, right = (pref.right, pref.left) if pref.shown_swapped else (pref.left, pref.right)
         mu = self._ask(left, right, again=label_id)
         if self.stop_event is not None and self.stop_event.is_set():
             return ""  # the run is stopping: the label stays as it was
@@ -224,7 +226,9 @@ class HumanLabeller(Labeller):
     def _show_history(self) -> None:
         show = getattr(self.player, "show_history", None)
         if show is not None and self.labels is not None:
-            show([(i, self._as_seen(i, mu)) for i, mu in self.labels.recent(HISTORY_LENGTH)])
+            recent = self.labels.recent(HISTORY_LENGTH)
+            swapped = self._swapped([i for i, _ in recent])
+            show([(i, self._as_seen(mu, i in swapped)) for i, mu in recent])
 
     def close(self) -> None:
         """Leave the player (the terminal block stays on screen, the window closes) with a line

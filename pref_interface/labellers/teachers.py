@@ -39,9 +39,8 @@ class Labeller(Protocol):
     def upcoming(self, left: Clip, right: Clip) -> None:
         """The pair that will be asked next (a person's page loads it ahead)."""
 
-    def stored(self, label_id: int, swapped: bool = False) -> None:
-        """The last answer is in the store as `label_id` (a person may change labels);
-        `swapped`: its pair was shown right clip first (the store keeps the query's order)."""
+    def stored(self, label_id: int) -> None:
+        """The last answer is in the store as `label_id` (a person may change labels)."""
 
     def idle(self) -> None:
         """No pair to ask now (a person's page may still send edits)."""

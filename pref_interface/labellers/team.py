@@ -229,7 +229,7 @@ class Team:
             elif token == EOF:
                 raise LabellingStopped
 
-    def stored(self, label_id: int, swapped: bool = False) -> None:
+    def stored(self, label_id: int) -> None:
         """The answer just yielded is in the store: its person's page lists it (a team's pairs
         are never shown swapped)."""
         a = self._answered
