@@ -486,6 +486,33 @@ def test_a_person_labels_in_the_browser_and_the_store_holds_exactly_what_was_pre
         assert all(p.source == "human" for p in store.latest(10))
 
 
+@pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing()))
+def test_an_answer_the_run_never_got_leaves_its_pair_to_be_answered_again(tmp_path):
+    """The next pair shows the moment a key is pressed; when the answer does not reach the run
+    (a dropped connection), the page goes back to the pair the run still asks, not frozen."""
+    with labelling_run(["gather_initial_prefs", "MovingDotNoFrameskip-v0", "--n_initial_prefs",
+                        "2", "--log_dir", str(tmp_path / "run")],
+                       open(tmp_path / "run.log", "w+")) as (proc, url):
+        with headless_page() as page:
+            page.goto(url)
+            page.wait_for_function("window.labelling.canAnswer() && "
+                                   "window.labelling.preloadedPair() !== null", timeout=60_000)
+            first = json.dumps(page.evaluate("window.labelling.shownPair"))
+            page.route("**/answer?*", lambda route: route.abort())
+            page.keyboard.press("L")
+            page.wait_for_function(f"window.labelling.shownPair !== {first}")  # shown early
+            page.wait_for_function(f"window.labelling.shownPair === {first} && "
+                                   "window.labelling.canAnswer()", timeout=60_000)
+            page.unroute("**/answer?*")
+            page.keyboard.press("R")
+            page.wait_for_function(f"window.labelling.shownPair !== {first} && "
+                                   "window.labelling.canAnswer()", timeout=60_000)
+            page.keyboard.press("E")
+        assert proc.wait(60) == 0
+    with PreferenceStore(tmp_path / "run" / "prefs.sqlite", create=False) as store:
+        assert [mu for _, mu in reversed(store.recent_answers(10))] == [0.0, 0.5]
+
+
 def request_url(url: str) -> tuple[int | None, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
