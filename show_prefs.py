@@ -21,6 +21,7 @@ import queue
 import sys
 from pathlib import Path
 
+from launch.rundir import run_dir_holder
 from pref_interface.labellers.human import describe_token
 from pref_interface.labellers.keys import ANSWER_KEYS, ENTER, EOF, KeyReader
 from pref_interface.labellers.player import Playback, make_player, resolve_player
@@ -166,6 +167,10 @@ def export_or_import(path: Path, export: str | None, import_file: str | None,
     try:
         if import_file and not os.path.isfile(import_file):
             raise StoreError(f"{import_file} does not exist")
+        if import_file and (holder := run_dir_holder(path.parent)):
+            # an import writes in one transaction, which would hold up the run's labelling
+            raise ValueError(f"{path.parent} is in use by {holder}: import once the run has "
+                             "stopped (it goes on with the labels after --resume)")
         if export and labeller is not None and not import_file:
             with PreferenceStore(path, create=False) as store:  # before the export's folder is made
                 if problem := unknown_labeller(store, labeller):

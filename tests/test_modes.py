@@ -190,6 +190,18 @@ def test_show_prefs_exports_and_imports_a_label_set_as_plain_npz(tmp_path):
     assert r.returncode == 0 and "imported 0 labels" in r.stdout, r.stdout + r.stderr
     with np.load(tmp_path / "new" / "y.npz", allow_pickle=False) as npz:  # its folder made
         assert len(npz["mu"]) == 3
+    # Not into the store of a run still going: one long write would hold up its labelling.
+    from launch.rundir import RunDirLock
+
+    (tmp_path / "run").mkdir()
+    held = RunDirLock(tmp_path / "run")
+    try:
+        r = subprocess.run([*show, str(tmp_path / "run"), "--import", str(tmp_path / "x.npz")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    finally:
+        held.release()
+    assert r.returncode == 2 and "is in use by pid" in r.stderr and r.stderr.count("\n") == 1
+    assert not (tmp_path / "run" / "prefs.sqlite").exists()
 
 
 def test_a_run_directory_written_by_earlier_code_resumes(tmp_path):
