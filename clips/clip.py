@@ -73,8 +73,9 @@ class Clip:
     @property
     def key(self) -> bytes:
         """Identifies the clip's content: the same clip in two labels has the same key. It hashes
-        the packed bytes (no decompression), which the store and demonstration files keep as they
-        were packed."""
+        the packed bytes (no decompression), which the store keeps as they were packed; a
+        demonstration file keeps the frames, packed again as they are read (the same bytes from
+        one zlib build)."""
         return hashlib.blake2b(self.frames_z + self.actions.tobytes(), digest_size=16).digest()
 
     @property

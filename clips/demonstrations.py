@@ -13,6 +13,7 @@ and `env_id`.
 """
 from __future__ import annotations
 
+import zipfile
 from collections import deque
 from pathlib import Path
 from typing import Sequence
@@ -20,6 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from clips.clip import FRAME_SHAPE, STACK, Clip, Preference
+from runtime.outputs import replace_durably
 
 DEMONSTRATION_SIDES = ("left", "right", "both")  # which clips of a label are demonstrations
 RECENT_LABELS = 100  # labels the TensorBoard share of demonstrations preferred is taken over
@@ -34,22 +36,32 @@ def save_demonstrations(path: str | Path, env_id: str, clips: Sequence[Clip]) ->
     """Write `clips` of one game (all of one length) to `path`."""
     if not clips or len({len(c) for c in clips}) != 1:
         raise DemonstrationsError(f"{path}: needs clips, all of one length")
-    with open(path, "wb") as f:  # an open file: savez would add ".npz" to a name without it
-        np.savez_compressed(
-            f, frames=np.stack([c.frames() for c in clips]),
-            actions=np.stack([c.actions for c in clips]).astype(np.int64),
-            true_rewards=np.stack([c.true_rewards for c in clips]).astype(np.float32),
-            dones=np.stack([np.zeros(len(c), bool) if c.dones is None else c.dones
-                            for c in clips]),
-            env_id=np.array(env_id))
+    tmp = Path(f"{path}.tmp")  # put in place whole: a recording stopped mid-write leaves none
+    try:
+        with open(tmp, "wb") as f:  # an open file: savez would add ".npz" to a name without it
+            np.savez_compressed(
+                f, frames=np.stack([c.frames() for c in clips]),
+                actions=np.stack([c.actions for c in clips]).astype(np.int64),
+                true_rewards=np.stack([c.true_rewards for c in clips]).astype(np.float32),
+                dones=np.stack([np.zeros(len(c), bool) if c.dones is None else c.dones
+                                for c in clips]),
+                env_id=np.array(env_id))
+        replace_durably(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def load_demonstrations(path: str | Path, env_id: str | None = None) -> list[Clip]:
     """The clips in `path`; with `env_id`, they must be of that game. Raises DemonstrationsError."""
     try:
-        with np.load(Path(path).expanduser(), allow_pickle=False) as f:
+        loaded = np.load(Path(path).expanduser(), allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):  # one array (.npy), not an archive
+            raise ValueError(path)
+        with loaded as f:
             missing = [k for k in KEYS if k not in f.files]
             data = {k: f[k] for k in KEYS if k in f.files}
+    except zipfile.BadZipFile:  # e.g. a file cut short while it was written
+        raise DemonstrationsError(f"{path} is damaged (not a whole NumPy archive)") from None
     except OSError as e:
         raise DemonstrationsError(f"{path}: {e.strerror or e}") from None
     except (ValueError, EOFError):

@@ -45,6 +45,10 @@ def at_least_one(v: int) -> str | None:
     return None if v >= 1 else "must be at least 1"
 
 
+def a_pair(v: int) -> str | None:
+    return None if v >= 2 else "must be at least 2 (a pair of clips)"
+
+
 def fraction(v: float) -> str | None:
     return None if 0.0 <= v < 1.0 else "must be in [0, 1)"
 
@@ -202,7 +206,7 @@ class Settings:
         "labels, never trained on", check=positive)
     max_clips: int = setting(
         LabellingConfig.max_clips, "prefs",
-        "recent clips kept by labelling to draw pairs from", check=positive, old_name="max_segs")
+        "recent clips kept by labelling to draw pairs from", check=a_pair, old_name="max_segs")
     max_pairs_per_clip: int = setting(
         LabellingConfig.max_pairs_per_clip, "prefs", "offer each clip in at most this many "
         "pairs, so that synthetic labels made faster than clips arrive wait for new clips (0: no "

@@ -111,6 +111,8 @@ def test_original_rewards_smoke_run_writes_the_run_directory_and_resumes(tmp_pat
      "--max_predictor_labels_per_step must not be negative"),
     (["train_policy_with_preferences", "MovingDot-v0", "--max_pairs_per_clip", "-1"],
      "--max_pairs_per_clip must not be negative"),
+    (["train_policy_with_preferences", "MovingDot-v0", "--max_clips", "1"],
+     "--max_clips must be at least 2"),
     (["train_policy_with_original_rewards"], "required: env_id"),
     (["train_policy_with_original_rewards", "MovingDot-v0", "--lr", "nan"],
      "--lr: must be a finite number"),

@@ -62,7 +62,12 @@ def test_a_file_that_cannot_be_used_is_one_line_naming_it(tmp_path):
     np.savez(bad_action, **{**arrays, "actions": arrays["actions"] + 7})
     np.savez(nan_reward, **{**arrays, "true_rewards": np.full_like(arrays["true_rewards"],
                                                                    np.nan)})
+    one_array, cut = tmp_path / "one.npy", tmp_path / "cut.npz"
+    np.save(one_array, np.zeros(3))
+    cut.write_bytes(good.read_bytes()[:len(good.read_bytes()) // 2])  # a recording stopped mid-write
     for path, env, words in [(tmp_path / "none.npz", None, "No such file"),
+                             (one_array, None, "not a NumPy archive"),
+                             (cut, None, "is damaged"),
                              (bad_action, ENV, r"actions must be whole numbers in \[0, 4\]"),
                              (nan_reward, None, "not a finite number"),
                              (text, None, "not a NumPy archive"),
@@ -129,7 +134,7 @@ def test_labelling_draws_pairs_from_the_agents_clips_and_the_demonstrations(tmp_
     named = {(True, False): "left", (False, True): "right", (True, True): "both"}
     expected = [named.get((p[1].frames()[0, 0, 0] == 255, p[3].frames()[0, 0, 0] == 255))
                 for p in pairs]
-    assert [row[-1] for row in labelling.store.label_rows()] == expected
+    assert [row[9] for row in labelling.store.label_rows()] == expected
     for _ in range(3):  # more rounds: the demonstrations come back, each in its own split
         for clip in _clips(30, seed=3, value=0):
             clips.put(clip)
@@ -281,7 +286,7 @@ def test_the_store_keeps_which_clips_are_demonstrations_through_export_and_show_
     agent, demo = _clips(2, value=0), _clips(1, value=255)[0]
     with PreferenceStore(tmp_path / "a.sqlite") as a:
         a.add(Preference(agent[0], agent[1], 0.5))  # before any: the store keeps its columns
-        assert a.label_rows()[0][-1] is None and not a._has_column("demonstration")
+        assert a.label_rows()[0][9] is None and not a._has_column("demonstration")
         a.add(Preference(demo, agent[0], 1.0, demonstration="left"))
         a.add(Preference(agent[1], demo, 0.0, demonstration="right"))
         with pytest.raises(ValueError, match="demonstration must be one of"):
@@ -298,7 +303,7 @@ def test_the_store_keeps_which_clips_are_demonstrations_through_export_and_show_
         assert z["demonstration"].tolist() == ["", "left", "right"]
     with PreferenceStore(tmp_path / "b.sqlite") as b:
         assert b.import_npz(tmp_path / "x.npz") == 3
-        assert [row[-1] for row in b.label_rows()] == [None, "left", "right"]
+        assert [row[9] for row in b.label_rows()] == [None, "left", "right"]
     bad = tmp_path / "bad.npz"  # a side that is none of the three: the file adds nothing
     with np.load(tmp_path / "x.npz", allow_pickle=False) as z:
         np.savez(bad, **{k: z[k] for k in z.files if k != "demonstration"},

@@ -75,7 +75,8 @@ class ClipBuffer:
     def add(self, clip: Clip, is_validation: bool | None = None) -> int:
         """Keep a clip, evicting the oldest beyond `max_clips`; returns its id. Its split is
         drawn, unless `is_validation` gives it (a clip that comes back, as a demonstration does,
-        keeps one split, so that no label of one split shares its content with the other)."""
+        keeps one split, so that it is in labels of one split only; two clips of the same
+        content cut apart, say a still scene, may still fall in both)."""
         clip_id = self._next_id
         self._next_id += 1
         self._clips[clip_id] = clip
