@@ -66,7 +66,7 @@ def test_a_single_env_is_refused_in_one_line(tmp_path):
 
 def test_a_bad_setting_is_a_value_error_and_writes_nothing(tmp_path):
     env = GymVectorEnv("MovingDotNoFrameskip-v0", 2)
-    with pytest.raises(ValueError, match="--max_clips must be positive"):
+    with pytest.raises(ValueError, match="--max_clips must be at least 2"):
         PreferenceVecEnv(env, log_dir=str(tmp_path / "r"), max_clips=0)
     assert not (tmp_path / "r").exists()
 
