@@ -450,14 +450,15 @@ class PreferenceStore:
 
     @_db_errors_as_store_errors
     def import_npz(self, path: str | os.PathLike) -> int:
-        """Add every label of a file written by `export_npz` (new ids, original times); returns
-        the number added. A label the store holds already (the same time, source and clip
-        lengths, whatever its answer: the file was imported before, or taken before an answer
-        was changed) is not added again. All or nothing: a bad file
-        raises StoreError and adds no label. Labellers come from the file's `labeller` array,
-        the ensemble's answers from `ensemble_p` and the demonstration clips from
-        `demonstration`; files without them (format 1, older format 2) give labels that name
-        nobody, keep no ensemble answer, or mark no demonstration."""
+        """Add every label of a file written by `export_npz` (new ids, original times); returns the
+        number added. A label the store holds already (the same time, source and clip
+        lengths, whatever its answer: the file was imported before, or taken before an
+        answer was changed) is not added again. All or nothing: a bad file raises StoreError
+        and adds no label. Labellers come from the file's `labeller` array, the ensemble's
+        answers from `ensemble_p` and the demonstration clips from `demonstration`; files
+        without them (format 1, older format 2) give labels that name nobody, keep no
+        ensemble answer, or mark no demonstration.
+        """
         try:
             z = np.load(path, allow_pickle=False)
             if not hasattr(z, "files"):  # an .npy: one array, not an archive
