@@ -101,7 +101,7 @@ def parse_args(argv: list[str]) -> Run:
     settings = Settings(**given)
     run = resolve(with_env_settings(settings, given))
     run.unused_flags = unused_settings(settings.mode, run.env_kind, list(given))
-    run.idle_flags = idle_settings(settings, [n for n in given if n not in run.unused_flags])
+    run.idle_flags += idle_settings(settings, [n for n in given if n not in run.unused_flags])
     return run
 
 
@@ -113,8 +113,14 @@ def given_flags(argv: list[str]) -> dict[str, Any]:
 
 
 def with_env_settings(settings: Settings, given: dict[str, Any]) -> Settings:
-    """The environment's own settings (launch/env_settings.py) for every flag not given."""
-    own = {k: v for k, v in env_settings(settings.env_id).items() if k not in given}
+    """The environment's own settings (launch/env_settings.py) for every flag not given. Where
+    A2C's rate decays to 0 at the end of the environment's run (Pong's, MovingDot's), it does so
+    at the end of a run of another length too."""
+    env = env_settings(settings.env_id)
+    own = {k: v for k, v in env.items() if k not in given}
+    if "million_timesteps" in given and "lr_zero_million_timesteps" in own \
+            and env["lr_zero_million_timesteps"] == env.get("million_timesteps"):
+        own["lr_zero_million_timesteps"] = given["million_timesteps"]
     return dataclasses.replace(settings, **own)
 
 
@@ -274,6 +280,12 @@ def resolve(s: Settings, run_dir: Path | None = None, start: dict[str, Any] | No
         except ValueError as e:
             raise UsageError(str(e)) from None
     check_checkpoints(run)
+    zero = s.lr_zero_million_timesteps
+    if s.mode in TRAINING_MODES and zero is not None and zero < s.million_timesteps:
+        run.idle_flags.append(
+            f"A2C's learning rate reaches 0 at {zero:g}M agent steps "
+            f"(--lr_zero_million_timesteps), before the run's end at {s.million_timesteps:g}M: "
+            "the policy learns nothing after it")
     return run
 
 

@@ -553,6 +553,16 @@ def test_an_environments_settings_apply_unless_a_flag_is_given(tmp_path):
     pong = parsed("train_policy_with_preferences", "PongNoFrameskip-v4", "--no_batchnorm")
     assert pong.dropout == 0.5 and pong.min_predictor_labels_per_step == 0.1
     assert not pong.batchnorm
+    # Pong's rate decays to 0 at its run's end: at the end of a longer run too, unless given
+    longer = cli.parse_args(["train_policy_with_preferences", "PongNoFrameskip-v4",
+                             "--million_timesteps", "10", "--log_dir", str(tmp_path / "never")])
+    assert longer.settings.lr_zero_million_timesteps == 10 and not longer.idle_flags
+    cut = cli.parse_args(["train_policy_with_preferences", "PongNoFrameskip-v4",
+                          "--million_timesteps", "10", "--lr_zero_million_timesteps", "6",
+                          "--log_dir", str(tmp_path / "never")])
+    assert cut.idle_flags == ["A2C's learning rate reaches 0 at 6M agent steps "
+                              "(--lr_zero_million_timesteps), before the run's end at 10M: the "
+                              "policy learns nothing after it"]
     other = parsed("train_policy_with_preferences", "BreakoutNoFrameskip-v4")
     assert other.n_initial_prefs == 500 and other.label_schedule == "none"  # the flags' defaults
     assert other.dropout == 0.5 and other.batchnorm  # and App. A.2's predictor, as every game's
