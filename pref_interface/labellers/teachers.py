@@ -69,7 +69,9 @@ def teacher_return(clip: Clip, episode_end_penalty: float = 0.0, gamma: float = 
 
 def default_episode_end_penalty(env_id: str) -> float:
     """App. A: the synthetic oracle penalises episode ends in Atari games, except in Pong (where
-    the episode ends only once the game is decided); MovingDot's episodes end on a timer."""
+    the episode ends only once the game is decided); MovingDot's episodes end on a timer. An end
+    by a time limit counts as one (Enduro's cut at 3,000 agent steps, App. A.2, ends nearly every
+    episode), as an env's `done` tells it."""
     from envs import env_kind
 
     return 0.0 if env_kind(env_id) != "atari" or env_id.startswith("Pong") else 1.0
