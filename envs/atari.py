@@ -79,6 +79,7 @@ class AtariVecEnv(VecEnv):
         self.env = make_ale_vector_env(game, num_envs, num_threads, noop_max=noop_max)
         self.num_actions = int(self.env.single_action_space.n)
         self.score_rows = SCORE_ROWS.get(game, DEFAULT_SCORE_ROWS)
+        self._seeded = False  # the first reset starts from `seed`; later ones go on from there
         self._init_episode_stats()
 
     def _blank(self, obs: np.ndarray) -> np.ndarray:
@@ -87,7 +88,10 @@ class AtariVecEnv(VecEnv):
         return obs
 
     def reset(self, seed: int | None = None) -> np.ndarray:
-        obs, _ = self.env.reset(seed=self.seed if seed is None else seed)
+        if seed is None and not self._seeded:
+            seed = self.seed
+        self._seeded = True
+        obs, _ = self.env.reset(seed=seed)  # None: new starts, as MovingDot's reset gives
         self._init_episode_stats()
         return self._blank(obs)
 

@@ -116,6 +116,29 @@ def test_pong_reports_its_score_at_episode_end():
     env.close()
 
 
+def test_a_reset_without_a_seed_starts_new_episodes_not_the_first_ones_again():
+    """run_checkpoint resets after an episode cut at --max_steps: a greedy policy must not play
+    the same episode again. The first reset starts from the env's seed."""
+    def after_steps(env) -> np.ndarray:
+        rng = np.random.default_rng(0)
+        for _ in range(40):
+            obs = env.step(rng.integers(0, env.num_actions, 4)).obs
+        return obs
+
+    env = make_vec_env("BreakoutNoFrameskip-v4", 4, seed=3, num_threads=1)
+    same = make_vec_env("BreakoutNoFrameskip-v4", 4, seed=3, num_threads=1)
+    try:
+        env.reset()
+        same.reset(seed=3)
+        first = after_steps(env)
+        assert np.array_equal(first, after_steps(same))  # the env's seed, as given
+        env.reset()
+        assert not np.array_equal(after_steps(env), first)
+    finally:
+        env.close()
+        same.close()
+
+
 def test_life_loss_is_not_an_episode_end():
     env = make_vec_env("BreakoutNoFrameskip-v4", 1, seed=0, num_threads=1)
     env.reset()
