@@ -1,4 +1,5 @@
-"""The A2C update rule (Mnih et al. 2016, synchronous), with the paper's hyperparameters (App. A.2)."""
+"""The A2C update rule (Mnih et al. 2016, synchronous), with the paper's hyperparameters (App. A.2;
+those it does not give are OpenAI baselines' A2C's: a2c/config.py)."""
 from __future__ import annotations
 
 import torch

@@ -34,7 +34,7 @@ OPTIMIZERS = ("rmsprop_torch", "rmsprop_tf")  # torch's RMSprop, or TensorFlow's
 class A2CConfig:
     """A2C hyperparameters; defaults are the paper's Atari settings (App. A.2) but the optimiser
     (torch's RMSprop, not TensorFlow's) and the rate's schedule (none by default), both said in the
-    README."""
+    README, and where the paper gives none (the value loss's weight, the gradient's clip)."""
 
     n_envs: int = 16
     n_steps: int = 5  # steps per env per update
@@ -44,7 +44,7 @@ class A2CConfig:
     rms_eps: float = 1e-5
     optimizer: str = "rmsprop_torch"  # or "rmsprop_tf", as baselines' A2C (a2c/optim.py)
     ent_coef: float = 0.01
-    vf_coef: float = 0.5
+    vf_coef: float = 0.5  # the paper gives none: OpenAI baselines' A2C's, as the two below
     max_grad_norm: float = 0.5
     lr_zero_timesteps: float | None = None  # lr decays linearly to 0 here (paper: 80M); None: constant
     # lr rises linearly from 0 over these first agent steps (None: none), while RMSProp's mean

@@ -306,7 +306,7 @@ class Settings:
         "random (App. A: 0.1; 0: the plain Bradley-Terry model)", check=fraction)
     show_episode_ends: bool = setting(
         False, "predictor", "let A2C see episode ends (game overs and time limits, never life "
-        "losses), which the paper hides (App. A)")
+        "losses), which the paper hides (App. A); A2C on the game's reward always sees them")
     reward_std: float = setting(
         TrainerConfig.reward_std, "predictor",
         "std the predicted reward is normalised to (App. A.2: 0.05 for Atari)", check=positive)
