@@ -189,7 +189,8 @@ def resume(run_dir: Path, given: dict[str, Any]) -> Run:
                                 "--n_initial_prefs to go on")
     predictor = run_dir / "reward_predictor" / PREDICTOR_FILE
     start = dict(prefs_path=None,  # the run's own store, as it is
-                 policy_ckpt_dir=str(policy) if kept else None,
+                 # stopped before its first checkpoint: the policy it was started from
+                 policy_ckpt_dir=str(policy) if kept else settings.load_policy_ckpt_dir,
                  reward_ckpt_path=str(predictor) if predictor.is_file() else
                  predictor_file(settings))
     run = resolve(settings, run_dir, start)

@@ -15,7 +15,7 @@ from launch.rundir import (PREDICTOR_FILE, PREFS_FILE, Run, epochs_pretrained,
                            record_epochs_pretrained)
 from launch.session import Session
 from launch.summary import RunReport
-from launch.supervisor import EXIT_CRASHED, Progress, Supervisor, a2c_status
+from launch.supervisor import Progress, Supervisor, a2c_status
 from pref_interface.store import PreferenceStore, stored_labels
 from reward_predictor import entry_points as predictor
 
@@ -111,7 +111,7 @@ def pretrain_phase(run: Run, ctx, session: Session, prefs_path: str) -> tuple[in
         "pretraining", n_epochs, "epoch",
         lambda: (done + stats.epoch.value, stats.val_accuracy_text())))
     own = run.dir / "reward_predictor" / PREDICTOR_FILE
-    if own.is_file() and code != EXIT_CRASHED:  # a crashed trainer saved no checkpoint at its end
+    if own.is_file():  # saved at its end however it ended, a crash included
         record_epochs_pretrained(run.dir, done + stats.epoch.value)
     return code, str(own) if own.is_file() else None
 
@@ -194,7 +194,9 @@ def prepare_predictor(run: Run, ctx, session: Session, report: RunReport | None 
             print(f"no labels to train the reward predictor on: stopping{hint}", file=sys.stderr)
             return 0, None, None
     predictor_path = run.reward_ckpt_path
-    if not run.reward_ckpt_path or run.resumed:
+    own = run.dir / "reward_predictor" / PREDICTOR_FILE
+    # A loaded predictor is not pretrained; a resumed run finishes its own pretraining.
+    if not run.reward_ckpt_path or (run.resumed and Path(run.reward_ckpt_path) == own):
         code, predictor_path = pretrain_phase(run, ctx, session, prefs_path)
         if code:
             return code, None, None

@@ -336,6 +336,30 @@ def test_another_games_policy_or_a_weights_file_is_refused_before_the_run(tmp_pa
         assert not (tmp_path / "r").exists()
 
 
+def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_policy_it_started_from(
+        tmp_path):
+    """A preference run spends its gathering and pretraining without a policy checkpoint of its
+    own: stopped there, it goes on from --load_policy_ckpt_dir's policy, not a fresh one."""
+    from a2c.a2c import A2C, A2CConfig
+    from a2c.checkpoint import save_policy
+    import json
+
+    from a2c.policies import make_policy
+    from launch.cli import parse_args
+
+    net = make_policy("moving_dot", 5)
+    save_policy(tmp_path / "start" / "policy", net, A2C(net, A2CConfig()).optimizer, timesteps=8,
+                updates=1)
+    (tmp_path / "start" / "settings.json").write_text("{}")
+    new = parse_args(["train_policy_with_preferences", "MovingDot-v0", "--synthetic_prefs",
+                      "--load_policy_ckpt_dir", str(tmp_path / "start"),
+                      "--log_dir", str(tmp_path / "run")])
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "settings.json").write_text(json.dumps(new.settings.to_json()))
+    resumed = parse_args(["--resume", str(tmp_path / "run")])
+    assert resumed.policy_ckpt_dir == new.policy_ckpt_dir == str(tmp_path / "start" / "policy")
+
+
 def test_a_run_directory_goes_unguarded_where_the_filesystem_has_no_flock(tmp_path,
                                                                           monkeypatch):
     import errno
