@@ -289,7 +289,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 # What --resume takes from the stopped sweep's file, never from its own command line.
 KEPT_ON_RESUME = ("seeds", "grid", "storage", "cpus_per_trial", "gpus_per_trial", "max_failures",
-                  "level", "window")
+                  "level", "window", "progress_s")  # (Tune restores the sweep's progress line)
 
 
 def spec_from(a: argparse.Namespace, command: list[str]) -> tuple[SweepSpec, Path]:
@@ -340,8 +340,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.dry_run:
         list_trials(spec.command, all_trials, storage / RUNS_DIR, spec.gpus_per_trial)
         return 0
-    storage.mkdir(parents=True, exist_ok=True)
-    write_json(storage / SWEEP_FILE, asdict(spec))
+    try:
+        storage.mkdir(parents=True, exist_ok=True)
+        write_json(storage / SWEEP_FILE, asdict(spec))
+    except OSError as e:  # a file there, or a folder it cannot write
+        print(f"{a.prog}: error: --storage {storage}: {e.strerror or e}", file=sys.stderr)
+        return 2
     code = run_sweep(spec.command, all_trials, storage, cpus_per_trial=spec.cpus_per_trial,
                      gpus_per_trial=spec.gpus_per_trial, address=a.address, prog=a.prog,
                      max_failures=spec.max_failures, progress_s=a.progress_s,
@@ -361,7 +365,9 @@ def report(spec: SweepSpec, storage: Path) -> None:
     if not runs.is_dir() or not any(d.is_dir() for d in runs.iterdir()):
         return
 
-    env_id = next(w for w in spec.command[1:] if not w.startswith("-"))
+    from launch.cli import build_parser
+
+    env_id = build_parser(with_defaults=False).parse_args(spec.command).env_id
     argv = [env_id, "--sweep", str(storage), "--window", str(spec.window),
             "--out", str(storage / "sweep.png")]
     reproduction.main(argv + (["--level", str(spec.level)] if spec.level is not None else []))

@@ -49,7 +49,8 @@ def check_steps_left(run_dir: Path, done: int, million_timesteps: float) -> None
     if at_target(done, million_timesteps):
         raise TargetReached(f"{run_dir} is at {done:,} agent steps, its target "
                             f"(--million_timesteps {million_timesteps:g}): nothing to do; give a "
-                            "larger --million_timesteps to go on")
+                            "larger --million_timesteps to go on (and --lr_zero_million_timesteps "
+                            "where A2C's rate reached 0 at the end)")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -36,6 +36,9 @@ def first_error(calls: Sequence[Callable[[], object]]) -> str | None:
         return f"the checks of {_names(calls)} ended without an answer"
     finally:
         proc.join(timeout=30)
+        if proc.is_alive():  # stuck (a checkpoint on a hung filesystem): run.py still exits
+            proc.kill()
+            proc.join(timeout=5)
 
 
 def _names(calls: Sequence[Callable[[], object]]) -> str:

@@ -214,6 +214,12 @@ def test_a_sweep_is_continued_with_resume_not_started_twice(tmp_path, capsys):
     assert "leave out --seeds, --cpus_per_trial" in capsys.readouterr().err
     assert main(["--resume", str(storage), "--seeds", "0", "--window=10"]) == 2
     assert "leave out --seeds, --window" in capsys.readouterr().err
+    assert main(["--resume", str(storage), "--progress_s", "5"]) == 2  # Tune keeps its own
+    assert "leave out --progress_s" in capsys.readouterr().err
+    # a file where the sweep's folder would go: one line, nothing written
+    assert main(["--storage", str(tmp_path / "file"), "--", *TINY]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--storage {tmp_path / 'file'}" in err, err
     # a shortened flag is not taken for another (`--seed` is run.py's, not `--seeds`)
     with pytest.raises(SystemExit):
         main(["--seed", "1", "--storage", str(tmp_path / "s2"), "--dry_run", "--", *TINY])
