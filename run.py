@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     except TargetReached as e:
         print(f"run.py: {e}", file=sys.stderr)
         return 0
+    except KeyboardInterrupt:  # a stop signal while the run was being set up: nothing to save
+        print("run.py: stopped before the run started", file=sys.stderr)
+        return interrupted_status()
     if run.unused_flags:
         print(f"run.py: note: --{', --'.join(run.unused_flags)}: not used by "
               f"{run.settings.mode} on {run.settings.env_id}", file=sys.stderr)
