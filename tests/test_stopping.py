@@ -136,3 +136,19 @@ def test_the_leftover_check_sees_what_a_run_killed_outright_left_in_dev_shm(tmp_
     for name in leaked:
         os.unlink(f"/dev/shm/{name}")
     assert leaked and all(n.startswith("sem.") for n in leaked)
+
+
+def test_a_stop_while_the_run_is_set_up_is_one_line_and_the_signals_status(monkeypatch, capsys,
+                                                                          stop_handlers_restored):
+    """Parsing and the preflight checks take seconds (torch's import, a checkpoint read): a
+    Ctrl-C then ends run.py in one line, with nothing started and nothing to save."""
+    import run
+    from launch import stopping
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(stopping, "_received", [])
+    monkeypatch.setattr(run, "parse_args", interrupted)
+    assert run.main(["train_policy_with_original_rewards", "MovingDot-v0"]) == 130
+    assert capsys.readouterr().err == "run.py: stopped before the run started\n"
