@@ -196,7 +196,7 @@ def prepare_predictor(run: Run, ctx, session: Session, report: RunReport | None 
     predictor_path = run.reward_ckpt_path
     own = run.dir / "reward_predictor" / PREDICTOR_FILE
     # A loaded predictor is not pretrained; a resumed run finishes its own pretraining.
-    if not run.reward_ckpt_path or (run.resumed and Path(run.reward_ckpt_path) == own):
+    if not run.reward_ckpt_path or (run.resumed and Path(run.reward_ckpt_path).resolve() == own.resolve()):
         code, predictor_path = pretrain_phase(run, ctx, session, prefs_path)
         if code:
             return code, None, None
