@@ -219,14 +219,15 @@ class RunUnderTest:
 
 def one_try(workdir: Path, phase: str, rng: random.Random, wrapper: bool = False,
             sig: int = signal.SIGTERM, kill_child: str | None = None,
-            to_group: bool = True, max_delay_s: float = 2.0) -> Try:
+            to_group: bool = True, max_delay_s: float = 2.0,
+            child_signal: int = signal.SIGKILL) -> Try:
     """Start a run, wait for `phase` and a random moment in it, stop it, report how it went.
     The signal goes to the run's process group, or to its main process alone (`to_group=False`);
-    with `kill_child`, SIGKILL goes to that child alone instead."""
+    with `kill_child`, `child_signal` (SIGKILL unless said) goes to that child alone instead."""
     shm_before = shm_entries()
     run = RunUnderTest(workdir, wrapper, EPOCHS[phase])
     delay = rng.uniform(0.0, max_delay_s)
-    how = f"SIGKILL to {kill_child}" if kill_child else (
+    how = f"{signal.Signals(child_signal).name} to {kill_child}" if kill_child else (
         f"{signal.Signals(sig).name} to the " + ("group" if to_group else "main process"))
     result = Try(phase, delay, how)
     if not run.wait_for(phase):
@@ -248,7 +249,7 @@ def one_try(workdir: Path, phase: str, rng: random.Random, wrapper: bool = False
             time.sleep(0.02)
         t_signal = time.monotonic()
         if pid is not None:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, child_signal)
     elif to_group:
         os.killpg(run.pgid, sig)
     else:

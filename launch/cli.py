@@ -189,7 +189,8 @@ def resume(run_dir: Path, given: dict[str, Any]) -> Run:
                                 f"{settings.n_initial_prefs}): nothing to do; give a larger "
                                 "--n_initial_prefs to go on")
     predictor = run_dir / "reward_predictor" / PREDICTOR_FILE
-    start = dict(prefs_path=None,  # the run's own store, as it is
+    start = dict(prefs_path=None if (run_dir / PREFS_FILE).is_file()  # the run's own store
+                 else label_store(settings),  # --load_prefs_dir's, not yet copied when stopped
                  # stopped before its first checkpoint: the policy it was started from
                  policy_ckpt_dir=str(policy) if kept else settings.load_policy_ckpt_dir,
                  reward_ckpt_path=str(predictor) if predictor.is_file() else

@@ -117,14 +117,19 @@ def pretrain_phase(run: Run, ctx, session: Session, prefs_path: str) -> tuple[in
 
 
 def copy_prefs(run: Run) -> str:
-    """This run's store: a copy of --load_prefs_dir's, so the original is never written to."""
+    """This run's store: a copy of --load_prefs_dir's, so the original is never written to. The
+    copy is made beside the store and renamed into place once whole: a run stopped while copying
+    has no store yet, and its resume copies again (`launch.cli`)."""
     from pref_interface.store import PreferenceStore
+    from runtime.outputs import replace_durably
 
-    path = str(run.dir / PREFS_FILE)
+    path = run.dir / PREFS_FILE
     if run.prefs_path:
+        part = path.with_name(PREFS_FILE + ".copying")
         with PreferenceStore(run.prefs_path, create=False) as src:
-            src.backup_to(path)
-    return path
+            src.backup_to(part)
+        replace_durably(part, path)
+    return str(path)
 
 
 def gather_initial_prefs(run: Run, ctx, session: Session, report: RunReport) -> int:

@@ -258,6 +258,8 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         ending = sys.exc_info()[1] or getattr(sys, "last_value", None)
         if not self._exit_status and signal_received():
             self._exit_status = interrupted_status()
+        elif not self._exit_status and self._loop.sup.signalled_status():
+            self._exit_status = self._loop.sup.signalled_status()
         elif not self._exit_status and isinstance(ending, KeyboardInterrupt):
             self._exit_status = EXIT_INTERRUPTED
         elif not self._exit_status and isinstance(ending, Exception):

@@ -2,10 +2,12 @@
 what it holds, and its creation with the command and settings recorded."""
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import shlex
+import shutil
 import socket
 import sys
 import time
@@ -181,23 +183,44 @@ def make_run_dir(run: Run) -> RunDirLock:
     """Create (or, resumed, take) the run directory, held by this process until the returned
     lock is released, and record the exact command, the machine and the settings (a resumed run
     appends its command and machine and writes the flags it overrode into the settings file, so
-    that the next resume keeps them). RunDirBusy when another process holds it."""
-    from runtime.machine import processor
-
-    run.dir.mkdir(parents=True, exist_ok=run.resumed)
-    lock = RunDirLock(run.dir)
+    that the next resume keeps them). RunDirBusy when another process holds it. A new run's
+    directory is filled beside its place and renamed into it, so that a stop or a full disk
+    while it is made leaves no directory without settings, which neither a new run nor a
+    `--resume` could take."""
+    if run.resumed:
+        lock = RunDirLock(run.dir)
+        try:
+            _record_start(run, run.dir)
+        except BaseException:
+            lock.release()
+            raise
+        return lock
+    run.dir.parent.mkdir(parents=True, exist_ok=True)
+    making = run.dir.parent / f".{run.dir.name}.making-{os.getpid()}"
+    making.mkdir()
+    lock = RunDirLock(making)  # the lock moves with the directory
     try:
-        with open(run.dir / COMMAND_FILE, "a") as f:
-            f.write(shlex.join([sys.executable] + sys.argv) + "\n")
-        with open(run.dir / MACHINES_FILE, "a") as f:
-            started = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-            f.write(f"{started}\t{processor()}\tpolicy on {run.policy_device}, "
-                    f"predictor on {run.predictor_device}\n")
-        write_json(run.dir / SETTINGS_FILE, run.settings.to_json())
+        _record_start(run, making)
+        if run.dir.exists():  # made meanwhile by another process (os.rename would replace an empty one)
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(run.dir))
+        os.rename(making, run.dir)
     except BaseException:
         lock.release()
+        shutil.rmtree(making, ignore_errors=True)
         raise
     return lock
+
+
+def _record_start(run: Run, where: Path) -> None:
+    from runtime.machine import processor
+
+    with open(where / COMMAND_FILE, "a") as f:
+        f.write(shlex.join([sys.executable] + sys.argv) + "\n")
+    with open(where / MACHINES_FILE, "a") as f:
+        started = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        f.write(f"{started}\t{processor()}\tpolicy on {run.policy_device}, "
+                f"predictor on {run.predictor_device}\n")
+    write_json(where / SETTINGS_FILE, run.settings.to_json())
 
 
 def load_agent_progress(run_dir: Path) -> dict[str, Any]:

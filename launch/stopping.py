@@ -4,7 +4,8 @@ Ctrl-C (SIGINT), SIGTERM (what `timeout`, Slurm, systemd and container runtimes 
 stop a run the same way, whether they reach the main process alone or the whole process group:
 the main process turns the first one into KeyboardInterrupt (the supervisor then sets the flag
 and waits for every child to save its work), and a child that gets one sets the flag itself.
-The exit status is 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP).
+The exit status is 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP),
+also where the signal reached one child alone.
 """
 from __future__ import annotations
 
@@ -122,14 +123,21 @@ def signals_held() -> Iterator[None]:
             raise KeyboardInterrupt
 
 
-def stop_child_on_signals(stop: StopFlag) -> None:
+def stop_child_on_signals(stop: StopFlag, signalled: Any = None) -> None:
     """In a child of the run: a stop signal sets the run's stop flag, so the child (and its
-    siblings) end their loops and save, as when the supervisor stops them. The kernel sends this
-    process SIGTERM when the supervisor dies (runtime/process_setup.py): a clean stop too. Then the
-    signals held since the child started (`signals_held`) are let through."""
+    siblings) end their loops and save, as when the supervisor stops them, and the first such
+    signal is noted in `signalled` (a shared int), so that a run whose child alone was signalled
+    ends as stopped by that signal, not as finished. The kernel sends this process SIGTERM when the
+    supervisor dies (runtime/process_setup.py): a clean stop too. Then the signals held since the
+    child started (`signals_held`) are let through."""
+    def on_signal(signum: int, frame: Any) -> None:
+        if signalled is not None and not signalled.value:
+            signalled.value = signum
+        stop.set()
+
     for sig in STOP_SIGNALS:
         if _wanted(sig):
-            signal.signal(sig, lambda signum, frame: stop.set())
+            signal.signal(sig, on_signal)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 

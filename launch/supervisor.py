@@ -54,11 +54,12 @@ class Progress:
         return f"{self.desc} {done:,}/{self.total:,}{rate}" + (f" | {status}" if status else "")
 
 
-def _child(call: Callable[[], object], errors, stop: StopFlag) -> None:
+def _child(call: Callable[[], object], errors, stop: StopFlag, signalled) -> None:
     """Entry point of every child: a stop signal (Ctrl-C, SIGTERM, SIGHUP, or the supervisor's
-    death) sets the run's stop flag, so every child saves and ends; an exception is sent to the
-    supervisor as text and the child exits non-zero. The child shows its name in `ps`."""
-    stop_child_on_signals(stop)
+    death) sets the run's stop flag, so every child saves and ends, and is noted in `signalled`;
+    an exception is sent to the supervisor as text and the child exits non-zero. The child shows
+    its name in `ps`."""
+    stop_child_on_signals(stop, signalled)
     name_process(mp.current_process().name)
     die_with_parent()
     try:
@@ -74,6 +75,7 @@ class Supervisor:
     def __init__(self, ctx):
         self.ctx = ctx
         self.stop_event = StopFlag(ctx)
+        self.child_signal = ctx.RawValue("i", 0)  # the first stop signal a child had; 0: none
         self.errors = ctx.Queue()
         # read in a thread: a child killed part-way through sending its traceback holds up
         # only that thread, never the stop of the others
@@ -95,7 +97,7 @@ class Supervisor:
         ctx = spawn_context() if environ else self.ctx
         proc = ctx.Process(target=_child,
                                 args=(functools.partial(target, *args, **kwargs), self.errors,
-                                      self.stop_event),
+                                      self.stop_event, self.child_signal),
                                 name=name, daemon=False)
         with child_environ(environ or {}), signals_held():
             proc.start()
@@ -131,7 +133,7 @@ class Supervisor:
                     sys.stderr.write(f"\nstopping {', '.join(stuck)}: not done {grace_s:.0f} s "
                                      "after the stop\n")
                     self._join(0.0)
-                    return 0  # terminated by us, not failed
+                    return self.signalled_status()  # terminated by us, not failed
                 now = time.monotonic()
                 if bar is not None and now - last_print >= 1.0:
                     last_print = now
@@ -160,7 +162,12 @@ class Supervisor:
             elif ended and status_line is not None and (line := status_line()):
                 sys.stderr.write(f"{line}\n")  # a log ends on where the wait ended
         crashed = [n for n, p in self.procs.items() if p.exitcode not in (0, None)]
-        return self._fail(crashed) if crashed else 0
+        return self._fail(crashed) if crashed else self.signalled_status()
+
+    def signalled_status(self) -> int:
+        """128 + the first stop signal a child had (sent to that child alone, e.g. `kill PID` of
+        the process `ps` shows as a2c, it stops the run as one sent to run.py does), else 0."""
+        return 128 + self.child_signal.value if self.child_signal.value else 0
 
     def check(self) -> int | None:
         """Without blocking: None while no child has failed; else the failure is printed, the

@@ -360,6 +360,37 @@ def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_policy_it_st
     assert resumed.policy_ckpt_dir == new.policy_ckpt_dir == str(tmp_path / "start" / "policy")
 
 
+def test_a_loaded_store_is_copied_whole_and_copied_again_by_a_resume_stopped_before(tmp_path):
+    """--load_prefs_dir's labels reach the run's store whole or not at all: a run stopped while
+    copying them has no store, and its resume makes the copy then."""
+    import json
+
+    import numpy as np
+
+    from launch.cli import parse_args
+    from launch.phases import copy_prefs
+    from pref_interface.store import PreferenceStore, stored_labels
+    from tests.helpers import moving_dot_pref
+
+    rng = np.random.default_rng(0)
+    (tmp_path / "labels").mkdir()
+    with PreferenceStore(tmp_path / "labels" / "prefs.sqlite") as store:
+        for k in range(6):
+            store.add(moving_dot_pref(rng, is_validation=k == 0))
+    new = parse_args(["train_policy_with_preferences", "MovingDot-v0", "--synthetic_prefs",
+                      "--load_prefs_dir", str(tmp_path / "labels"),
+                      "--log_dir", str(tmp_path / "run")])
+    (tmp_path / "run").mkdir()  # stopped before the copy was whole: no store yet
+    (tmp_path / "run" / "settings.json").write_text(json.dumps(new.settings.to_json()))
+    resumed = parse_args(["--resume", str(tmp_path / "run")])
+    assert resumed.prefs_path == new.prefs_path == str(tmp_path / "labels" / "prefs.sqlite")
+    assert copy_prefs(resumed) == str(tmp_path / "run" / "prefs.sqlite")
+    assert stored_labels(tmp_path / "run" / "prefs.sqlite") == 6
+    assert sorted(os.listdir(tmp_path / "run")) == ["prefs.sqlite", "settings.json"]
+    # once copied, a resume goes on from the run's own store, whatever the loaded one holds now
+    assert parse_args(["--resume", str(tmp_path / "run")]).prefs_path is None
+
+
 def test_a_run_directory_goes_unguarded_where_the_filesystem_has_no_flock(tmp_path,
                                                                           monkeypatch):
     import errno
@@ -391,10 +422,14 @@ def test_a_run_directory_that_cannot_be_written_is_one_line_and_not_left_held(tm
 
     monkeypatch.setattr(runtime.machine, "processor", disk_full)
     d = tmp_path / "run"
+    argv = ["train_policy_with_original_rewards", "MovingDot-v0", "--log_dir", str(d)]
     with pytest.raises(UsageError, match="cannot make the run directory .*No space left"):
-        start_run(parse_args(["train_policy_with_original_rewards", "MovingDot-v0",
-                              "--log_dir", str(d)]))
+        start_run(parse_args(argv))
     assert run_dir_holder(d) is None
+    # nothing half made is left: not a directory without settings that a new run would refuse
+    # and `--resume` would not know, nor the one it was made in
+    assert os.listdir(tmp_path) == []
+    assert parse_args(argv).dir == d
 
 
 def test_existing_run_directory_is_never_overwritten(tmp_path):

@@ -101,6 +101,17 @@ def test_a_child_killed_outright_stops_the_others_cleanly(tmp_path):
     assert not t.left and not t.shm_left and t.stop_s <= 15.0, (t.left, t.shm_left, t.stop_s)
 
 
+def test_a_stop_signal_to_one_child_alone_stops_the_run_as_that_signal(tmp_path):
+    """`kill PID` of the process `ps` shows as a2c: the run saves, ends as stopped by SIGTERM
+    (not as finished) and says how to resume it."""
+    t = one_try(tmp_path, "train", random.Random(4), kill_child="a2c",
+                child_signal=signal.SIGTERM)
+    assert t.clean, (t.left, t.shm_left, t.stop_s, t.stderr)
+    assert t.exit_status == 143 and "run stopped by SIGTERM" in t.stderr, t.stderr
+    assert f"python run.py --resume {tmp_path / 'run'}" in t.stderr
+    assert list((tmp_path / "run" / "policy").glob("policy-*.pt")), t.stderr
+
+
 @pytest.mark.parametrize("phase", [pytest.param("pretrain", marks=pytest.mark.slow), "train"])
 def test_the_wrapper_stops_on_sigterm_as_run_py_does(phase, tmp_path):
     """The caller's script ends with run.py's status and summary, and no traceback."""

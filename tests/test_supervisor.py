@@ -89,6 +89,23 @@ def test_a_traceback_half_sent_or_unreadable_holds_up_neither_the_failure_nor_th
     assert "process 'bad' failed (exit 1)" in err and (said is None or said in err)
 
 
+def test_a_stop_signal_to_one_child_alone_stops_the_run_as_that_signal_not_as_finished():
+    # e.g. `kill PID` of the process `ps` shows as a2c: every child saves and ends, and the run
+    # ends with the signal's status (resumable, retried by a sweep), as when run.py gets it
+    ctx = mp.get_context("spawn")
+    sup = Supervisor(ctx)
+    finished, started, also = ctx.Value("i", 0), ctx.Value("i", 0), ctx.Value("i", 0)
+    sup.start("worker", work_until_stopped, sup.stop_event, finished, started)
+    sup.start("signalled", work_until_stopped, sup.stop_event, also, started)
+    deadline = time.monotonic() + 60
+    while started.value < 2 and time.monotonic() < deadline:  # its handler is in place
+        time.sleep(0.05)
+    os.kill(sup.procs["signalled"].pid, signal.SIGTERM)
+    assert sup.wait() == 128 + signal.SIGTERM
+    assert finished.value == also.value == 1
+    assert all(p.exitcode == 0 for p in sup.procs.values())
+
+
 def test_a_child_stuck_after_the_stop_is_terminated_after_the_grace(capsys):
     ctx = mp.get_context("spawn")
     sup = Supervisor(ctx)
