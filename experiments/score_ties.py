@@ -4,17 +4,22 @@ how the clips were played.
 
     python -m experiments.score_ties                           # the default drivers
     python -m experiments.score_ties --drivers random policy:models/enduro_prefs_seed1.pt
+    python -m experiments.score_ties --runs ~/runs/enduro_prefs-seed1 ~/runs/enduro_prefs-seed2
 
 The score teacher (§3.1's synthetic labels, `--teacher oracle`) prefers the clip with more
 points and calls two clips that score the same "equally good". A tie teaches r̂ no order, so a
 run whose clips rarely score learns from few labels. Per driver (`experiments.alongside_teachers`'
 drivers: random play, `accelerating:P`, `follower`, `following:P`, one action held,
 `policy:PATH`), over episodes of seeds 0..: the mean score per episode, the share of its 25-step
-clips that score, and the share of random pairs of its clips the teacher decides.
+clips that score, and the share of random pairs of its clips the teacher decides. With `--runs`,
+instead, what decided each run's stored labels: a difference in score, or an episode end alone
+(the teacher penalises one; in Enduro most are the 3,000-step cut), and the last label the score
+decided.
 """
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -52,6 +57,31 @@ def driver_row(driver: str, episodes: int, steps: int, pairs: int) -> str:
             f"{share:.1%} |")
 
 
+def store_row(run_dir: Path) -> str:
+    """A table row: a run's labels, its ties, the labels the score decided (the last one's
+    number) and those an episode end alone decided (both clips scoring the same)."""
+    from launch.rundir import PREFS_FILE
+    from pref_interface.store import PreferenceStore
+
+    by_score = by_end = other = ties = last_by_score = 0
+    with PreferenceStore(Path(run_dir) / PREFS_FILE, create=False) as store:
+        ids = store.all_ids()
+        for n, label_id in enumerate(ids, 1):
+            pref = store.get(label_id)
+            ends = [c.dones is not None and bool(c.dones.any()) for c in (pref.left, pref.right)]
+            if pref.mu == 0.5:
+                ties += 1
+            elif pref.left.true_rewards.sum() != pref.right.true_rewards.sum():
+                by_score, last_by_score = by_score + 1, n
+            elif ends[0] != ends[1]:
+                by_end += 1
+            else:
+                other += 1
+    last = f"{last_by_score:,}" if by_score else "-"
+    return (f"| {run_dir} | {len(ids):,} | {ties:,} | {by_score:,} (last: label {last}) | "
+            f"{by_end:,} | {other:,} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = ScriptParser(description=first_paragraph(__doc__))
     p.add_argument("--drivers", nargs="+", default=list(DRIVERS),
@@ -60,7 +90,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=3000,
                    help="steps of each episode (3,000: Enduro's episode as the runs cut it)")
     p.add_argument("--pairs", type=int, default=2000, help="pairs of clips asked of the teacher")
+    p.add_argument("--runs", nargs="+", metavar="RUN_DIR",
+                   help="instead: what decided these runs' stored labels")
     a = p.parse_args(argv)
+    if a.runs:
+        from launch.rundir import PREFS_FILE
+        from pref_interface.store import PreferenceStore, StoreError
+
+        for run_dir in a.runs:  # each store opened before any is read: a mistake is said up front
+            try:
+                PreferenceStore(Path(run_dir) / PREFS_FILE, create=False).close()
+            except StoreError as e:
+                p.error(f"--runs: {e}")
+        print("| run | labels | ties | decided by the score | by an episode end alone | "
+              "otherwise |\n|---|---|---|---|---|---|")
+        for run_dir in a.runs:
+            print(store_row(Path(run_dir)), flush=True)
+        return 0
     if a.episodes < 1 or a.pairs < 1 or a.steps < 2 * CLIP_STEPS:
         p.error(f"--episodes and --pairs must be >= 1 and --steps >= {2 * CLIP_STEPS}")
     from a2c.checkpoint import CheckpointError

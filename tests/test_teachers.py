@@ -587,3 +587,29 @@ def test_the_score_teachers_ties_are_counted_per_driver(capsys):
             main(["--drivers", "random", bad, "--episodes", "1", "--steps", "60"])
         out, err = capsys.readouterr()
         assert e.value.code == 2 and err.count("\n") == 1 and "--drivers: " in err and not out
+
+
+def test_score_ties_counts_what_decided_a_runs_stored_labels(tmp_path, capsys):
+    """--runs: ties, labels a difference in score decided (and the last one's number), labels an
+    episode end alone decided; a run without a store is one line before any row."""
+    import numpy as np
+
+    from clips.clip import Preference
+    from experiments.score_ties import main
+    from pref_interface.store import PreferenceStore
+    from tests.helpers import reward_clip
+
+    none, point = reward_clip([0.0] * 5), reward_clip([0, 1, 0, 0, 0])
+    ended = reward_clip([0.0] * 5, dones=np.array([0, 0, 0, 0, 1], dtype=bool))
+    with PreferenceStore(tmp_path / "run" / "prefs.sqlite") as store:
+        for pref in (Preference(none, none, 0.5), Preference(point, none, 1.0),
+                     Preference(none, ended, 1.0), Preference(none, point, 0.0),
+                     Preference(ended, none, 0.5), Preference(none, ended, 1.0)):
+            store.add(pref)
+    assert main(["--runs", str(tmp_path / "run")]) == 0
+    row = capsys.readouterr().out.splitlines()[-1]
+    assert row == f"| {tmp_path / 'run'} | 6 | 2 | 2 (last: label 4) | 2 | 0 |"
+    with pytest.raises(SystemExit) as e:
+        main(["--runs", str(tmp_path / "run"), str(tmp_path / "none")])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and err.count("\n") == 1 and "does not exist" in err and not out
