@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from contextlib import contextmanager
 import json
+import multiprocessing as mp
 import queue
 import secrets
 import tempfile
@@ -308,6 +309,39 @@ def test_an_answer_from_the_page_labels_only_the_pair_it_was_given_for():
         answers.put(token)
     lab = HumanLabeller(answers, PagePlayer(), fps=200.0, keep_typed_ahead=True)
     assert lab.label(clip(255), clip(128)) == 0.0  # the stale answer for p0 was dropped
+
+
+class WithdrawingPlayer(PagePlayer):
+    """A PagePlayer that notes when its pair is withdrawn, as the WebPlayer's is at a stop."""
+
+    withdrawn = False
+
+    def withdraw(self):
+        self.withdrawn = True
+
+
+@pytest.mark.parametrize("answer, mu", [("R", 0.0), (ENTER, None), (None, None)])
+def test_an_answer_the_page_took_as_the_run_stopped_is_still_returned_to_be_stored(answer, mu):
+    """The run stops while the person's answer is on its way from the page: the pair is
+    withdrawn from the page and the answer still labels it; an answer for an older pair does
+    not, and without one the labeller gives up after a short wait."""
+    from launch.stopping import StopFlag
+
+    stop = StopFlag(mp.get_context("spawn"))
+    answers: queue.Queue = queue.Queue()
+    answers.put(PairAnswer("p0", "L"))  # for a pair no longer shown
+    player = WithdrawingPlayer()
+
+    def stop_then_answer():
+        stop.set()
+        if answer is not None:  # it arrives a little after the stop is seen
+            threading.Timer(0.1, answers.put, (PairAnswer("p1", answer),)).start()
+
+    player.on_load = stop_then_answer
+    lab = HumanLabeller(answers, player, stop_event=stop, fps=200.0, keep_typed_ahead=True)
+    t0 = time.monotonic()
+    assert lab.label(clip(255), clip(128)) == mu
+    assert player.withdrawn and answers.empty() and time.monotonic() - t0 < 5
 
 
 def test_a_reinsert_from_the_page_reaches_the_interface_and_leaves_the_pair_up():

@@ -12,6 +12,7 @@ Lower case is accepted; any other key shows a one-line hint and leaves the pair 
 from __future__ import annotations
 
 import queue
+import time
 from typing import Any, Callable
 
 from clips.clip import Clip, LabelEdit
@@ -32,6 +33,9 @@ from pref_interface.labelling import HISTORY_LENGTH, LabellingStats, LabelEditor
 KEYS_HELP = "L left better, R right better, E equal, Enter incomparable, P replay, ^D stop"
 ANSWER_NAMES = {"L": "left better", "R": "right better", "E": "equally good"}
 KEY_OF_MU = {mu: key for key, mu in ANSWER_KEYS.items()}
+# As the run stops: how long an answer the page took before the pair was withdrawn may take to
+# arrive (it is on its way through a queue; the withdrawal through another).
+STOP_ANSWER_WAIT_S = 0.5
 
 
 ARROWS = {f"\x1b{mode}{key}": f"the {name} arrow" for mode in "[O"  # normal, application mode
@@ -166,7 +170,7 @@ class HumanLabeller(Labeller):
             token = playback.next_token(self.answers, lambda: self.status_lines(hint),
                                         self.stop_event)
             if token is None:
-                return None
+                return self._answer_taken_before_the_stop()
             if isinstance(token, (LabelEdit, ReinsertClip)):
                 hint = self._apply(token)
                 continue
@@ -192,6 +196,28 @@ class HumanLabeller(Labeller):
                 return ANSWER_KEYS[key]
             else:
                 hint = invalid_key_hint(token)
+
+    def _answer_taken_before_the_stop(self) -> float | None:
+        """The run is stopping: the page's pair is withdrawn (the page takes no answer after
+        it), and an answer it took for that pair before is still returned, to be stored: the
+        person saw it taken. Other requests are dropped, as at any stop."""
+        withdraw = getattr(self.player, "withdraw", None)
+        if withdraw is None:  # the terminal: no answer was confirmed to the person
+            return None
+        pair_id = self.player.pair_id
+        withdraw()
+        deadline = time.monotonic() + STOP_ANSWER_WAIT_S
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                token = self.answers.get(timeout=left)
+            except queue.Empty:
+                break
+            if isinstance(token, PairAnswer) and token.pair_id == pair_id:
+                key = answer_of(token.key)
+                if key in ANSWER_KEYS:
+                    self.last = f"pair {self.n_pairs}: {ANSWER_NAMES[key]} (stored)"
+                return ANSWER_KEYS.get(key)  # incomparable: None
+        return None
 
     def _apply(self, token: LabelEdit | ReinsertClip) -> str:
         """A request from the page not tied to the pair shown; what the prompt says about it."""

@@ -96,6 +96,12 @@ class WebPlayer:
         self._orders = orders
         self.page_updates.put({"order": orders, "thumbs": thumbs})
 
+    def withdraw(self) -> None:
+        """Take the pair shown off the page (the run is stopping): an answer to it is refused
+        from then on, so one the page took came before (`pair_id` still names the pair)."""
+        self._next = None
+        self.page_updates.put({"pair": None, "next": None})
+
     def close(self, message: str | None = None) -> None:
         self.pair_id, self._next = None, None
         self.page_updates.put({"pair": None, "next": None, "labelling": False,
