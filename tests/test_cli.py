@@ -391,6 +391,36 @@ def test_a_loaded_store_is_copied_whole_and_copied_again_by_a_resume_stopped_bef
     assert parse_args(["--resume", str(tmp_path / "run")]).prefs_path is None
 
 
+@pytest.mark.parametrize("resumed, predictor, pretrained", [
+    (False, None, True),  # a new run pretrains its own predictor
+    (False, "loaded", False),  # a loaded predictor is not pretrained
+    (True, "loaded", False),  # nor when the run is resumed (stopped while gathering)
+    (True, "own", True),  # a resumed run finishes its own pretraining, however the path reads
+])
+def test_only_the_runs_own_predictor_is_pretrained(resumed, predictor, pretrained, tmp_path,
+                                                   monkeypatch):
+    import dataclasses
+
+    from launch import phases
+    from launch.cli import parse_args
+    from launch.rundir import epochs_pretrained
+
+    run = parse_args(["train_policy_with_preferences", "MovingDot-v0", "--synthetic_prefs",
+                      "--log_dir", str(tmp_path / "run")])
+    (tmp_path / "run" / "reward_predictor").mkdir(parents=True)
+    paths = {None: None, "loaded": str(tmp_path / "elsewhere" / "reward_predictor.pt"),
+             "own": str(tmp_path / "run" / "." / "reward_predictor" / "reward_predictor.pt")}
+    run = dataclasses.replace(run, resumed=resumed, reward_ckpt_path=paths[predictor])
+    calls = []
+    monkeypatch.setattr(phases, "stored_labels", lambda path: 10**6)  # nothing to gather
+    monkeypatch.setattr(phases, "pretrain_phase",
+                        lambda run, ctx, session, prefs: calls.append(prefs) or (0, "pretrained"))
+    code, prefs, path = phases.prepare_predictor(run, None, None)
+    assert code == 0 and prefs == str(tmp_path / "run" / "prefs.sqlite")
+    assert (calls == [prefs]) == pretrained and path == ("pretrained" if pretrained else paths[predictor])
+    assert epochs_pretrained(tmp_path / "run") == run.settings.n_initial_epochs
+
+
 def test_a_run_directory_goes_unguarded_where_the_filesystem_has_no_flock(tmp_path,
                                                                           monkeypatch):
     import errno
