@@ -276,7 +276,7 @@ class PreferenceLoop:
         s = run.settings
         tconfig = trainer_config(run, load_from=predictor_path)
         tconfig.initial_prefs_path = prefs_path
-        self.sup = sup = Supervisor(ctx)
+        self.sup = sup = Supervisor(ctx, session.run_dir_fd)
         self.page = session.page
         self.ch = ch = Channels.for_run(ctx, session, sup.stop_event, SharedWeights(ctx))
         self.agent_stats, self.trainer_stats = agent_stats(ctx, run), TrainerStats.create(ctx)

@@ -37,7 +37,7 @@ def gather_phase(run: Run, ctx, session: Session, report: RunReport | None = Non
     from pref_interface.labelling import LabellingStats
 
     n_labels = run.settings.n_initial_prefs
-    sup = Supervisor(ctx)
+    sup = Supervisor(ctx, session.run_dir_fd)
     ch = Channels.for_run(ctx, session, sup.stop_event, trainer=False)
     store_path = str(run.dir / PREFS_FILE)
     a2c_stats = agent_stats(ctx, run)
@@ -95,7 +95,7 @@ def pretrain_phase(run: Run, ctx, session: Session, prefs_path: str) -> tuple[in
     epochs = n_epochs - done
     if epochs <= 0:
         return 0, run.reward_ckpt_path
-    sup = Supervisor(ctx)
+    sup = Supervisor(ctx, session.run_dir_fd)
     stats = TrainerStats.create(ctx)
     print(f"pretraining the reward predictor for {epochs} epoch{'s' if epochs != 1 else ''}",
           file=sys.stderr)
@@ -218,7 +218,7 @@ def train_policy_with_original_rewards(run: Run, ctx, session: Session, report: 
 def a2c_alone(run: Run, ctx, session: Session, report: RunReport,
               make_reward_fn: Callable[[], Any] | None = None) -> int:
     """A2C with no labelling beside it, on the game's reward or `make_reward_fn`'s."""
-    sup = Supervisor(ctx)
+    sup = Supervisor(ctx, session.run_dir_fd)
     ch = Channels.for_run(ctx, session, sup.stop_event, trainer=False)
     stats = report.agent_stats = agent_stats(ctx, run)
     start_agent(sup, ch, a2c_config(run), log_dir=str(run.dir / "tb"), stats=stats,

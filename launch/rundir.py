@@ -142,6 +142,10 @@ class RunDirLock:
         self._file.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
         self._file.flush()
 
+    def fileno(self) -> int:
+        """The lock's descriptor: a child holding a duplicate holds the lock too."""
+        return self._file.fileno()
+
     def release(self) -> None:
         self._file.close()
 

@@ -78,6 +78,11 @@ class Session:
         if self.page is not None:
             self.page.stop()
 
+    @property
+    def run_dir_fd(self) -> int | None:
+        """The run directory's lock, for the supervisors: each child holds the directory too."""
+        return None if self.lock is None else self.lock.fileno()
+
     def release_run_dir(self) -> None:
         if self.lock is not None:
             self.lock.release()

@@ -11,6 +11,7 @@ import sys
 import time
 import traceback
 from collections import deque
+from multiprocessing import reduction
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -54,11 +55,28 @@ class Progress:
         return f"{self.desc} {done:,}/{self.total:,}{rate}" + (f" | {status}" if status else "")
 
 
-def _child(call: Callable[[], object], errors, stop: StopFlag, signalled) -> None:
+class _KeptOpen:
+    """A file descriptor a child keeps open for its whole life: the run directory's lock, so
+    that the directory stays taken while any process of the run may still save into it (also
+    after the main process was killed outright). Pickled for a spawned child as a duplicate of
+    the same open file, which shares its lock."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self):
+        return _received_fd, (reduction.DupFd(self.fd),)
+
+
+def _received_fd(dup) -> int:
+    return dup.detach()
+
+
+def _child(call: Callable[[], object], errors, stop: StopFlag, signalled, kept_open) -> None:
     """Entry point of every child: a stop signal (Ctrl-C, SIGTERM, SIGHUP, or the supervisor's
     death) sets the run's stop flag, so every child saves and ends, and is noted in `signalled`;
     an exception is sent to the supervisor as text and the child exits non-zero. The child shows
-    its name in `ps`."""
+    its name in `ps`; `kept_open` (a descriptor, or None) stays open until it exits."""
     stop_child_on_signals(stop, signalled)
     name_process(mp.current_process().name)
     die_with_parent()
@@ -70,10 +88,13 @@ def _child(call: Callable[[], object], errors, stop: StopFlag, signalled) -> Non
 
 
 class Supervisor:
-    """Starts the run's processes, shows the status line, and stops everything together."""
+    """Starts the run's processes, shows the status line, and stops everything together.
+    `held_fd`: the run directory's lock (`launch.rundir.RunDirLock`), which every child holds
+    too."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx, held_fd: int | None = None):
         self.ctx = ctx
+        self._kept_open = None if held_fd is None else _KeptOpen(held_fd)
         self.stop_event = StopFlag(ctx)
         self.child_signal = ctx.RawValue("i", 0)  # the first stop signal a child had; 0: none
         self.errors = ctx.Queue()
@@ -97,7 +118,7 @@ class Supervisor:
         ctx = spawn_context() if environ else self.ctx
         proc = ctx.Process(target=_child,
                                 args=(functools.partial(target, *args, **kwargs), self.errors,
-                                      self.stop_event, self.child_signal),
+                                      self.stop_event, self.child_signal, self._kept_open),
                                 name=name, daemon=False)
         with child_environ(environ or {}), signals_held():
             proc.start()

@@ -4,6 +4,7 @@ import json
 import multiprocessing as mp
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -104,6 +105,26 @@ def test_a_stop_signal_to_one_child_alone_stops_the_run_as_that_signal_not_as_fi
     assert sup.wait() == 128 + signal.SIGTERM
     assert finished.value == also.value == 1
     assert all(p.exitcode == 0 for p in sup.procs.values())
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_every_child_holds_the_run_directory_until_it_ends(method, tmp_path):
+    """The main process killed outright drops its lock, while its children go on saving into
+    the directory: a resume must not take the directory before they end."""
+    from launch.rundir import RunDirLock, run_dir_holder
+
+    lock = RunDirLock(tmp_path)
+    ctx = mp.get_context(method)
+    sup = Supervisor(ctx, lock.fileno())
+    finished, started = ctx.Value("i", 0), ctx.Value("i", 0)
+    sup.start("worker", work_until_stopped, sup.stop_event, finished, started)
+    deadline = time.monotonic() + 60
+    while started.value < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lock.release()  # as the kernel does for a killed main process
+    assert run_dir_holder(tmp_path) == f"pid {os.getpid()} on {socket.gethostname()}"
+    sup.stop(15.0)
+    assert finished.value == 1 and run_dir_holder(tmp_path) is None
 
 
 def test_a_child_stuck_after_the_stop_is_terminated_after_the_grace(capsys):
