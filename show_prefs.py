@@ -100,7 +100,11 @@ class Browser:
         """Show labels until q / Ctrl-D, or until none is left."""
         while self.ids:
             label_id = self.ids[self.pos]
-            pref = self.store.get(label_id)
+            try:
+                pref = self.store.get(label_id)
+            except KeyError:
+                self._gone(label_id)
+                continue
             self.shown_mu = pref.mu
             playback = Playback(self.player, pref.left.step_frames(),
                                 pref.right.step_frames())
@@ -120,7 +124,11 @@ class Browser:
                         break
                 elif key.upper() in ANSWER_KEYS:
                     mu = ANSWER_KEYS[key.upper()]
-                    self.store.set_mu(label_id, mu)
+                    try:
+                        self.store.set_mu(label_id, mu)
+                    except KeyError:
+                        self._gone(label_id)
+                        break
                     self.shown_mu = mu
                     self.message = f"id {label_id} changed to {describe_mu(mu)}"
                 elif key in ("d", "D"):
@@ -128,13 +136,26 @@ class Browser:
                         self.confirm_delete = True
                         self.message = f"press D again to delete this label (id {label_id})"
                         continue
-                    self.store.delete(label_id)
+                    try:
+                        self.store.delete(label_id)
+                    except KeyError:
+                        self._gone(label_id)
+                        break
                     self.confirm_delete, self.message = False, f"id {label_id} deleted"
-                    self.ids = self.label_ids()
-                    self.pos = min(self.pos, len(self.ids) - 1)
+                    self._refresh()
                     break
                 else:  # the keys are on the line above
                     self.message = f"{describe_token(token)} means nothing here"
+
+    def _refresh(self) -> None:
+        """The labels paged through, read again; the place kept where it can be."""
+        self.ids = self.label_ids()
+        self.pos = max(0, min(self.pos, len(self.ids) - 1))
+
+    def _gone(self, label_id: int) -> None:
+        """The label shown was deleted elsewhere (the run's page, another show_prefs.py)."""
+        self.confirm_delete, self.message = False, f"id {label_id} was deleted meanwhile"
+        self._refresh()
 
     def move(self, step: int) -> bool:
         """Go to the next/previous label (labels added meanwhile are included)."""
@@ -171,7 +192,7 @@ def export_or_import(path: Path, export: str | None, import_file: str | None,
             # an import writes in one transaction, which would hold up the run's labelling
             raise ValueError(f"{path.parent} is in use by {holder}: import once the run has "
                              "stopped (it goes on with the labels after --resume)")
-        if export and labeller is not None and not import_file:
+        if export and labeller is not None:
             with PreferenceStore(path, create=False) as store:  # before the export's folder is made
                 if problem := unknown_labeller(store, labeller):
                     raise ValueError(problem)
@@ -215,8 +236,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="add the labels of an exported .npz to the store (created if "
                              "missing), then exit")
     args = parser.parse_args(argv)
-    if args.labeller is not None and args.import_file and not args.export:
-        parser.error("--labeller applies to browsing, --list and --export, not to --import")
+    if args.labeller is not None and (args.list or args.import_file):
+        parser.error("--labeller applies to browsing, --table and --export, not to --list (which "
+                     "counts every labeller's labels) or --import")
     if sum(map(bool, (args.list, args.table, args.export or args.import_file))) > 1:
         parser.error("--list, --table and --export/--import are one at a time")
     path = store_path(args.store)

@@ -143,12 +143,17 @@ def main(argv: list[str] | None = None) -> int:
     from launch.stopping import interrupted_status
 
     atari = env_kind(env_id) == "atari"  # PPO's network is then also our policy weights file
-    env = PreferenceVecEnv(
-        GymVectorEnv(env_id, settings["n_envs"], seed=seed),
-        resume_hint="python -m examples.ppo --resume {run_dir}",
-        watch_hint=(f"python run_checkpoint.py {env_id} {{run_dir}}/{PPO_POLICY_FILE} --watch"
-                    if atari else None),
-        **settings)
+    try:
+        env = PreferenceVecEnv(
+            GymVectorEnv(env_id, settings["n_envs"], seed=seed),
+            resume_hint="python -m examples.ppo --resume {run_dir}",
+            watch_hint=(f"python run_checkpoint.py {env_id} {{run_dir}}/{PPO_POLICY_FILE} --watch"
+                        if atari else None),
+            **settings)
+    except KeyboardInterrupt:  # Ctrl-C while gathering or pretraining: the summary is printed
+        return interrupted_status()
+    except ValueError as e:  # a run this wrapper cannot take (one line, nothing started)
+        usage_error(str(e))
     s = env.settings
     torch.set_num_threads(s.torch_threads)
     model_path = env.run_dir / MODEL_FILE

@@ -174,7 +174,8 @@ def sweep_runs(storage: Path) -> list[tuple[str, Path]]:
     """Every trial's run directory of an `experiments.sweep`, as (kind, path): a run on the game's
     reward is "true", any other "prefs"."""
     return [(kind_of(saved_settings(d).get("mode")), d)
-            for d in sorted((storage / "runs").iterdir()) if is_run_dir(d)]
+            for d in sorted((storage / "runs").iterdir())
+            if is_run_dir(d) and not d.name.startswith(".")]  # not one being made
 
 
 def kind_of(mode: str | None) -> str:

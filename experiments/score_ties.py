@@ -58,8 +58,9 @@ def driver_row(driver: str, episodes: int, steps: int, pairs: int) -> str:
 
 
 def store_row(run_dir: Path) -> str:
-    """A table row: a run's labels, its ties, the labels the score decided (the last one's
-    number) and those an episode end alone decided (both clips scoring the same)."""
+    """A table row: a run's labels, its ties, the labels the score decided (and the last one's
+    place among the stored labels, oldest first) and those an episode end alone decided (both
+    clips scoring the same)."""
     from launch.rundir import PREFS_FILE
     from pref_interface.store import PreferenceStore
 
@@ -77,8 +78,8 @@ def store_row(run_dir: Path) -> str:
                 by_end += 1
             else:
                 other += 1
-    last = f"{last_by_score:,}" if by_score else "-"
-    return (f"| {run_dir} | {len(ids):,} | {ties:,} | {by_score:,} (last: label {last}) | "
+    last = f" (last: no. {last_by_score:,})" if by_score else ""
+    return (f"| {run_dir} | {len(ids):,} | {ties:,} | {by_score:,}{last} | "
             f"{by_end:,} | {other:,} |")
 
 

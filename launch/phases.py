@@ -126,9 +126,14 @@ def copy_prefs(run: Run) -> str:
     path = run.dir / PREFS_FILE
     if run.prefs_path:
         part = path.with_name(PREFS_FILE + ".copying")
-        with PreferenceStore(run.prefs_path, create=False) as src:
-            src.backup_to(part)
-        replace_durably(part, path)
+        try:
+            with PreferenceStore(run.prefs_path, create=False) as src:
+                src.backup_to(part)
+            replace_durably(part, path)
+        except BaseException:  # e.g. a full disk: no half copy is left beside the run
+            for left in (part, part.with_name(part.name + "-journal")):
+                left.unlink(missing_ok=True)
+            raise
     return str(path)
 
 

@@ -27,7 +27,7 @@ import gymnasium
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from a2c.config import A2CConfig
+from a2c.config import A2CConfig, checkpoints
 from a2c.loop_side import LoopSide
 from a2c.rollout import Rollout, TrainReturns
 from envs import UnknownEnvError, env_kind, same_game
@@ -35,11 +35,11 @@ from envs.vec_env import EpisodeRecord, EpisodeTracker
 from launch.cli import UsageError, parse_args
 from launch.loop import PreferenceLoop
 from launch.phases import prepare_predictor
-from launch.rundir import PREFS_FILE, load_agent_progress, save_agent_progress
+from launch.rundir import POLICY_DIR, PREFS_FILE, load_agent_progress, save_agent_progress
 from launch.session import open_labelling_page, start_run
 from launch.settings import keyword_flags
-from launch.stopping import (EXIT_INTERRUPTED, exit_on_stop_signals, interrupted_status,
-                             signal_received, stop_main_process_on_signals)
+from launch.stopping import (EXIT_INTERRUPTED, exit_on_stop_signals, forget_signals,
+                             interrupted_status, signal_received, stop_main_process_on_signals)
 
 STATUS_EVERY_S = 30.0  # a status line on stderr this often (the caller's own logs go on)
 # The scalars, and steps/s, over at least this long: a library may pause stepping for seconds to
@@ -81,11 +81,17 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
             run = parse_args(settings_argv(env_id, env.num_envs, settings))
             # A resumed run goes on counting: its label schedule, curves and summary continue.
             done = load_agent_progress(run.dir)
+            if run.resumed and not done and checkpoints(run.dir / POLICY_DIR):
+                raise UsageError(f"{run.dir} is a run of run.py's A2C (its policy checkpoints, no "
+                                 f"wrapper's agent progress): resume it with python run.py "
+                                 f"--resume {run.dir}")
             page = open_labelling_page(run)
             ctx, self._session, self._report = start_run(run, page)
         except UsageError as e:
             raise ValueError(f"PreferenceVecEnv: {e}") from None
         self._closed, self._exit_status, self._how = False, 0, None
+        self._caller_saves = False  # the caller saves the progress with its model (`save_progress`)
+        forget_signals()  # an earlier run's stop in this script does not stop this one
         # Unless the caller handles them itself, Ctrl-C, SIGTERM and SIGHUP stop gathering and
         # pretraining as they stop run.py; the script's exit then closes this env (atexit below).
         stop_main_process_on_signals(only_default=True)
@@ -199,13 +205,18 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
         self._side.observe(rollout)
         self._side.record(rollout, self._steps)
         self._obs[0] = self._obs[-1]
-        if time.monotonic() - self._last_save >= SAVE_EVERY_S:
-            self.save_progress()
+        if not self._caller_saves and time.monotonic() - self._last_save >= SAVE_EVERY_S:
+            self._save_progress()
 
     def save_progress(self) -> None:
-        """Save the agent steps, episodes and latest returns that a resume goes on from (done
-        every minute and at `close()`); a library that saves its own model calls it then too, so
-        that after a crash both resume from the same step."""
+        """Save the agent steps, episodes and latest returns that a resume goes on from. By
+        default the wrapper saves them every minute and at `close()`; a library that saves its
+        own model calls this then, and from its first call on only it saves them, so that after
+        a crash or a stop both resume from the same step."""
+        self._caller_saves = True
+        self._save_progress()
+
+    def _save_progress(self) -> None:
         save_agent_progress(self.run_dir, self._steps, self._side.episodes,
                             list(self._side.recent_returns))
         self._last_save = time.monotonic()
@@ -223,6 +234,12 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
             self.close()
             raise RuntimeError("PreferenceVecEnv: a process of the preference loop failed "
                                "(its error is above)")
+        if self._loop.sup.stop_event.is_set():  # a child alone had a stop signal: as run.py,
+            self._exit_status = self._loop.sup.signalled_status() or EXIT_INTERRUPTED  # stop
+            self.close()
+            if self._exit_status != EXIT_INTERRUPTED:
+                raise SystemExit(self._exit_status)
+            raise KeyboardInterrupt
         self._side.wait(self._steps, self._loop.sup.stop_event)
         now = time.monotonic()
         if now - self._last_status >= STATUS_EVERY_S:
@@ -249,7 +266,8 @@ class PreferenceVecEnv(gymnasium.vector.VectorWrapper):
             try:
                 self._side.close(self._steps)  # the clip source, then the scalars
             finally:
-                self.save_progress()
+                if not self._caller_saves:  # else it stays at the caller's model's save
+                    self._save_progress()
         self._loop.sup.stop()
         self._session.release_run_dir()  # every child has stopped: a resume may take it now
         self._loop.ch.reward_weights.remove_left_block()

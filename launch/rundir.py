@@ -10,6 +10,7 @@ import shlex
 import shutil
 import socket
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
@@ -200,8 +201,7 @@ def make_run_dir(run: Run) -> RunDirLock:
             raise
         return lock
     run.dir.parent.mkdir(parents=True, exist_ok=True)
-    making = run.dir.parent / f".{run.dir.name}.making-{os.getpid()}"
-    making.mkdir()
+    making = Path(tempfile.mkdtemp(prefix=f".{run.dir.name}.making-", dir=run.dir.parent))
     lock = RunDirLock(making)  # the lock moves with the directory
     try:
         _record_start(run, making)

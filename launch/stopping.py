@@ -10,14 +10,20 @@ also where the signal reached one child alone.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
+import threading
 import time
 from typing import Any, Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # Ctrl-C; a stop by another signal gives 128 + its number
 WAIT_POLL_S = 0.02  # how often `SharedFlag.wait` looks at the flag
+SAVE_GRACE_S = 60.0  # how long a stopped run's processes may take to save before they are ended
+# A child that had a stop signal ends itself this long after it, should nobody end it: its
+# supervisor, which would have after SAVE_GRACE_S, may be gone (killed outright).
+ORPHAN_EXIT_S = SAVE_GRACE_S + 30.0
 
 _received: list[int] = []  # the stop signals this process has had, in order
 _held = 0  # how deep in `signals_held` the main thread is
@@ -127,18 +133,34 @@ def stop_child_on_signals(stop: StopFlag, signalled: Any = None) -> None:
     """In a child of the run: a stop signal sets the run's stop flag, so the child (and its
     siblings) end their loops and save, as when the supervisor stops them, and the first such
     signal is noted in `signalled` (a shared int), so that a run whose child alone was signalled
-    ends as stopped by that signal, not as finished. The kernel sends this process SIGTERM when the
-    supervisor dies (runtime/process_setup.py): a clean stop too. Then the signals held since the
-    child started (`signals_held`) are let through."""
+    ends as stopped by that signal, not as finished. The kernel sends this process SIGTERM when
+    the supervisor dies (runtime/process_setup.py): a clean stop too, after which the child ends
+    itself if still running ORPHAN_EXIT_S later (a live supervisor would have ended it sooner).
+    Then the signals held since the child started (`signals_held`) are let through."""
+    ending: list[threading.Timer] = []
+
     def on_signal(signum: int, frame: Any) -> None:
         if signalled is not None and not signalled.value:
             signalled.value = signum
+        if not ending:  # the first signal this child has
+            ending.append(threading.Timer(ORPHAN_EXIT_S, os._exit, (128 + signum,)))
+            ending[0].daemon = True
+            ending[0].start()
         stop.set()
 
     for sig in STOP_SIGNALS:
         if _wanted(sig):
             signal.signal(sig, on_signal)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def forget_signals() -> None:
+    """Count stop signals afresh: a run started after an earlier one in the same process (a
+    script that makes a second `PreferenceVecEnv`) is not stopped, nor summarised as stopped,
+    by the earlier run's signal."""
+    global _deferred
+    _received.clear()
+    _deferred = False
 
 
 def signal_received() -> bool:

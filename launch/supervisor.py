@@ -15,7 +15,8 @@ from multiprocessing import reduction
 from dataclasses import dataclass, field
 from typing import Callable
 
-from launch.stopping import StopFlag, interrupted_status, signals_held, stop_child_on_signals
+from launch.stopping import (SAVE_GRACE_S, StopFlag, interrupted_status, signals_held,
+                             stop_child_on_signals)
 from runtime.process_setup import child_environ, die_with_parent, name_process, spawn_context
 from runtime.queues import QueueReader
 
@@ -69,7 +70,9 @@ class _KeptOpen:
 
 
 def _received_fd(dup) -> int:
-    return dup.detach()
+    fd = dup.detach()
+    os.set_inheritable(fd, False)  # a program the child runs does not hold the lock
+    return fd
 
 
 def _child(call: Callable[[], object], errors, stop: StopFlag, signalled, kept_open) -> None:
@@ -124,7 +127,7 @@ class Supervisor:
             proc.start()
             self.procs[name] = proc  # known before a held signal lands, so that it is stopped
 
-    def wait(self, status_line=None, until=None, grace_s: float = 60.0,
+    def wait(self, status_line=None, until=None, grace_s: float = SAVE_GRACE_S,
              progress: Progress | None = None) -> int:
         """Block until every process ends (or `until()` is true, then stop them); return an exit
         status: 0, EXIT_CRASHED (1) for a crashed child, 128 + the signal's number for a stop signal
@@ -197,7 +200,7 @@ class Supervisor:
                    if not p.is_alive() and p.exitcode not in (0, None)]
         return self._fail(crashed) if crashed else None
 
-    def stop(self, grace_s: float = 60.0) -> None:
+    def stop(self, grace_s: float = SAVE_GRACE_S) -> None:
         """Ask every child to stop (they save their work) and end those still running after
         `grace_s`."""
         self.stop_event.set()

@@ -360,7 +360,8 @@ def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_policy_it_st
     assert resumed.policy_ckpt_dir == new.policy_ckpt_dir == str(tmp_path / "start" / "policy")
 
 
-def test_a_loaded_store_is_copied_whole_and_copied_again_by_a_resume_stopped_before(tmp_path):
+def test_a_loaded_store_is_copied_whole_and_copied_again_by_a_resume_stopped_before(tmp_path,
+                                                                                  monkeypatch):
     """--load_prefs_dir's labels reach the run's store whole or not at all: a run stopped while
     copying them has no store, and its resume makes the copy then."""
     import json
@@ -384,6 +385,17 @@ def test_a_loaded_store_is_copied_whole_and_copied_again_by_a_resume_stopped_bef
     (tmp_path / "run" / "settings.json").write_text(json.dumps(new.settings.to_json()))
     resumed = parse_args(["--resume", str(tmp_path / "run")])
     assert resumed.prefs_path == new.prefs_path == str(tmp_path / "labels" / "prefs.sqlite")
+    backup_to = PreferenceStore.backup_to
+
+    def disk_full(self, path):  # part of the copy written, then the disk is full
+        Path(path).write_bytes(b"SQLite format 3\x00" + bytes(100))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(PreferenceStore, "backup_to", disk_full)
+    with pytest.raises(OSError):
+        copy_prefs(resumed)
+    assert os.listdir(tmp_path / "run") == ["settings.json"]  # no store, no half copy
+    monkeypatch.setattr(PreferenceStore, "backup_to", backup_to)
     assert copy_prefs(resumed) == str(tmp_path / "run" / "prefs.sqlite")
     assert stored_labels(tmp_path / "run" / "prefs.sqlite") == 6
     assert sorted(os.listdir(tmp_path / "run")) == ["prefs.sqlite", "settings.json"]

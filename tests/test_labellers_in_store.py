@@ -223,6 +223,10 @@ def test_show_prefs_lists_filters_and_exports_by_labeller(tmp_path):
     assert "'carl'" in r.stderr and "ann 2, bob 1, 1 naming no labeller" in r.stderr
     r = show_prefs(str(tmp_path), "--labeller", "carl", "--export", str(tmp_path / "out" / "c.npz"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and not (tmp_path / "out").exists(), r
+    for other in (["--list"], ["--import", str(tmp_path / "bob.npz"), "--export",
+                               str(tmp_path / "again.npz")]):  # nothing written either
+        r = show_prefs(str(tmp_path), "--labeller", "bob", *other)
+        assert r.returncode == 2 and "--labeller applies to browsing, --table and --export" in r.stderr
     r = show_prefs(str(tmp_path), "--labeller", "bob", "--export", str(tmp_path / "bob.npz"))
     assert r.returncode == 0 and "exported 1 labels by bob" in r.stdout, r
     with np.load(tmp_path / "bob.npz", allow_pickle=False) as z:
@@ -237,3 +241,41 @@ def test_the_ensembles_answer_kept_with_a_label_is_exported_and_imported(tmp_pat
     with PreferenceStore(tmp_path / "b.sqlite") as b:
         assert b.import_npz(tmp_path / "x.npz") == 2
         assert [(p.labeller, p.ensemble_p) for p in b.latest(2)] == [("ann", 0.25), ("bob", None)]
+
+
+def test_the_browser_goes_on_when_a_label_is_deleted_elsewhere(tmp_path, capsys):
+    """A running run's page (or another show_prefs.py) may delete the label shown: the browser
+    says so and shows the labels left, instead of failing."""
+    import queue
+
+    from show_prefs import Browser
+
+    class Keys:
+        """Each key in turn, after doing what comes with it (a deletion elsewhere)."""
+
+        def __init__(self, steps):
+            self.steps = list(steps)
+
+        def get(self, timeout=None):
+            if not self.steps:
+                raise queue.Empty
+            key, meanwhile = self.steps.pop(0)
+            if meanwhile is not None:
+                meanwhile()
+            return key
+
+    with PreferenceStore(tmp_path / "prefs.sqlite") as store:
+        for k in range(4):
+            store.add(pref(k))
+        keys = Keys([("L", lambda: store.delete(2)),  # label 2 shown, deleted as answered
+                     ("d", None),  # label 3 shown, asked to delete it...
+                     ("d", lambda: store.delete(3)),  # ...which another deleted first
+                     ("R", lambda: store.delete(4))])  # label 4, deleted as answered: none left
+        browser = Browser(store, "terminal", keys, None)  # type: ignore[arg-type]
+        store.delete(1)  # before it is shown
+        try:
+            browser.run()
+        finally:
+            browser.player.close("")
+        assert browser.ids == [] and len(store) == 0
+        assert browser.message == "id 4 was deleted meanwhile"

@@ -234,6 +234,44 @@ def test_a_failure_in_the_callers_loop_is_summarised_and_a_resume_goes_on_counti
     assert "\n" not in str(e.value) and (d / COMMAND_FILE).read_text() == commands  # not started
 
 
+def test_a_caller_that_saves_its_model_alone_says_when_the_progress_is_saved(tmp_path,
+                                                                           monkeypatch):
+    """Once the caller saves the progress with its model, the wrapper no longer saves it on its
+    own (every minute, at close): after a crash both resume from the caller's last save."""
+    import json
+
+    from launch import preference_env
+    from launch.rundir import AGENT_PROGRESS_FILE
+
+    monkeypatch.setattr(preference_env, "SAVE_EVERY_S", 0.0)  # else after every block
+    d = tmp_path / "r"
+    env = PreferenceVecEnv(GymVectorEnv("MovingDotNoFrameskip-v0", 2), log_dir=str(d), **SMALL)
+    env.reset(seed=0)
+    try:
+        for _ in range(20):
+            env.step(np.zeros(2, np.int64))
+        assert json.loads((d / AGENT_PROGRESS_FILE).read_text())["agent_steps"] == 40  # its own
+        for _ in range(30):
+            env.step(np.zeros(2, np.int64))
+        env.save_progress()  # with the caller's model, at 100 agent steps
+        for _ in range(40):
+            env.step(np.zeros(2, np.int64))
+    finally:
+        env.close()
+    assert json.loads((d / AGENT_PROGRESS_FILE).read_text())["agent_steps"] == 100
+
+
+def test_a_run_of_run_pys_a2c_is_not_resumed_through_the_wrapper(tmp_path):
+    """Its steps are in its policy checkpoints, which the wrapper does not read: it would count
+    from 0 and write its curves over A2C's."""
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "run_29d3a96", run)  # A2C's, at 4,000 steps
+    with pytest.raises(ValueError, match=r"run.py's A2C.*python run.py --resume") as e:
+        PreferenceVecEnv(GymVectorEnv("MovingDotNoFrameskip-v0", 2), resume=str(run),
+                         million_timesteps=0.01)
+    assert "\n" not in str(e.value)
+
+
 def _resize_84(frame: np.ndarray) -> np.ndarray:
     rows = np.arange(84) * frame.shape[0] // 84  # nearest neighbour, in numpy
     cols = np.arange(84) * frame.shape[1] // 84

@@ -130,6 +130,24 @@ def test_the_wrapper_ends_the_callers_loop_when_a_child_is_killed(tmp_path):
     assert not t.left and not t.shm_left and t.stop_s <= 15.0, (t.left, t.shm_left, t.stop_s)
 
 
+@pytest.mark.slow  # 25 s; run.py's side of a signalled child is tested above
+def test_the_wrapper_ends_the_callers_loop_when_a_child_alone_is_signalled(tmp_path):
+    t = one_try(tmp_path, "train", random.Random(5), wrapper=True, kill_child="reward_predictor",
+                child_signal=signal.SIGTERM)
+    assert t.clean, (t.left, t.shm_left, t.stop_s, t.stderr)
+    assert t.exit_status == 143 and "Traceback" not in t.stderr, t.stderr
+    assert "run stopped by SIGTERM" in t.stderr, t.stderr
+
+
+def test_signals_are_counted_afresh_for_a_later_run_in_the_same_process(monkeypatch):
+    from launch import stopping
+
+    monkeypatch.setattr(stopping, "_received", [signal.SIGINT])
+    assert stopping.signal_received() and stopping.interrupted_status() == 130
+    stopping.forget_signals()
+    assert not stopping.signal_received()
+
+
 def test_the_leftover_check_sees_what_a_run_killed_outright_left_in_dev_shm(tmp_path):
     """SIGKILL to every process of a run leaves its semaphores in /dev/shm, and the check that the
     stop tests rely on finds them (and only its own: it is run beside other tests)."""

@@ -608,7 +608,7 @@ def test_score_ties_counts_what_decided_a_runs_stored_labels(tmp_path, capsys):
             store.add(pref)
     assert main(["--runs", str(tmp_path / "run")]) == 0
     row = capsys.readouterr().out.splitlines()[-1]
-    assert row == f"| {tmp_path / 'run'} | 6 | 2 | 2 (last: label 4) | 2 | 0 |"
+    assert row == f"| {tmp_path / 'run'} | 6 | 2 | 2 (last: no. 4) | 2 | 0 |"
     with pytest.raises(SystemExit) as e:
         main(["--runs", str(tmp_path / "run"), str(tmp_path / "none")])
     out, err = capsys.readouterr()

@@ -311,37 +311,72 @@ def test_an_answer_from_the_page_labels_only_the_pair_it_was_given_for():
     assert lab.label(clip(255), clip(128)) == 0.0  # the stale answer for p0 was dropped
 
 
-class WithdrawingPlayer(PagePlayer):
-    """A PagePlayer that notes when its pair is withdrawn, as the WebPlayer's is at a stop."""
-
-    withdrawn = False
-
-    def withdraw(self):
-        self.withdrawn = True
-
-
-@pytest.mark.parametrize("answer, mu", [("R", 0.0), (ENTER, None), (None, None)])
+@pytest.mark.parametrize("answer, mu", [("R", 0.0), ("incomparable", None), (None, None)])
 def test_an_answer_the_page_took_as_the_run_stopped_is_still_returned_to_be_stored(answer, mu):
-    """The run stops while the person's answer is on its way from the page: the pair is
-    withdrawn from the page and the answer still labels it; an answer for an older pair does
-    not, and without one the labeller gives up after a short wait."""
+    """The person answers and the run stops before labelling has read the answer: the pair is
+    withdrawn from the page (which then refuses answers to it) and the answer taken before
+    still labels it; without one the labeller ends as soon as the page has withdrawn it."""
     from launch.stopping import StopFlag
+    from pref_interface.labellers.keys import PairWithdrawn
+    from pref_interface.labellers.web.core import RequestError
 
     stop = StopFlag(mp.get_context("spawn"))
     answers: queue.Queue = queue.Queue()
-    answers.put(PairAnswer("p0", "L"))  # for a pair no longer shown
-    player = WithdrawingPlayer()
+    page = LabellingPage().start(answers, queue.Queue())
 
-    def stop_then_answer():
-        stop.set()
-        if answer is not None:  # it arrives a little after the stop is seen
-            threading.Timer(0.1, answers.put, (PairAnswer("p1", answer),)).start()
+    class AnsweredAsTheRunStops(WebPlayer):
+        def load(self, left, right):
+            super().load(left, right)
+            wait_until(lambda: page.state(0, 0.1)["pair"] is not None, 30, "the pair on the page")
+            if answer is not None:
+                page.answer({"pair": self.pair_id, "key": answer, "nonce": secrets.token_hex(8)})
+            stop.set()
 
-    player.on_load = stop_then_answer
-    lab = HumanLabeller(answers, player, stop_event=stop, fps=200.0, keep_typed_ahead=True)
-    t0 = time.monotonic()
-    assert lab.label(clip(255), clip(128)) == mu
-    assert player.withdrawn and answers.empty() and time.monotonic() - t0 < 5
+    try:
+        player = AnsweredAsTheRunStops(page.updates)
+        lab = HumanLabeller(answers, player, stop_event=stop, fps=200.0, keep_typed_ahead=True)
+        t0 = time.monotonic()
+        assert lab.label(clip(255), clip(128)) == mu
+        assert time.monotonic() - t0 < 4  # not the whole wait: the page's word came
+        assert lab.unanswered_at_stop == (answer is None)
+        wait_until(lambda: page.state(0, 0.1)["pair"] is None, 10, "the pair withdrawn")
+        with pytest.raises(RequestError):
+            page.answer({"pair": player.pair_id, "key": "L", "nonce": secrets.token_hex(8)})
+        if answer is not None:  # the page's word follows the answer
+            assert wait_until(lambda: drained(answers), 10, "the withdrawal") == [
+                PairWithdrawn(player.pair_id)]
+        assert answers.empty()
+    finally:
+        page.stop()
+
+
+def test_a_label_asked_again_as_the_run_stops_takes_the_answer_the_page_took():
+    """Stopped while a stored label is asked again: an answer the page took replaces the label,
+    and the pair asked before is not shown back."""
+    from launch.stopping import StopFlag
+    from pref_interface.labellers.keys import PairWithdrawn
+
+    stop = StopFlag(mp.get_context("spawn"))
+
+    class Withdrawing(HistoryPlayer):
+        """Answered R as the run stops, then withdrawn, as the page would put them."""
+
+        def load(self, left, right):
+            super().load(left, right)
+            if len(self.loaded) == 2:  # the label asked again
+                stop.set()
+
+        def withdraw(self):
+            answers.put(PairAnswer(self.pair_id, "R"))
+            answers.put(PairWithdrawn(self.pair_id))
+
+    with page_labeller() as (lab, answers, player, store, ids):
+        lab.player = Withdrawing()
+        lab.stop_event = stop
+        answers.put(ReopenLabel(ids[1]))
+        assert lab.label(clip(10), clip(20)) is None
+        assert store.recent_answers(10) == [(ids[1], 0.0), (ids[0], 1.0)]
+        assert len(lab.player.loaded) == 2
 
 
 def test_a_reinsert_from_the_page_reaches_the_interface_and_leaves_the_pair_up():

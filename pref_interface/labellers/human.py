@@ -22,6 +22,7 @@ from pref_interface.labellers.keys import (
     EOF,
     REPLAY_KEY,
     PairAnswer,
+    PairWithdrawn,
     ReinsertClip,
     ReopenLabel,
     answer_of,
@@ -33,9 +34,9 @@ from pref_interface.labelling import HISTORY_LENGTH, LabellingStats, LabelEditor
 KEYS_HELP = "L left better, R right better, E equal, Enter incomparable, P replay, ^D stop"
 ANSWER_NAMES = {"L": "left better", "R": "right better", "E": "equally good"}
 KEY_OF_MU = {mu: key for key, mu in ANSWER_KEYS.items()}
-# As the run stops: how long an answer the page took before the pair was withdrawn may take to
-# arrive (it is on its way through a queue; the withdrawal through another).
-STOP_ANSWER_WAIT_S = 0.5
+# As the run stops: the longest the page's word that it withdrew the pair is awaited (it comes
+# at once while the run's main process lives).
+STOP_ANSWER_WAIT_S = 5.0
 
 
 ARROWS = {f"\x1b{mode}{key}": f"the {name} arrow" for mode in "[O"  # normal, application mode
@@ -97,6 +98,7 @@ class HumanLabeller(Labeller):
         self.last = ""
         self.stopped_by_person = False
         self._dropped = 0  # keys typed before a pair was shown, dropped since the last pair
+        self.unanswered_at_stop = False  # the last pair asked was withdrawn at the stop unanswered
 
     # ---- the Labeller protocol ----------------------------------------------------------------
 
@@ -155,6 +157,7 @@ class HumanLabeller(Labeller):
              upcoming: tuple[Clip, Clip] | None = None) -> float | None:
         """Play a pair until it is answered; `again`: the stored label being answered anew;
         `upcoming`: the pair asked next (see `upcoming`)."""
+        self.unanswered_at_stop = False
         frames = left.step_frames(), right.step_frames()
         preload = getattr(self.player, "preload", None) if upcoming else None
 
@@ -176,8 +179,12 @@ class HumanLabeller(Labeller):
                 continue
             if isinstance(token, ReopenLabel):
                 hint = self._reopen(token.label_id) if again is None else hint
+                if self.stop_event is not None and self.stop_event.is_set():
+                    return None  # stopped while the label was asked again: not shown back
                 playback = play()  # back to this pair
                 continue
+            if isinstance(token, PairWithdrawn):
+                continue  # a pair withdrawn at a stop, answered before its word came
             if isinstance(token, PairAnswer):
                 if token.pair_id != getattr(self.player, "pair_id", None):
                     continue  # for a pair already answered (another tab, or the terminal)
@@ -198,9 +205,10 @@ class HumanLabeller(Labeller):
                 hint = invalid_key_hint(token)
 
     def _answer_taken_before_the_stop(self) -> float | None:
-        """The run is stopping: the page's pair is withdrawn (the page takes no answer after
-        it), and an answer it took for that pair before is still returned, to be stored: the
-        person saw it taken. Other requests are dropped, as at any stop."""
+        """The run is stopping: the page's pair is withdrawn, and an answer the page took for
+        it before (the person saw it taken) is still returned, to be stored;
+        `unanswered_at_stop` says there was none. Other requests are dropped, as at any stop."""
+        self.unanswered_at_stop = True
         withdraw = getattr(self.player, "withdraw", None)
         if withdraw is None:  # the terminal: no answer was confirmed to the person
             return None
@@ -212,7 +220,10 @@ class HumanLabeller(Labeller):
                 token = self.answers.get(timeout=left)
             except queue.Empty:
                 break
+            if isinstance(token, PairWithdrawn) and token.pair_id == pair_id:
+                break  # no answer came before the withdrawal
             if isinstance(token, PairAnswer) and token.pair_id == pair_id:
+                self.unanswered_at_stop = False
                 key = answer_of(token.key)
                 if key in ANSWER_KEYS:
                     self.last = f"pair {self.n_pairs}: {ANSWER_NAMES[key]} (stored)"
@@ -245,8 +256,8 @@ class HumanLabeller(Labeller):
             return f"label {label_id} is not in the store"
         left, right = (pref.right, pref.left) if pref.shown_swapped else (pref.left, pref.right)
         mu = self._ask(left, right, again=label_id)
-        if self.stop_event is not None and self.stop_event.is_set():
-            return ""  # the run is stopping: the label stays as it was
+        if self.unanswered_at_stop:
+            return ""  # the run is stopping unanswered: the label stays as it was
         return self._edit(LabelEdit(label_id, mu))
 
     def _show_history(self) -> None:

@@ -46,6 +46,14 @@ class PairAnswer:
 
 
 @dataclass(frozen=True)
+class PairWithdrawn:
+    """The page took the pair `pair_id` off (the run is stopping): an answer the page took for it
+    came before this on the queue, and none comes after."""
+
+    pair_id: str
+
+
+@dataclass(frozen=True)
 class ReopenLabel:
     """Show a stored label's pair again; the answer replaces the label (incomparable deletes it)."""
 

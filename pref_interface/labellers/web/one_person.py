@@ -81,7 +81,8 @@ class OnePersonView:
                 raise RequestError(HTTPStatus.CONFLICT, "that pair is not waiting for an answer")
             self._state["answered"] = True
             self._changed()
-        self.core.answers.put(PairAnswer(body["pair"], key))
+            # queued under the lock: a withdrawal of the pair (`LabellingPage.apply`) comes after
+            self.core.answers.put(PairAnswer(body["pair"], key))
 
     def listed_label(self, body: dict, label_id: int, labeller: str | None) -> None:
         """Refuse a label the page does not list."""

@@ -97,10 +97,11 @@ class WebPlayer:
         self.page_updates.put({"order": orders, "thumbs": thumbs})
 
     def withdraw(self) -> None:
-        """Take the pair shown off the page (the run is stopping): an answer to it is refused
-        from then on, so one the page took came before (`pair_id` still names the pair)."""
+        """Take the pair shown off the page (the run is stopping): the page refuses an answer to
+        it from then on and says so on the answers queue (`PairWithdrawn`), after any answer it
+        took. `pair_id` still names the pair."""
         self._next = None
-        self.page_updates.put({"pair": None, "next": None})
+        self.page_updates.put({"pair": None, "next": None, "withdrawn": self.pair_id})
 
     def close(self, message: str | None = None) -> None:
         self.pair_id, self._next = None, None

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator
 from urllib.parse import parse_qs, urlsplit
 
 from clips.clip import LabelEdit
-from pref_interface.labellers.keys import ANSWER_KEYS, ENTER, ReopenLabel
+from pref_interface.labellers.keys import ANSWER_KEYS, ENTER, PairWithdrawn, ReopenLabel
 from pref_interface.labellers.web.core import PageCore, RequestError, not_found
 from pref_interface.labellers.web.one_person import OnePersonView
 from pref_interface.labellers.web.team_view import TeamView
@@ -161,8 +161,13 @@ class LabellingPage:
         if "labelling" in update:  # the pages show it too: their changes are off while it is not
             with self.core.cond:
                 self._labelling = bool(update["labelling"])
-        if not self._ended:
-            self.view.apply(dict(update))
+        update = dict(update)
+        withdrawn = update.pop("withdrawn", None)
+        with self.core.cond:  # an answer is queued under this lock too: it comes before the mark
+            if not self._ended:
+                self.view.apply(update)
+            if withdrawn is not None:
+                self.core.answers.put(PairWithdrawn(withdrawn))
 
     def notice(self, text: str) -> None:
         """A line the page shows while there is no pair (e.g. "pretraining the predictor")."""
