@@ -27,6 +27,14 @@ def ignore_the_stop(stop_event, started=None) -> None:
         time.sleep(0.05)
 
 
+def ignore_the_stop_with_a_short_orphan_wait(stop_event, started) -> None:
+    """Stuck as `ignore_the_stop`, in a child that ends itself 0.5 s after a stop signal."""
+    from launch import stopping
+
+    stopping.ORPHAN_EXIT_S = 0.5
+    ignore_the_stop(stop_event, started)
+
+
 def count_to(n: int, counter, step_s: float = 0.3) -> None:
     for _ in range(n):
         time.sleep(step_s)

@@ -13,7 +13,8 @@ import pytest
 
 from launch.supervisor import EXIT_CRASHED, Supervisor
 from tests.supervised_targets import (count_to, crash_after, fail_half_way_through_a_message,
-                                      ignore_the_stop, report_malloc, send_an_unreadable_traceback,
+                                      ignore_the_stop, ignore_the_stop_with_a_short_orphan_wait,
+                                      report_malloc, send_an_unreadable_traceback,
                                       work_until_stopped)
 
 
@@ -125,6 +126,20 @@ def test_every_child_holds_the_run_directory_until_it_ends(method, tmp_path):
     assert run_dir_holder(tmp_path) == f"pid {os.getpid()} on {socket.gethostname()}"
     sup.stop(15.0)
     assert finished.value == 1 and run_dir_holder(tmp_path) is None
+
+
+def test_a_child_stuck_after_a_stop_signal_ends_itself_should_nobody_end_it():
+    # its supervisor, which would end it after the grace, may have been killed outright
+    ctx = mp.get_context("spawn")
+    sup = Supervisor(ctx)
+    started = ctx.Value("i", 0)
+    sup.start("stuck", ignore_the_stop_with_a_short_orphan_wait, sup.stop_event, started)
+    deadline = time.monotonic() + 60
+    while started.value < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(sup.procs["stuck"].pid, signal.SIGTERM)
+    sup.procs["stuck"].join(30)
+    assert sup.procs["stuck"].exitcode == 128 + signal.SIGTERM
 
 
 def test_a_child_stuck_after_the_stop_is_terminated_after_the_grace(capsys):
