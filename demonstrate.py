@@ -5,9 +5,10 @@
     python demonstrate.py EnduroNoFrameskip-v4 my_driving.npz --steps 1500 --fps 10
 
 A window shows the game as the agent sees it (84x84 grey, zoomed). Hold the arrow keys to move
-and space to fire (Enduro: space accelerates, down brakes); the game steps `--fps` times a second
-with the keys held then. Esc, q or closing the window stops early. Your play is cut into the
-agent's 25-step clips and written to FILE (docs/labelling.md, "Clips of other play").
+and space to fire (Enduro: space accelerates, down brakes; Pong: up and down move the paddle);
+the game steps `--fps` times a second with the keys held then. Esc, q or closing the window stops
+early. Your play is cut into the agent's 25-step clips and written to FILE (docs/labelling.md,
+"Clips of other play").
 """
 from __future__ import annotations
 
@@ -26,13 +27,17 @@ from runtime.script_args import ScriptParser
 KEYS_HELP = "arrows move, space fires, Esc stops"
 STOP_KEYS = ("escape", "q")
 MOVES = {"up": "up", "down": "down", "right": "right", "left": "left", " ": "fire", "space": "fire"}
+PADDLE = {"up": "right", "down": "left"}  # a game without up or down (Pong): the arrows still move
 
 
 def action_for(held: set[str], names: Sequence[str]) -> int:
     """The game's action for the keys held (MOVES), named as ALE names them (e.g. UPRIGHTFIRE,
-    lower case here). Opposite keys cancel; a combination the game lacks lets go of fire, then
-    of up or down, then of the rest (noop)."""
+    lower case here); in a game with neither up nor down, the up and down arrows are its right
+    and left (Pong's paddle). Opposite keys cancel; a combination the game lacks lets go of fire,
+    then of up or down, then of the rest (noop)."""
     moves = {MOVES[k] for k in held if k in MOVES}
+    if "up" not in names and "down" not in names:  # Pong's paddle: RIGHT moves it up, LEFT down
+        moves = {PADDLE.get(m, m) for m in moves}
     vertical = "".join(m for m in ("up", "down") if m in moves) if len(
         moves & {"up", "down"}) == 1 else ""
     horizontal = "".join(m for m in ("right", "left") if m in moves) if len(
@@ -129,17 +134,21 @@ def main(argv: list[str] | None = None) -> int:
                    help="agent steps a second (15: the clips' own speed, App. A.2)")
     p.add_argument("--seed", type=int, default=0, help="the game's seed")
     a = p.parse_args(argv)
-    from envs import UnknownEnvError, env_kind
+    from envs import UnknownEnvError, check_seed, env_kind
     from pref_interface.labellers.player import display_available
     from runtime.outputs import prepare_output
 
-    try:
-        env_kind(a.env_id)
-        out = prepare_output(a.out, "out")
-    except (UnknownEnvError, ValueError) as e:
-        p.error(str(e))
     if a.steps < 25 or a.fps <= 0:
         p.error("--steps must be at least 25 (one clip) and --fps positive")
+    try:
+        env_kind(a.env_id)
+        check_seed(a.seed)
+    except (UnknownEnvError, ValueError) as e:
+        p.error(str(e))
+    try:  # after the other checks: a refused command leaves no folder behind
+        out = prepare_output(a.out, "out")
+    except ValueError as e:
+        p.error(str(e))
     if not display_available():
         p.error("playing needs a window: no display here (set DISPLAY, or use ssh -X)")
     window = PlayWindow(a.env_id, a.fps)

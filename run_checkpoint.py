@@ -19,7 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("policy", help="a run directory or its policy/ directory (the newest "
                    "policy), a checkpoint file, or a weights file written by --save_weights")
     p.add_argument("--episodes", type=int, default=5, help="episodes to play")
-    p.add_argument("--seed", type=int, default=1, help="env seed")
+    p.add_argument("--seed", type=int, default=1,
+                   help="the seed of the game and of the sampled actions")
     p.add_argument("--greedy", action="store_true", help="take the most likely action")
     p.add_argument("--video", help="write the first episode to this .gif file (84x84 frames "
                    "zoomed x3, or beside a scrolling plot of r̂ with --reward_predictor)")
@@ -53,6 +54,7 @@ def play(env_id: str, weights: dict, episodes: int, seed: int = 1, greedy: bool 
     from runtime.reward_view import RewardTrace, side_by_side
 
     torch.set_num_threads(1)
+    torch.manual_seed(seed)  # sampled actions too: a seed plays the same episodes again
     env = make_vec_env(env_id, 1, seed=seed, num_threads=1)
     policy = make_policy(env_kind(env_id), env.num_actions)
     policy.load_state_dict(weights)  # checked by main: check_fits
@@ -179,7 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.video:
         from runtime.video import write_gif
 
-        write_gif(frames, args.video, zoom=1 if predictor is not None else 3)  # drawn zoomed
+        try:
+            write_gif(frames, args.video, zoom=1 if predictor is not None else 3)  # drawn zoomed
+        except KeyboardInterrupt:
+            print(f"stopped by Ctrl-C: {args.video} not written", file=sys.stderr)
+            return EXIT_INTERRUPTED
         print(f"wrote {args.video} ({len(frames)} frames)")
     return 0
 

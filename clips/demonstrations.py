@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from clips.clip import FRAME_SHAPE, STACK, Clip, Preference
+from clips.clip import CLIP_LENGTH, FRAME_SHAPE, STACK, Clip, Preference
 from runtime.outputs import replace_durably
 
 DEMONSTRATION_SIDES = ("left", "right", "both")  # which clips of a label are demonstrations
@@ -78,6 +78,9 @@ def load_demonstrations(path: str | Path, env_id: str | None = None) -> list[Cli
                                   f"got frames {frames.shape} and actions {actions.shape}")
     from envs import action_names, same_game
 
+    if t != CLIP_LENGTH:  # stacked with the agent's clips to train the predictor
+        raise DemonstrationsError(f"{path}: clips of {t} steps; a run's clips are "
+                                  f"{CLIP_LENGTH} steps long")
     if env_id is not None and not same_game(str(data["env_id"]), env_id):
         raise DemonstrationsError(f"{path} holds clips of {data['env_id']}, not {env_id}")
     if not np.all(np.isfinite(data["true_rewards"])):

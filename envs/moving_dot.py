@@ -5,10 +5,12 @@ actions 0 noop, 1 down, 2 right, 3 up, 4 left move it one pixel (clipped to the 
 if the dot ends a frame closer to the centre (x=80, y=105), -1 if farther, 0 if equal; random
 start; 1,000 frames per episode.
 
-`MovingDotEnv` is the gymnasium env (raw frames). `MovingDotVecEnv` runs N of them in numpy with
-the same preprocessing the Atari envs get (frameskip 4 with summed rewards, clipped to their
-sign, max-pool of the last two frames, 84x84 grey, 4-frame stack) without rendering 210x160
-frames: the dot is separable, so its area-resampled image is an outer product of two 84-vectors.
+`MovingDotEnv` is the gymnasium env (raw frames, the rewards of its skipped frames summed).
+`MovingDotVecEnv` runs N of them in numpy with the preprocessing the Atari envs get (frameskip 4
+with summed rewards, max-pool of the last two frames, 84x84 grey, 4-frame stack) and, unlike
+them, each step's reward clipped to its sign, as the earlier reproduction's, whose figures its
+returns are compared with; it renders no 210x160 frame: the dot is separable, so its
+area-resampled image is an outer product of two 84-vectors.
 """
 from __future__ import annotations
 

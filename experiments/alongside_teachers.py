@@ -78,15 +78,18 @@ class Follower:
 
 class PolicyDriver:
     """A saved Enduro policy (a run's directory, a checkpoint or a weights file) sampling its
-    actions as in training, from a stack of the last STACK frames it was shown (the first one
-    repeated until there are STACK)."""
+    actions as in training, from a stack of the last STACK frames it was shown (black frames
+    before the first, as the game's first stacks have)."""
 
     def __init__(self, path: str, rng: np.random.Generator) -> None:
+        from pathlib import Path
+
         from a2c.checkpoint import check_fits, load_policy_weights
         from a2c.policies import make_policy
         from envs import env_kind
+        from launch.rundir import playable_policy
 
-        state = load_policy_weights(path)
+        state = load_policy_weights(playable_policy(Path(path)))
         check_fits(ENV_ID, state, path)  # CheckpointError for another game's policy
         self.net = make_policy(env_kind(ENV_ID), len(_ACTIONS))
         self.net.load_state_dict(state["policy"])
@@ -97,7 +100,7 @@ class PolicyDriver:
     def __call__(self, frame: np.ndarray) -> int:
         import torch
 
-        self.stack = (self.stack or [frame] * (STACK - 1))[-(STACK - 1):] + [frame]
+        self.stack = (self.stack or [np.zeros_like(frame)] * (STACK - 1))[-(STACK - 1):] + [frame]
         with torch.no_grad():
             logits, _ = self.net(torch.from_numpy(np.stack(self.stack)[None]))
         probs = torch.softmax(logits[0].double(), -1).numpy()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from a2c.checkpoint import CheckpointError
 from clips.demonstrations import save_demonstrations
+from envs import check_seed
 from experiments.alongside_teachers import ENV_ID, clips_of, drive, driver_policy, level_share
 from runtime.outputs import prepare_output
 from runtime.script_args import ScriptParser
@@ -34,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.episodes < 1 or a.steps < 25:
         p.error("--episodes must be >= 1 and --steps >= 25 (one clip)")
+    try:  # every episode's seed, before any is driven
+        check_seed(a.seed, a.episodes)
+    except ValueError as e:
+        p.error(str(e))
     try:
         driver_policy(a.driver, None)
     except (ValueError, OSError, KeyError, CheckpointError) as e:

@@ -62,6 +62,9 @@ def test_a_file_that_cannot_be_used_is_one_line_naming_it(tmp_path):
     np.savez(bad_action, **{**arrays, "actions": arrays["actions"] + 7})
     np.savez(nan_reward, **{**arrays, "true_rewards": np.full_like(arrays["true_rewards"],
                                                                    np.nan)})
+    short = tmp_path / "short.npz"  # whole clips, but not of a run's 25 steps
+    np.savez(short, **{**arrays, "frames": arrays["frames"][:, :13],
+                       **{k: arrays[k][:, :10] for k in ("actions", "true_rewards", "dones")}})
     one_array, cut = tmp_path / "one.npy", tmp_path / "cut.npz"
     np.save(one_array, np.zeros(3))
     cut.write_bytes(good.read_bytes()[:len(good.read_bytes()) // 2])  # a recording stopped mid-write
@@ -73,6 +76,7 @@ def test_a_file_that_cannot_be_used_is_one_line_naming_it(tmp_path):
                              (text, None, "not a NumPy archive"),
                              (partial, None, "no actions, true_rewards, dones, env_id"),
                              (shapes, None, r"got frames \(2, 28, 80, 80\)"),
+                             (short, None, "clips of 10 steps; a run's clips are 25 steps long"),
                              (good, "PongNoFrameskip-v4", f"holds clips of {ENV}, not Pong")]:
         with pytest.raises(DemonstrationsError, match=words) as e:
             load_demonstrations(path, env)
@@ -192,6 +196,9 @@ def test_the_keys_held_become_the_games_action():
         assert enduro[action_for(keys, enduro)] == name, keys
     dot = action_names(ENV)
     assert dot[action_for({"up", " "}, dot)] == "up"  # MovingDot has no fire
+    pong = action_names("PongNoFrameskip-v4")  # its paddle moves up with RIGHT, down with LEFT
+    assert [pong[action_for(keys, pong)] for keys in ({"up"}, {"down", " "}, {"left"})] == [
+        "right", "leftfire", "left"]
 
 
 def test_a_persons_play_is_cut_into_clips_with_their_actions(tmp_path):
@@ -330,6 +337,9 @@ def test_the_store_keeps_which_clips_are_demonstrations_through_export_and_show_
     (["{tmp}/d.npz", "--driver", "following:2"], "P is a probability"),
     (["{tmp}/d.npz", "--driver", "policy:{tmp}/none.pt"], "no policy checkpoint"),
     (["{tmp}/there.npz"], "exists already"),
+    (["{tmp}/d.npz", "--seed", "-1"], "--seed must be in [0, "),
+    (["{tmp}/d.npz", "--seed", "2147483647", "--episodes", "2"],
+     "(2 envs take seed to seed + 1)"),  # the last episode's seed, before the first is driven
 ])
 def test_recording_refuses_bad_input_in_one_line_before_it_drives(tmp_path, args, words):
     (tmp_path / "there.npz").write_bytes(b"kept")
@@ -339,3 +349,17 @@ def test_recording_refuses_bad_input_in_one_line_before_it_drives(tmp_path, args
                        text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
     assert not (tmp_path / "d.npz").exists() and (tmp_path / "there.npz").read_bytes() == b"kept"
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--seed", "-1"], "--seed must be in [0, "),
+    (["--steps", "10"], "--steps must be at least 25"),
+])
+def test_playing_refuses_bad_input_in_one_line_and_makes_no_folder(tmp_path, capsys, args, words):
+    from demonstrate import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["MovingDot-v0", str(tmp_path / "new" / "d.npz"), *args])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and words in err, err
+    assert not (tmp_path / "new").exists()

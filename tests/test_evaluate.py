@@ -309,3 +309,15 @@ def test_watching_in_the_terminal_draws_the_game_and_rhat_as_bars_under_it():
     assert "▀" in text  # the game, in half-blocks
     assert "r̂    " + BARS[0] + BARS[4] + BARS[-1] in text
     assert "game  -+" in text and "step 3" in text
+
+
+def test_run_checkpoint_plays_the_same_sampled_episode_again_with_the_same_seed():
+    sys.path.insert(0, str(ROOT))
+    from a2c.policies import make_policy
+    from run_checkpoint import play
+
+    weights = make_policy("moving_dot", 5).state_dict()  # near-uniform: every step a draw
+    first, again, other = (play("MovingDotNoFrameskip-v0", weights, 1, seed=seed,
+                                max_steps=60, record_first=True)[1] for seed in (4, 4, 5))
+    assert all((a == b).all() for a, b in zip(first, again)) and len(first) == len(again)
+    assert any((a != b).any() for a, b in zip(first, other))

@@ -555,8 +555,17 @@ def test_a_saved_policy_drives_with_its_own_sampled_actions(tmp_path):
     save_policy_weights(tmp_path / "brakes.pt", {"policy": net.state_dict(), "timesteps": 0})
     act = driver_policy(f"policy:{tmp_path / 'brakes.pt'}", np.random.default_rng(0))
     frames = np.random.default_rng(1).integers(0, 255, (6, 84, 84), dtype=np.uint8)
-    assert [act(f) for f in frames] == [_ACTIONS["down"]] * 6
+    act(frames[0])  # the first stack: black frames before the first, as the game's
+    assert len(act.stack) == STACK and not np.any(act.stack[:-1]) and (act.stack[-1] == frames[0]).all()
+    assert [act(f) for f in frames[1:]] == [_ACTIONS["down"]] * 5
     assert len(act.stack) == STACK and (act.stack[-1] == frames[-1]).all()
+    # a run directory: its newest policy (an examples.ppo run's weights file)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "settings.json").write_text("{}")
+    save_policy_weights(tmp_path / "run" / "ppo_policy.pt", {"policy": net.state_dict(),
+                                                             "timesteps": 0})
+    assert driver_policy(f"policy:{tmp_path / 'run'}", np.random.default_rng(0))(frames[0]) == (
+        _ACTIONS["down"])
 
 
 def test_the_score_teachers_ties_are_counted_per_driver(capsys):
