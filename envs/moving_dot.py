@@ -6,11 +6,12 @@ if the dot ends a frame closer to the centre (x=80, y=105), -1 if farther, 0 if 
 start; 1,000 frames per episode.
 
 `MovingDotEnv` is the gymnasium env (raw frames, the rewards of its skipped frames summed).
-`MovingDotVecEnv` runs N of them in numpy with the preprocessing the Atari envs get (frameskip 4
-with summed rewards, max-pool of the last two frames, 84x84 grey, 4-frame stack) and, unlike
-them, each step's reward clipped to its sign, as the earlier reproduction's, whose figures its
-returns are compared with; it renders no 210x160 frame: the dot is separable, so its
-area-resampled image is an outer product of two 84-vectors.
+`MovingDotVecEnv` runs N of them in numpy with the Atari envs' preprocessing (frameskip 4 with
+summed rewards, max-pool of the last two frames, 84x84 grey, 4-frame stack) and, unlike them,
+each step's reward clipped to its sign, as the earlier reproduction's, whose figures its returns
+are compared with. It renders no 210x160 frame: the dot is separable, so its area-resampled
+image is an outer product of two 84-vectors (the max of two such images: for a dot that moves a
+pixel a frame, the image of the two frames' max, up to rounding).
 """
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ def test_moving_dot_episode_is_1000_frames():
     assert not any(truncated[:-1]) and truncated[-1]
 
 
-def test_moving_dot_vector_env_matches_preprocessing_and_ends_after_250_agent_steps():
+def test_moving_dot_vector_env_gives_uint8_stacks_and_ends_after_250_agent_steps():
     env = make_vec_env("MovingDotNoFrameskip-v0", 3, seed=0)
     obs = env.reset()
     assert obs.shape == (3, 4, 84, 84) and obs.dtype == np.uint8
@@ -56,6 +56,36 @@ def test_moving_dot_vector_env_matches_preprocessing_and_ends_after_250_agent_st
     r3 = env.step(np.zeros(3, dtype=np.int64))
     assert np.array_equal(r3.obs[:, :3], r2.obs[:, 1:])
     assert r3.obs[:, -1].max() > 200
+
+
+def test_moving_dot_vector_env_gives_the_raw_envs_frames_preprocessed_and_rewards_signed():
+    """Each step of the vector env is four frames of the raw gymnasium env, preprocessed as
+    ale-py does (the max of the last two, grey, area-resized to 84x84), up to rounding; and the
+    sign of their summed reward."""
+    from envs.moving_dot import MovingDotEnv
+
+    def area_84(frame):  # exact: each pixel repeated to 420x3360, then 5x40 blocks averaged
+        big = np.repeat(np.repeat(frame.astype(float), 2, 0), 21, 1)
+        return big.reshape(84, 5, 84, 40).mean(axis=(1, 3))
+
+    def preprocessed(frames):  # a white dot: every channel alike
+        return np.rint(area_84(np.maximum(*(f[..., 0] for f in frames[-2:]))))
+
+    vec = MovingDotVecEnv(1, seed=3)
+    vec.reset()
+    raw = MovingDotEnv()
+    raw.reset(seed=0)
+    actions = np.random.default_rng(0).integers(0, 5, 40)
+    for action in actions:
+        raw.xy = vec.xy[0].copy()
+        frames, total = [], 0.0
+        for _ in range(4):
+            frame, reward, *_ = raw.step(int(action))
+            frames.append(frame)
+            total += reward
+        result = vec.step(np.array([action]))
+        assert np.abs(result.obs[0, -1].astype(int) - preprocessed(frames)).max() <= 1
+        assert result.rewards[0] == np.sign(total)
 
 
 def test_scripted_policy_beats_random_on_moving_dot():
