@@ -12,13 +12,14 @@ import queue
 import threading
 import time
 from dataclasses import replace
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from clips.clip import Clip, Preference
 from clips.demonstrations import DemonstrationMix, load_demonstrations
 from pref_interface.config import LabellingConfig
+from pref_interface.labellers.keys import WITHDRAWAL_WAIT_S
 from pref_interface.labellers.teachers import Labeller, make_teacher
 from pref_interface.labelling import LabellingStats, LabelEditor, increment
 from pref_interface.queries.pairs import ClipBuffer
@@ -260,7 +261,11 @@ class Labelling:
                     yield pref
             return
         self.team.hand_out(pairs, self.copies)
-        for answer, pair in self.team.answered():
+        yield from self._team_labels(self.team.answered())
+
+    def _team_labels(self, answered: Iterable[tuple[Any, tuple]]) -> Iterator[Preference]:
+        """The team's answers to their pairs as labels, each named by its labeller."""
+        for answer, pair in answered:
             if self.demand is not None:
                 self.demand.answered()
             p_left = None
@@ -321,6 +326,15 @@ class Labelling:
         self.labeller.idle()
 
     def close(self) -> None:
+        try:
+            if self.team is not None:  # answers the pages took as the run stopped are kept
+                for pref in self._team_labels(self.team.answered(
+                        self.team.last_answers(WITHDRAWAL_WAIT_S))):
+                    self.commit(pref)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
         try:
             if self.demand is not None:
                 self.demand.close()

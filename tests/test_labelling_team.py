@@ -13,7 +13,7 @@ import pytest
 from clips.clip import Clip, Preference
 from launch.loop import Channels, run_labelling
 from pref_interface.config import LabellingConfig
-from pref_interface.labellers.keys import EOF, PairAnswer
+from pref_interface.labellers.keys import EOF, PairAnswer, PairWithdrawn
 from pref_interface.labellers.team import Agreement, Team, TeamAnswer, parse_labellers, stored_agreement
 from pref_interface.labelling import LabellingStats
 from pref_interface.store import PreferenceStore
@@ -56,6 +56,8 @@ class FakePage:
                 for person in people:  # bob always answers "as good", so agreement varies
                     key = "E" if person == "bob" else ["L", "R", "L", "\n"][n % 4]
                     self.answers.put(PairAnswer(pair["id"], key, labeller=person))
+            elif "withdrawn" in update:  # as the server says it once the pairs are off the pages
+                self.answers.put(PairWithdrawn(update["withdrawn"]))
             elif "stored" in update:
                 self.stored.append(update["stored"])
             elif "status" in update:
@@ -145,6 +147,36 @@ def test_the_terminals_ctrl_d_stops_a_team(tmp_path):
     answers.put(EOF)
     worker.join(timeout=30)
     assert not worker.is_alive() and len(opened) == 4
+
+
+def test_an_answer_a_teams_page_took_as_the_run_stopped_is_stored(tmp_path):
+    """The run stops while ann's answer is on its way: labelling withdraws every pair from the
+    pages and stores the answers they took before, then ends."""
+    updates, answers, clips = queue.Queue(), queue.Queue(), queue.Queue()
+    for v in range(6):
+        clips.put(clip(v))
+    stats = LabellingStats.create(mp.get_context("spawn"))
+    config = LabellingConfig(seed=0, val_fraction=0.0, max_pairs_per_clip=None,
+                             labellers=("ann", "bob"), page_updates=updates)
+    stop = threading.Event()
+    path = str(tmp_path / "p.sqlite")
+    worker = threading.Thread(target=run_labelling, args=(config, Channels(stop, clips)),
+                              kwargs=dict(stats=stats, store_path=path,
+                                          labeller=Team(["ann", "bob"], updates, answers)))
+    worker.start()
+    opened = []
+    wait_until(lambda: opened.extend(u["open"]["id"] for u in drained(updates) if "open" in u)
+               or len(opened) >= 4, 30, "four pairs out (two people, two each)")
+    stop.set()
+    withdrawal = wait_until(lambda: [u for u in drained(updates) if "withdrawn" in u], 30,
+                            "the pairs withdrawn")
+    assert withdrawal[0]["pair"] is None
+    answers.put(PairAnswer(opened[1], "L", labeller="ann"))  # taken before the withdrawal...
+    answers.put(PairWithdrawn(withdrawal[0]["withdrawn"]))  # ...which the page then says
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    with PreferenceStore(path, create=False) as store:
+        assert [(p.labeller, p.mu) for p in store.latest(10)] == [("ann", 1.0)]
 
 
 def test_an_edit_from_a_page_is_confirmed_to_the_pages_once_the_store_holds_it():

@@ -21,6 +21,7 @@ from pref_interface.labellers.keys import (
     ENTER,
     EOF,
     REPLAY_KEY,
+    WITHDRAWAL_WAIT_S,
     PairAnswer,
     PairWithdrawn,
     ReinsertClip,
@@ -34,9 +35,6 @@ from pref_interface.labelling import HISTORY_LENGTH, LabellingStats, LabelEditor
 KEYS_HELP = "L left better, R right better, E equal, Enter incomparable, P replay, ^D stop"
 ANSWER_NAMES = {"L": "left better", "R": "right better", "E": "equally good"}
 KEY_OF_MU = {mu: key for key, mu in ANSWER_KEYS.items()}
-# As the run stops: the longest the page's word that it withdrew the pair is awaited (it comes
-# at once while the run's main process lives).
-STOP_ANSWER_WAIT_S = 5.0
 
 
 ARROWS = {f"\x1b{mode}{key}": f"the {name} arrow" for mode in "[O"  # normal, application mode
@@ -214,7 +212,7 @@ class HumanLabeller(Labeller):
             return None
         pair_id = self.player.pair_id
         withdraw()
-        deadline = time.monotonic() + STOP_ANSWER_WAIT_S
+        deadline = time.monotonic() + WITHDRAWAL_WAIT_S
         while (left := deadline - time.monotonic()) > 0:
             try:
                 token = self.answers.get(timeout=left)

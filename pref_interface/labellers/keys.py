@@ -45,6 +45,11 @@ class PairAnswer:
     labeller: str | None = None
 
 
+# As a run stops: the longest the page's word that it withdrew its pairs (`PairWithdrawn`) is
+# awaited; it comes at once while the run's main process, which serves the page, lives.
+WITHDRAWAL_WAIT_S = 5.0
+
+
 @dataclass(frozen=True)
 class PairWithdrawn:
     """The page took the pair `pair_id` off (the run is stopping): an answer the page took for it

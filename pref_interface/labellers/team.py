@@ -14,6 +14,7 @@ import itertools
 import os
 import queue
 import re
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
@@ -21,11 +22,12 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from clips.clip import Clip, LabelEdit, Preference
-from pref_interface.labellers.keys import ANSWER_KEYS, EOF, PairAnswer
+from pref_interface.labellers.keys import ANSWER_KEYS, EOF, PairAnswer, PairWithdrawn
 from pref_interface.labellers.web.sprites import sprite_png
 
 LABELLER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
 PAIRS_EACH = 2  # pairs out per person: the one shown and the next, loaded ahead
+WITHDRAWN_ALL = "*"  # `PairWithdrawn`'s pair id when every pair is withdrawn
 
 
 def parse_labellers(text: str) -> list[str]:
@@ -185,10 +187,12 @@ class Team:
         for query, n in zip(queries, copies):
             self.open[self.open_pair(query[1], query[3], n)] = [query, n, n]
 
-    def answered(self) -> Iterator[tuple[TeamAnswer, tuple]]:
-        """Each answer to a pair out, with its query, in order; two people's answers to one pair
-        go to `agreement`. Answers to pairs no longer out are dropped."""
-        for answer in self.answers():
+    def answered(self, answers: Iterable[TeamAnswer] | None = None
+                 ) -> Iterator[tuple[TeamAnswer, tuple]]:
+        """Each answer to a pair out (of `answers`, else those given since the last call), with
+        its query, in order; two people's answers to one pair go to `agreement`. Answers to
+        pairs no longer out are dropped."""
+        for answer in self.answers() if answers is None else answers:
             entry = self.open.get(answer.pair_id)
             if entry is None:
                 continue  # a pair withdrawn, or answered by as many people as it was given to
@@ -197,6 +201,24 @@ class Team:
                 del self.open[answer.pair_id]
             self.agreement.add(answer, copies=entry[2])
             yield answer, entry[0]
+
+    def last_answers(self, wait_s: float) -> Iterator[TeamAnswer]:
+        """The run is stopping: every pair is withdrawn from the pages, which then take no
+        answer, and the answers they took before are given (the people saw them taken), waiting
+        at most `wait_s` for the pages' word that the pairs are withdrawn."""
+        self.page_updates.put({"pair": None, "next": None, "withdrawn": WITHDRAWN_ALL})
+        deadline = time.monotonic() + wait_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                token = self.answers_in.get(timeout=left)
+            except queue.Empty:
+                return
+            if isinstance(token, PairWithdrawn) and token.pair_id == WITHDRAWN_ALL:
+                return
+            if isinstance(token, PairAnswer) and token.labeller in self.names:
+                self._answered = TeamAnswer(token.pair_id, token.labeller,
+                                            ANSWER_KEYS.get(token.key))
+                yield self._answered
 
     def open_pair(self, left: Clip, right: Clip, copies: int = 1) -> str:
         """Hand a pair out, to be answered by `copies` different people; returns its id."""

@@ -202,7 +202,8 @@ class TeamView:
             person.pair, person.next = person.next, None
             self._changed(person)
             self._assign()
-        self.core.answers.put(PairAnswer(pair.id, key, labeller=person.name))
+            # queued under the lock: a withdrawal of the pairs (`LabellingPage.apply`) comes after
+            self.core.answers.put(PairAnswer(pair.id, key, labeller=person.name))
 
     def listed_label(self, body: dict, label_id: int, labeller: str | None) -> None:
         """Refuse a label not on the person's own list. The list shows the edit once the store
