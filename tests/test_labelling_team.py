@@ -129,22 +129,35 @@ def test_a_team_labels_each_pair_once_or_twice_and_every_label_names_its_labelle
     assert team.agreement.shares() and all(0.0 <= v <= 1.0 for v in team.agreement.shares().values())
 
 
-def test_the_terminals_ctrl_d_stops_a_team(tmp_path):
+def two_people_labelling(tmp_path, stop: threading.Event):
+    """Labelling for ann and bob in a thread, once their four pairs are out: the thread, the
+    page's updates and answers queues, and the pairs' ids."""
     updates, answers, clips = queue.Queue(), queue.Queue(), queue.Queue()
     for v in range(6):
         clips.put(clip(v))
     stats = LabellingStats.create(mp.get_context("spawn"))
     config = LabellingConfig(seed=0, val_fraction=0.0, max_pairs_per_clip=None,
                              labellers=("ann", "bob"), page_updates=updates)
-    team = Team(["ann", "bob"], updates, answers)
-    worker = threading.Thread(target=run_labelling, args=(config, Channels(threading.Event(), clips)),
+    worker = threading.Thread(target=run_labelling, args=(config, Channels(stop, clips)),
                               kwargs=dict(stats=stats, store_path=str(tmp_path / "p.sqlite"),
-                                          labeller=team))
+                                          labeller=Team(["ann", "bob"], updates, answers)))
     worker.start()
-    opened = []
-    wait_until(lambda: opened.extend(u for u in drained(updates) if "open" in u) or len(opened) >= 4,
-               30, "four pairs out (two people, two each)")
+    opened: list[str] = []
+    wait_until(lambda: opened.extend(u["open"]["id"] for u in drained(updates) if "open" in u)
+               or len(opened) >= 4, 30, "four pairs out (two people, two each)")
+    return worker, updates, answers, opened
+
+
+def withdrawn(updates: queue.Queue) -> dict:
+    """The update that takes every pair off the pages, as labelling ends."""
+    return wait_until(lambda: [u for u in drained(updates) if "withdrawn" in u], 30,
+                      "the pairs withdrawn")[0]
+
+
+def test_the_terminals_ctrl_d_stops_a_team(tmp_path):
+    worker, updates, answers, opened = two_people_labelling(tmp_path, threading.Event())
     answers.put(EOF)
+    answers.put(PairWithdrawn(withdrawn(updates)["withdrawn"]))  # the page's word
     worker.join(timeout=30)
     assert not worker.is_alive() and len(opened) == 4
 
@@ -152,30 +165,16 @@ def test_the_terminals_ctrl_d_stops_a_team(tmp_path):
 def test_an_answer_a_teams_page_took_as_the_run_stopped_is_stored(tmp_path):
     """The run stops while ann's answer is on its way: labelling withdraws every pair from the
     pages and stores the answers they took before, then ends."""
-    updates, answers, clips = queue.Queue(), queue.Queue(), queue.Queue()
-    for v in range(6):
-        clips.put(clip(v))
-    stats = LabellingStats.create(mp.get_context("spawn"))
-    config = LabellingConfig(seed=0, val_fraction=0.0, max_pairs_per_clip=None,
-                             labellers=("ann", "bob"), page_updates=updates)
     stop = threading.Event()
-    path = str(tmp_path / "p.sqlite")
-    worker = threading.Thread(target=run_labelling, args=(config, Channels(stop, clips)),
-                              kwargs=dict(stats=stats, store_path=path,
-                                          labeller=Team(["ann", "bob"], updates, answers)))
-    worker.start()
-    opened = []
-    wait_until(lambda: opened.extend(u["open"]["id"] for u in drained(updates) if "open" in u)
-               or len(opened) >= 4, 30, "four pairs out (two people, two each)")
+    worker, updates, answers, opened = two_people_labelling(tmp_path, stop)
     stop.set()
-    withdrawal = wait_until(lambda: [u for u in drained(updates) if "withdrawn" in u], 30,
-                            "the pairs withdrawn")
-    assert withdrawal[0]["pair"] is None
+    withdrawal = withdrawn(updates)
+    assert withdrawal["pair"] is None
     answers.put(PairAnswer(opened[1], "L", labeller="ann"))  # taken before the withdrawal...
-    answers.put(PairWithdrawn(withdrawal[0]["withdrawn"]))  # ...which the page then says
+    answers.put(PairWithdrawn(withdrawal["withdrawn"]))  # ...which the page then says
     worker.join(timeout=30)
     assert not worker.is_alive()
-    with PreferenceStore(path, create=False) as store:
+    with PreferenceStore(tmp_path / "p.sqlite", create=False) as store:
         assert [(p.labeller, p.mu) for p in store.latest(10)] == [("ann", 1.0)]
 
 

@@ -12,7 +12,6 @@ Lower case is accepted; any other key shows a one-line hint and leaves the pair 
 from __future__ import annotations
 
 import queue
-import time
 from typing import Any, Callable
 
 from clips.clip import Clip, LabelEdit
@@ -21,12 +20,12 @@ from pref_interface.labellers.keys import (
     ENTER,
     EOF,
     REPLAY_KEY,
-    WITHDRAWAL_WAIT_S,
     PairAnswer,
     PairWithdrawn,
     ReinsertClip,
     ReopenLabel,
     answer_of,
+    until_withdrawn,
 )
 from pref_interface.labellers.player import FPS, ClipPlayer, Playback, make_player
 from pref_interface.labellers.teachers import Labeller
@@ -212,14 +211,7 @@ class HumanLabeller(Labeller):
             return None
         pair_id = self.player.pair_id
         withdraw()
-        deadline = time.monotonic() + WITHDRAWAL_WAIT_S
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                token = self.answers.get(timeout=left)
-            except queue.Empty:
-                break
-            if isinstance(token, PairWithdrawn) and token.pair_id == pair_id:
-                break  # no answer came before the withdrawal
+        for token in until_withdrawn(self.answers, pair_id):
             if isinstance(token, PairAnswer) and token.pair_id == pair_id:
                 self.unanswered_at_stop = False
                 key = answer_of(token.key)

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import codecs
 import os
+import queue
 import select
 import sys
 import threading
+import time
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Iterator
 
 ENTER = "\n"
 EOF = "\x04"  # Ctrl-D in cbreak mode; also sent at the end of piped input
@@ -56,6 +58,20 @@ class PairWithdrawn:
     came before this on the queue, and none comes after."""
 
     pair_id: str
+
+
+def until_withdrawn(answers: Any, pair_id: str, wait_s: float = WITHDRAWAL_WAIT_S) -> Iterator[Any]:
+    """The tokens on `answers` until the page's word that `pair_id` is withdrawn
+    (`PairWithdrawn`), waiting `wait_s` at most in all."""
+    deadline = time.monotonic() + wait_s
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            token = answers.get(timeout=left)
+        except queue.Empty:
+            return
+        if isinstance(token, PairWithdrawn) and token.pair_id == pair_id:
+            return
+        yield token
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ import itertools
 import os
 import queue
 import re
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
@@ -22,7 +21,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from clips.clip import Clip, LabelEdit, Preference
-from pref_interface.labellers.keys import ANSWER_KEYS, EOF, PairAnswer, PairWithdrawn
+from pref_interface.labellers.keys import ANSWER_KEYS, EOF, PairAnswer, until_withdrawn
 from pref_interface.labellers.web.sprites import sprite_png
 
 LABELLER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
@@ -207,14 +206,7 @@ class Team:
         answer, and the answers they took before are given (the people saw them taken), waiting
         at most `wait_s` for the pages' word that the pairs are withdrawn."""
         self.page_updates.put({"pair": None, "next": None, "withdrawn": WITHDRAWN_ALL})
-        deadline = time.monotonic() + wait_s
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                token = self.answers_in.get(timeout=left)
-            except queue.Empty:
-                return
-            if isinstance(token, PairWithdrawn) and token.pair_id == WITHDRAWN_ALL:
-                return
+        for token in until_withdrawn(self.answers_in, WITHDRAWN_ALL, wait_s):
             if isinstance(token, PairAnswer) and token.labeller in self.names:
                 self._answered = TeamAnswer(token.pair_id, token.labeller,
                                             ANSWER_KEYS.get(token.key))
