@@ -8,7 +8,7 @@ from typing import BinaryIO, Sequence
 import torch
 
 from a2c.config import CHECKPOINT_PREFIX as PREFIX, checkpoints
-from runtime.outputs import replace_durably
+from runtime.outputs import written_whole
 
 
 class CheckpointError(Exception):
@@ -25,12 +25,11 @@ def save_policy(ckpt_dir: str | Path, policy: torch.nn.Module, optimizer: torch.
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     path = ckpt_dir / f"{PREFIX}{timesteps:012d}.pt"
-    tmp = path.with_suffix(".tmp")
-    torch.save({"policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
-                "timesteps": timesteps, "updates": updates, "episodes": episodes,
-                "recent_returns": torch.tensor(list(recent_returns), dtype=torch.float64),
-                **_named(env_id)}, tmp)
-    replace_durably(tmp, path)
+    with written_whole(path) as tmp:
+        torch.save({"policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
+                    "timesteps": timesteps, "updates": updates, "episodes": episodes,
+                    "recent_returns": torch.tensor(list(recent_returns), dtype=torch.float64),
+                    **_named(env_id)}, tmp)
     for old in checkpoints(ckpt_dir)[:-keep] if keep else []:
         old.unlink()
     return path

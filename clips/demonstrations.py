@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from clips.clip import CLIP_LENGTH, FRAME_SHAPE, STACK, Clip, Preference
-from runtime.outputs import replace_durably
+from runtime.outputs import written_whole
 
 DEMONSTRATION_SIDES = ("left", "right", "both")  # which clips of a label are demonstrations
 RECENT_LABELS = 100  # labels the TensorBoard share of demonstrations preferred is taken over
@@ -36,19 +36,15 @@ def save_demonstrations(path: str | Path, env_id: str, clips: Sequence[Clip]) ->
     """Write `clips` of one game (all of one length) to `path`."""
     if not clips or len({len(c) for c in clips}) != 1:
         raise DemonstrationsError(f"{path}: needs clips, all of one length")
-    tmp = Path(f"{path}.tmp")  # put in place whole: a recording stopped mid-write leaves none
-    try:
-        with open(tmp, "wb") as f:  # an open file: savez would add ".npz" to a name without it
-            np.savez_compressed(
-                f, frames=np.stack([c.frames() for c in clips]),
-                actions=np.stack([c.actions for c in clips]).astype(np.int64),
-                true_rewards=np.stack([c.true_rewards for c in clips]).astype(np.float32),
-                dones=np.stack([np.zeros(len(c), bool) if c.dones is None else c.dones
-                                for c in clips]),
-                env_id=np.array(env_id))
-        replace_durably(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    # put in place whole: a recording stopped mid-write leaves none
+    with written_whole(path) as tmp, open(tmp, "wb") as f:  # savez adds ".npz" to a bare name
+        np.savez_compressed(
+            f, frames=np.stack([c.frames() for c in clips]),
+            actions=np.stack([c.actions for c in clips]).astype(np.int64),
+            true_rewards=np.stack([c.true_rewards for c in clips]).astype(np.float32),
+            dones=np.stack([np.zeros(len(c), bool) if c.dones is None else c.dones
+                            for c in clips]),
+            env_id=np.array(env_id))
 
 
 def load_demonstrations(path: str | Path, env_id: str | None = None) -> list[Clip]:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from launch.rundir import PPO_POLICY_FILE
-from runtime.outputs import replace_durably
+from runtime.outputs import written_whole
 
 if TYPE_CHECKING:
     from stable_baselines3 import PPO
@@ -115,14 +115,11 @@ def save_ppo(model: "PPO", folder: Path, env_id: str, atari: bool = True) -> Non
     last."""
     from a2c.checkpoint import save_policy_weights
 
-    model_path = folder / MODEL_FILE
-    tmp = model_path.with_suffix(".tmp.zip")
-    model.save(tmp)
-    replace_durably(tmp, model_path)
+    with written_whole(folder / MODEL_FILE, ".tmp.zip") as tmp:  # SB3 adds .zip to a bare name
+        model.save(tmp)
     if atari:
-        tmp = folder / f"{PPO_POLICY_FILE}.tmp"
-        save_policy_weights(tmp, {**policy_weights(model), "env_id": env_id})
-        replace_durably(tmp, folder / PPO_POLICY_FILE)
+        with written_whole(folder / PPO_POLICY_FILE) as tmp:
+            save_policy_weights(tmp, {**policy_weights(model), "env_id": env_id})
 
 
 def main(argv: list[str] | None = None) -> int:

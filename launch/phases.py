@@ -121,19 +121,13 @@ def copy_prefs(run: Run) -> str:
     copy is made beside the store and renamed into place once whole: a run stopped while copying
     has no store yet, and its resume copies again (`launch.cli`)."""
     from pref_interface.store import PreferenceStore
-    from runtime.outputs import replace_durably
+    from runtime.outputs import written_whole
 
     path = run.dir / PREFS_FILE
     if run.prefs_path:
-        part = path.with_name(PREFS_FILE + ".copying")
-        try:
-            with PreferenceStore(run.prefs_path, create=False) as src:
-                src.backup_to(part)
-            replace_durably(part, path)
-        except BaseException:  # e.g. a full disk: no half copy is left beside the run
-            for left in (part, part.with_name(part.name + "-journal")):
-                left.unlink(missing_ok=True)
-            raise
+        with PreferenceStore(run.prefs_path, create=False) as src, \
+                written_whole(path, ".copying") as part:
+            src.backup_to(part)
     return str(path)
 
 

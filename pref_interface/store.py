@@ -30,7 +30,7 @@ import numpy as np
 
 from clips.clip import FRAME_SHAPE, STACK, Clip, Preference
 from clips.demonstrations import DEMONSTRATION_SIDES
-from runtime.outputs import replace_durably
+from runtime.outputs import written_whole
 
 SCHEMA_VERSION = 1  # PRAGMA user_version of stores written by this code
 EXPORT_FORMAT_VERSION = 2  # 1: the same arrays, `clip_*` named `seg_*` (still imported)
@@ -377,13 +377,10 @@ class PreferenceStore:
         (older exports lack both: their clips import with `dones=None`).
         Frames are streamed into the archive one clip at a time, so memory stays small.
         """
-        partial = Path(f"{path}.partial")  # a failed export leaves no half-written file at `path`
-        try:
+        # a failed export leaves no half-written file at `path`
+        with written_whole(path, ".partial") as partial:
             with self._transaction():  # one consistent snapshot even if a writer is busy meanwhile
                 n = self._export(partial, labeller)
-            replace_durably(partial, path)
-        finally:
-            partial.unlink(missing_ok=True)
         return n
 
     @_db_errors_as_store_errors

@@ -19,7 +19,7 @@ from reward_predictor.ensemble import RewardPredictorEnsemble, bootstrap_counts
 from reward_predictor.loss import rank_targets
 from reward_predictor.regularisation import INITIAL_ADAPTIVE_L2, adapt_l2
 from reward_predictor.threads import ThreadChoice
-from runtime.outputs import replace_durably
+from runtime.outputs import written_whole
 
 CHECKPOINT_FORMAT = 1
 
@@ -335,9 +335,8 @@ class RewardPredictorTrainer:
     def save(self, path: str) -> None:
         """Write a checkpoint atomically (a crash mid-write leaves the previous one intact)."""
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        tmp = f"{path}.tmp{os.getpid()}"
-        torch.save(self.state_dict(), tmp)
-        replace_durably(tmp, path)
+        with written_whole(path, f".tmp{os.getpid()}") as tmp:
+            torch.save(self.state_dict(), tmp)
 
     def load(self, path: str, optimizers: bool = True) -> None:
         """Restore a checkpoint written by `save`; raises CheckpointError with a one-line reason.

@@ -1,13 +1,14 @@
 """Files the project writes: a command's outputs, their folder made up front so that a mistake
 in the path is a one-line error before the work, not a traceback after it; and checkpoints and
-run files put in place whole (`replace_durably`, `write_json`)."""
+run files put in place whole (`written_whole`, `write_json`)."""
 from __future__ import annotations
 
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 def prepare_output(path: str | Path, flag: str, overwrite: bool = False) -> Path:
@@ -48,16 +49,24 @@ def replace_durably(tmp: str | Path, path: str | Path) -> None:
     os.replace(tmp, path)
 
 
-def write_json(path: Path, value: Any) -> None:
-    """`value` as JSON at `path`, whole or not at all: written beside it, flushed to the disk,
-    then renamed over it, so that a stop or a power cut at any instant leaves the old file or
-    the new one."""
-    text, tmp = json.dumps(value, indent=2) + "\n", path.with_name(path.name + ".tmp")
+@contextmanager
+def written_whole(path: str | Path, suffix: str = ".tmp") -> Iterator[Path]:
+    """Where to write a file that must appear at `path` whole or not at all: a path beside it
+    (`path` + `suffix`), put over `path` (`replace_durably`) once the block ends, and removed
+    if the block fails or is stopped."""
+    tmp = Path(f"{path}{suffix}")
     try:
-        tmp.write_text(text)
+        yield tmp
         replace_durably(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_json(path: Path, value: Any) -> None:
+    """`value` as JSON at `path`, whole or not at all (`written_whole`)."""
+    text = json.dumps(value, indent=2) + "\n"
+    with written_whole(path) as tmp:
+        tmp.write_text(text)
 
 
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")  # what matplotlib writes that we offer
